@@ -1,0 +1,245 @@
+/* Callback thread, event FIFO and completion queue (see callback.h). */
+#include "callback.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int fifo_init(struct te_fifo *f, size_t item_size, size_t cap)
+{
+    memset(f, 0, sizeof(*f));
+    f->item_size = item_size;
+    f->cap = cap < 16 ? 16 : cap;
+    f->items = calloc(f->cap, item_size);
+    if (!f->items)
+        return -ENOMEM;
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->cond, NULL);
+    return 0;
+}
+
+static void fifo_destroy(struct te_fifo *f)
+{
+    free(f->items);
+    f->items = NULL;
+    pthread_mutex_destroy(&f->lock);
+    pthread_cond_destroy(&f->cond);
+}
+
+/* Caller holds the lock. Doubling keeps pushes amortised O(1); the queue
+ * grows rather than dropping, because a lost completion is a hang. */
+static int fifo_push_locked(struct te_fifo *f, const void *src, size_t n)
+{
+    if (f->count + n > f->cap) {
+        size_t ncap = f->cap;
+        while (f->count + n > ncap)
+            ncap *= 2;
+        char *nitems = malloc(ncap * f->item_size);
+        if (!nitems)
+            return -ENOMEM;
+        for (size_t i = 0; i < f->count; i++)
+            memcpy(nitems + i * f->item_size,
+                   (char *)f->items + ((f->head + i) % f->cap) * f->item_size,
+                   f->item_size);
+        free(f->items);
+        f->items = nitems;
+        f->cap = ncap;
+        f->head = 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t slot = (f->head + f->count) % f->cap;
+        memcpy((char *)f->items + slot * f->item_size,
+               (const char *)src + i * f->item_size, f->item_size);
+        f->count++;
+    }
+    return 0;
+}
+
+static size_t fifo_pop_locked(struct te_fifo *f, void *dst, size_t max)
+{
+    size_t n = 0;
+    while (n < max && f->count > 0) {
+        memcpy((char *)dst + n * f->item_size,
+               (char *)f->items + f->head * f->item_size, f->item_size);
+        f->head = (f->head + 1) % f->cap;
+        f->count--;
+        n++;
+    }
+    return n;
+}
+
+static int fifo_push(struct te_fifo *f, const void *src, size_t n)
+{
+    pthread_mutex_lock(&f->lock);
+    int rc = fifo_push_locked(f, src, n);
+    if (rc == 0 && f->waiters)
+        pthread_cond_signal(&f->cond);
+    pthread_mutex_unlock(&f->lock);
+    return rc;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void run_event(struct te_cb_event *ev)
+{
+    switch (ev->kind) {
+    case TE_CB_DONE:
+        ev->u.done.fn(&ev->u.done.c, ev->u.done.arg);
+        break;
+    case TE_CB_IMM:
+        ev->u.imm.fn(ev->u.imm.imm, ev->u.imm.status, ev->u.imm.arg);
+        break;
+    case TE_CB_RECV:
+        if (ev->u.recv.fn)
+            ev->u.recv.fn(ev->u.recv.group, ev->u.recv.from, ev->u.recv.data,
+                          ev->u.recv.len, ev->u.recv.arg);
+        free(ev->u.recv.data);
+        break;
+    }
+}
+
+#define TE_CB_BATCH 64
+
+static void *callback_main(void *arg)
+{
+    struct te_callbacks *cb = arg;
+    struct te_cb_event batch[TE_CB_BATCH];
+    for (;;) {
+        pthread_mutex_lock(&cb->events.lock);
+        size_t n = fifo_pop_locked(&cb->events, batch, TE_CB_BATCH);
+        if (n == 0) {
+            if (cb->stop) {
+                pthread_mutex_unlock(&cb->events.lock);
+                break;
+            }
+            /* Spin briefly (lock released) before sleeping: a callback that
+             * follows closely on the last one then costs no wake-up. */
+            pthread_mutex_unlock(&cb->events.lock);
+            uint64_t until = now_ns() + (uint64_t)cb->spin_us * 1000u;
+            int got = 0;
+            while (now_ns() < until) {
+                if (__atomic_load_n(&cb->events.count, __ATOMIC_RELAXED)) {
+                    got = 1;
+                    break;
+                }
+                __builtin_ia32_pause();
+            }
+            if (got)
+                continue;
+            pthread_mutex_lock(&cb->events.lock);
+            if (cb->events.count == 0 && !cb->stop) {
+                cb->events.waiters++;
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 100 * 1000 * 1000;
+                if (ts.tv_nsec >= 1000000000) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000;
+                }
+                pthread_cond_timedwait(&cb->events.cond, &cb->events.lock, &ts);
+                cb->events.waiters--;
+            }
+            pthread_mutex_unlock(&cb->events.lock);
+            continue;
+        }
+        pthread_mutex_unlock(&cb->events.lock);
+        for (size_t i = 0; i < n; i++)
+            run_event(&batch[i]);
+    }
+    return NULL;
+}
+
+int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us,
+                       uint32_t cq_initial)
+{
+    memset(cb, 0, sizeof(*cb));
+    cb->spin_us = spin_us;
+    int rc = fifo_init(&cb->events, sizeof(struct te_cb_event), 1024);
+    if (rc)
+        return rc;
+    rc = fifo_init(&cb->cq, sizeof(te_completion), cq_initial);
+    if (rc) {
+        fifo_destroy(&cb->events);
+        return rc;
+    }
+    rc = pthread_create(&cb->thread, NULL, callback_main, cb);
+    if (rc) {
+        fifo_destroy(&cb->events);
+        fifo_destroy(&cb->cq);
+        return -rc;
+    }
+    cb->thread_id = cb->thread;
+    cb->started = 1;
+    return 0;
+}
+
+void te_callbacks_stop(struct te_callbacks *cb)
+{
+    if (!cb->started)
+        return;
+    pthread_mutex_lock(&cb->events.lock);
+    cb->stop = 1;
+    pthread_cond_signal(&cb->events.cond);
+    pthread_mutex_unlock(&cb->events.lock);
+    pthread_join(cb->thread, NULL);
+    cb->started = 0;
+    fifo_destroy(&cb->events);
+    fifo_destroy(&cb->cq);
+}
+
+int te_callbacks_push(struct te_callbacks *cb, const struct te_cb_event *ev,
+                      size_t n)
+{
+    return n ? fifo_push(&cb->events, ev, n) : 0;
+}
+
+int te_cq_push(struct te_callbacks *cb, const te_completion *c, size_t n)
+{
+    if (!n)
+        return 0;
+    pthread_mutex_lock(&cb->cq.lock);
+    int rc = fifo_push_locked(&cb->cq, c, n);
+    if (rc == 0 && cb->cq.waiters)
+        pthread_cond_broadcast(&cb->cq.cond);
+    pthread_mutex_unlock(&cb->cq.lock);
+    return rc;
+}
+
+int te_cq_pop(struct te_callbacks *cb, te_completion *out, int max,
+              int timeout_ms)
+{
+    if (max <= 0)
+        return 0;
+    pthread_mutex_lock(&cb->cq.lock);
+    if (cb->cq.count == 0 && timeout_ms > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        cb->cq.waiters++;
+        while (cb->cq.count == 0) {
+            if (pthread_cond_timedwait(&cb->cq.cond, &cb->cq.lock, &ts) ==
+                ETIMEDOUT)
+                break;
+        }
+        cb->cq.waiters--;
+    }
+    size_t n = fifo_pop_locked(&cb->cq, out, (size_t)max);
+    pthread_mutex_unlock(&cb->cq.lock);
+    return (int)n;
+}
+
+int te_callbacks_on_thread(const struct te_callbacks *cb)
+{
+    return cb->started && pthread_equal(pthread_self(), cb->thread_id);
+}

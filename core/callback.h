@@ -1,0 +1,75 @@
+/*
+ * The callback thread and the completion queue. Workers never run user code:
+ * they hand events here in batches, and one callback thread runs them, so a
+ * slow callback delays other callbacks but never the network.
+ */
+#ifndef TE_CORE_CALLBACK_H
+#define TE_CORE_CALLBACK_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "te/te.h"
+
+enum te_cb_kind { TE_CB_DONE = 1, TE_CB_IMM = 2, TE_CB_RECV = 3 };
+
+struct te_cb_event {
+    uint32_t kind;
+    union {
+        struct {
+            te_done_fn fn;
+            void *arg;
+            te_completion c;
+        } done;
+        struct {
+            te_imm_fn fn;
+            void *arg;
+            uint32_t imm;
+            int status;
+        } imm;
+        struct {
+            te_recv_fn fn;
+            void *arg;
+            int group;
+            te_peer from;
+            uint32_t len;
+            uint8_t *data; /* malloc'd copy, freed after the call */
+        } recv;
+    } u;
+};
+
+/** A growable FIFO guarded by a mutex, with a condition for waiters. */
+struct te_fifo {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    void *items;
+    size_t item_size, cap, head, count;
+    int waiters;
+};
+
+struct te_callbacks {
+    struct te_fifo events;     /* struct te_cb_event */
+    struct te_fifo cq;         /* te_completion */
+    pthread_t thread;
+    int started;
+    int stop;                  /* under events.lock */
+    uint32_t spin_us;
+    pthread_t thread_id;       /* to detect calls from a callback */
+};
+
+int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us,
+                       uint32_t cq_initial);
+/** Run every queued event, then stop the thread and free the queues. */
+void te_callbacks_stop(struct te_callbacks *cb);
+/** Queue n events (any thread). -ENOMEM only if the queue cannot grow. */
+int te_callbacks_push(struct te_callbacks *cb, const struct te_cb_event *ev,
+                      size_t n);
+/** Queue completions for te_poll_completions(). */
+int te_cq_push(struct te_callbacks *cb, const te_completion *c, size_t n);
+/** Pop up to max completions, waiting up to timeout_ms for the first. */
+int te_cq_pop(struct te_callbacks *cb, te_completion *out, int max,
+              int timeout_ms);
+/** True when called from the callback thread. */
+int te_callbacks_on_thread(const struct te_callbacks *cb);
+
+#endif

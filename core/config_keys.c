@@ -1,0 +1,50 @@
+/*
+ * The documented keys of section [engine]. conf/transferengine.ini and
+ * docs/config.md repeat this table (tests/unit/test_config.c checks that
+ * every key here appears in conf/transferengine.ini).
+ */
+#include <stddef.h>
+
+#include "config.h"
+
+const struct te_config_key te_engine_keys[] = {
+    {"plugin", "loopback",
+     "transport plugin name, or a path to a .so"},
+    {"plugin_path", "",
+     "extra colon-separated directories searched for libte-plugin-NAME.so, "
+     "after TE_PLUGIN_PATH and before the install dir"},
+    {"groups", "1",
+     "number of NIC groups, each with its own worker thread; typically one "
+     "per GPU"},
+    {"nics_per_group", "1",
+     "NICs per group; group g uses plugin devices g*n .. g*n+n-1 unless "
+     "group_nics is set"},
+    {"group_nics", "",
+     "explicit device indices per group: groups separated by ';', indices "
+     "by ',', e.g. \"0,1;2,3\""},
+    {"worker_cpus", "",
+     "CPU to pin each group's worker to, comma separated, one per group; "
+     "empty = not pinned"},
+    {"submit_queue_depth", "4096",
+     "requests that may wait in a group's submission queue; te_submit "
+     "returns -EAGAIN beyond"},
+    {"completion_queue_depth", "65536",
+     "completions of callback-less requests that may wait for "
+     "te_poll_completions"},
+    {"nic_queue_depth", "0",
+     "send queue depth asked of each NIC; 0 = plugin default"},
+    {"recv_depth", "64",
+     "receive buffers kept posted per NIC for te_submit SEND messages"},
+    {"max_msg_size", "4096", "largest SEND message, bytes"},
+    {"imm_table_size", "65536",
+     "distinct immediate values the ImmCounter can track"},
+    {"idle_spin_us", "50",
+     "microseconds an idle worker busy-polls before it starts sleeping"},
+    {"idle_sleep_us", "20",
+     "microseconds an idle worker sleeps between polls after spinning"},
+    {"callback_spin_us", "20",
+     "microseconds the callback thread spins before blocking"},
+    {"log_level", "1",
+     "0 errors, 1 warnings, 2 info, 3 debug; messages go to stderr"},
+    {NULL, NULL, NULL},
+};

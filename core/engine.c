@@ -1,0 +1,529 @@
+/*
+ * Engine life cycle: configuration, plugin loading, NIC groups, workers and
+ * the callback thread; plus the small accessors of te.h.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "engine_internal.h"
+#include "te_error.h"
+
+#define TE_MAX_PEERS_PER_GROUP 1024
+
+void te_log(const struct te_engine *e, int level, const char *fmt, ...)
+{
+    if (e && level > e->s.log_level)
+        return;
+    static const char *names[] = {"error", "warning", "info", "debug"};
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "transferengine %s: %s\n",
+            names[level < 0 ? 0 : level > 3 ? 3 : level], buf);
+}
+
+struct te_peer_entry *te_group_peer(struct te_group *g, te_peer p)
+{
+    if (p >= atomic_load_explicit(&g->peer_count, memory_order_acquire))
+        return NULL;
+    struct te_peer_entry *pe = &g->peers[p];
+    if (atomic_load_explicit(&pe->state, memory_order_acquire) == TE_PEER_FREE)
+        return NULL;
+    return pe;
+}
+
+/* ------------------------------------------------------- plugin host */
+
+static const char *host_config_get(void *ctx, const char *key)
+{
+    struct te_engine *e = ctx;
+    return te_config_get(e->cfg, e->plugin.ops->name, key);
+}
+
+static void host_set_error(void *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    te_vfail(-EIO, fmt, ap);
+    va_end(ap);
+}
+
+static void host_log(void *ctx, int level, const char *fmt, ...)
+{
+    struct te_engine *e = ctx;
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    te_log(e, level, "%s: %s", e->plugin.ops->name, buf);
+}
+
+/* ------------------------------------------------------- settings */
+
+static int parse_int_list(const char *text, int *out, uint32_t max,
+                          uint32_t *count, const char *what)
+{
+    *count = 0;
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!*p)
+            break;
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 4095)
+            return te_fail(-EINVAL, "%s = \"%s\": expected non-negative "
+                           "integers separated by ','", what, text);
+        if (*count >= max)
+            return te_fail(-EINVAL, "%s = \"%s\": more than %u entries", what,
+                           text, max);
+        out[(*count)++] = (int)v;
+        p = end;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return te_fail(-EINVAL, "%s = \"%s\": unexpected '%c'", what,
+                           text, *p);
+    }
+    return 0;
+}
+
+/* Defaults live in one place: the documented key table. */
+static uint64_t te_default_u64(const char *key)
+{
+    for (const struct te_config_key *k = te_engine_keys; k->name; k++)
+        if (strcmp(k->name, key) == 0 && k->default_value)
+            return strtoull(k->default_value, NULL, 0);
+    return 0;
+}
+
+static int read_settings(const te_config *cfg, struct te_settings *s)
+{
+    uint64_t v;
+    int rc;
+#define U32(key, min, max, field)                                              \
+    do {                                                                       \
+        if ((rc = te_config_get_u64(cfg, "engine", key,                        \
+                                    te_default_u64(key), min, max, &v)))       \
+            return rc;                                                         \
+        s->field = (uint32_t)v;                                                \
+    } while (0)
+    U32("groups", 1, 64, groups);
+    U32("nics_per_group", 1, TE_MAX_NICS, nics_per_group);
+    U32("submit_queue_depth", 2, 1u << 24, submit_queue_depth);
+    U32("completion_queue_depth", 16, 1u << 26, completion_queue_depth);
+    U32("nic_queue_depth", 0, 1u << 20, nic_queue_depth);
+    U32("recv_depth", 1, 1u << 16, recv_depth);
+    U32("max_msg_size", 1, 1u << 20, max_msg_size);
+    U32("imm_table_size", 16, 1u << 26, imm_table_size);
+    U32("idle_spin_us", 0, 10000000, idle_spin_us);
+    U32("idle_sleep_us", 0, 1000000, idle_sleep_us);
+    U32("callback_spin_us", 0, 10000000, callback_spin_us);
+    U32("log_level", 0, 3, log_level);
+#undef U32
+    snprintf(s->plugin, sizeof(s->plugin), "%s",
+             te_config_get_str(cfg, "engine", "plugin", "loopback"));
+    snprintf(s->plugin_path, sizeof(s->plugin_path), "%s",
+             te_config_get_str(cfg, "engine", "plugin_path", ""));
+
+    /* NIC layout: group_nics "0,1;2,3" wins over nics_per_group. */
+    const char *gn = te_config_get_str(cfg, "engine", "group_nics", "");
+    if (gn[0]) {
+        char buf[1024];
+        snprintf(buf, sizeof(buf), "%s", gn);
+        uint32_t g = 0;
+        char *save = NULL;
+        for (char *part = strtok_r(buf, ";", &save); part;
+             part = strtok_r(NULL, ";", &save), g++) {
+            if (g >= s->groups)
+                return te_fail(-EINVAL, "engine.group_nics = \"%s\": lists "
+                               "more groups than engine.groups = %u", gn,
+                               s->groups);
+            if ((rc = parse_int_list(part, s->group_nics[g], TE_MAX_NICS,
+                                     &s->group_nic_count[g],
+                                     "engine.group_nics")))
+                return rc;
+            if (s->group_nic_count[g] == 0)
+                return te_fail(-EINVAL, "engine.group_nics = \"%s\": group %u "
+                               "has no NIC", gn, g);
+        }
+        if (g != s->groups)
+            return te_fail(-EINVAL, "engine.group_nics = \"%s\" lists %u "
+                           "groups but engine.groups = %u", gn, g, s->groups);
+    } else {
+        for (uint32_t g = 0; g < s->groups; g++) {
+            s->group_nic_count[g] = s->nics_per_group;
+            for (uint32_t i = 0; i < s->nics_per_group; i++)
+                s->group_nics[g][i] = (int)(g * s->nics_per_group + i);
+        }
+    }
+    const char *wc = te_config_get_str(cfg, "engine", "worker_cpus", "");
+    uint32_t ncpu = 0;
+    int cpus[64];
+    if ((rc = parse_int_list(wc, cpus, 64, &ncpu, "engine.worker_cpus")))
+        return rc;
+    if (ncpu && ncpu != s->groups)
+        return te_fail(-EINVAL, "engine.worker_cpus = \"%s\" names %u CPUs "
+                       "for %u groups (one per group, or none)", wc, ncpu,
+                       s->groups);
+    for (uint32_t g = 0; g < s->groups; g++)
+        s->worker_cpu[g] = ncpu ? cpus[g] : -1;
+    return 0;
+}
+
+/* ------------------------------------------------------- groups */
+
+static int open_group(struct te_engine *e, struct te_group *g, int index,
+                      int ndev)
+{
+    const struct te_plugin_ops *P = e->plugin.ops;
+    g->e = e;
+    g->index = index;
+    g->cpu = e->s.worker_cpu[index];
+    g->nic_count = e->s.group_nic_count[index];
+    g->inflight.next = g->inflight.prev = &g->inflight;
+    pthread_mutex_init(&g->ctl_lock, NULL);
+    pthread_cond_init(&g->ctl_cond, NULL);
+    pthread_mutex_init(&g->recv_lock, NULL);
+    g->peer_cap = TE_MAX_PEERS_PER_GROUP;
+    g->peers = calloc(g->peer_cap, sizeof(*g->peers));
+    g->subq = te_mpsc_new(e->s.submit_queue_depth);
+    if (!g->peers || !g->subq)
+        return te_fail(-ENOMEM, "group %d: out of memory", index);
+
+    snprintf(g->addr.transport, sizeof(g->addr.transport), "%s", P->name);
+    g->addr.engine_id = e->engine_id;
+    g->addr.group = (uint32_t)index;
+    g->addr.nic_count = g->nic_count;
+    for (uint32_t i = 0; i < g->nic_count; i++) {
+        struct te_nic *n = &g->nics[i];
+        int dev = e->s.group_nics[index][i];
+        if (dev >= ndev)
+            return te_fail(-ENODEV, "group %d NIC %u: device %d does not "
+                           "exist (plugin %s has %d devices)", index, i, dev,
+                           P->name, ndev);
+        n->device = dev;
+        n->info.struct_size = sizeof(n->info);
+        int rc = P->query_device(e->pctx, dev, &n->info);
+        if (rc)
+            return te_fail(rc, "group %d: query of device %d failed: %s",
+                           index, dev, te_strerror(rc));
+        struct te_plugin_nic_attr attr = {
+            .struct_size = sizeof(attr),
+            .queue_depth = e->s.nic_queue_depth,
+            .recv_depth = e->s.recv_depth,
+        };
+        te_error_clear();
+        rc = P->nic_open(e->pctx, dev, &attr, &n->pn);
+        if (rc)
+            return te_fail(rc, "group %d: cannot open NIC %s: %s%s%s", index,
+                           n->info.name, te_strerror(rc),
+                           te_last_error()[0] ? ": " : "", te_last_error());
+        n->addr_len = sizeof(n->addr);
+        rc = P->nic_address(n->pn, n->addr, &n->addr_len);
+        if (rc)
+            return te_fail(rc, "NIC %s: no address: %s", n->info.name,
+                           te_strerror(rc));
+        g->addr.nic_addr_len[i] = (uint16_t)n->addr_len;
+        memcpy(g->addr.nic_addr[i], n->addr, n->addr_len);
+
+        /* Message slabs: registered once, reused for every SEND/RECV. */
+        size_t msz = e->s.max_msg_size;
+        uint32_t nsend = e->s.recv_depth; /* same depth both ways */
+        n->send_slab = calloc(nsend, msz);
+        n->recv_slab = calloc(e->s.recv_depth, msz);
+        n->send_slots = calloc(nsend, sizeof(struct te_msg_slot));
+        n->recv_slots = calloc(e->s.recv_depth, sizeof(struct te_msg_slot));
+        n->recv_repost = calloc(e->s.recv_depth, sizeof(struct te_msg_slot *));
+        if (!n->send_slab || !n->recv_slab || !n->send_slots ||
+            !n->recv_slots || !n->recv_repost)
+            return te_fail(-ENOMEM, "NIC %s: out of memory for message "
+                           "buffers", n->info.name);
+        struct te_plugin_mr_info mi;
+        rc = P->mr_reg(n->pn, n->send_slab, (size_t)nsend * msz, 0,
+                       TE_PMEM_HOST, 0, &n->send_mr, &mi);
+        if (!rc)
+            rc = P->mr_reg(n->pn, n->recv_slab, (size_t)e->s.recv_depth * msz,
+                           TE_PMR_LOCAL_WRITE, TE_PMEM_HOST, 0, &n->recv_mr,
+                           &mi);
+        if (rc)
+            return te_fail(rc, "NIC %s: cannot register message buffers: %s",
+                           n->info.name, te_strerror(rc));
+        for (uint32_t s = 0; s < nsend; s++) {
+            n->send_slots[s].buf = n->send_slab + (size_t)s * msz;
+            n->send_slots[s].nic = i;
+            n->send_slots[s].next_free = n->send_free;
+            n->send_free = &n->send_slots[s];
+        }
+        for (uint32_t s = 0; s < e->s.recv_depth; s++) {
+            n->recv_slots[s].buf = n->recv_slab + (size_t)s * msz;
+            n->recv_slots[s].nic = i;
+            n->recv_repost[n->recv_to_post++] = &n->recv_slots[s];
+        }
+    }
+    return 0;
+}
+
+static void close_group(struct te_engine *e, struct te_group *g)
+{
+    const struct te_plugin_ops *P = e->plugin.ops;
+    for (uint32_t i = 0; i < g->nic_count; i++) {
+        struct te_nic *n = &g->nics[i];
+        if (n->pn) {
+            if (n->send_mr)
+                P->mr_dereg(n->pn, n->send_mr);
+            if (n->recv_mr)
+                P->mr_dereg(n->pn, n->recv_mr);
+            P->nic_close(n->pn);
+        }
+        free(n->send_slab);
+        free(n->recv_slab);
+        free(n->send_slots);
+        free(n->recv_slots);
+        free(n->recv_repost);
+    }
+    if (g->subq)
+        te_mpsc_free(g->subq);
+    free(g->peers);
+    pthread_mutex_destroy(&g->ctl_lock);
+    pthread_cond_destroy(&g->ctl_cond);
+    pthread_mutex_destroy(&g->recv_lock);
+}
+
+static void fire_to_callbacks(void *sink, uint32_t imm, te_imm_fn cb,
+                              void *arg)
+{
+    struct te_engine *e = sink;
+    struct te_cb_event ev = {.kind = TE_CB_IMM};
+    ev.u.imm.fn = cb;
+    ev.u.imm.arg = arg;
+    ev.u.imm.imm = imm;
+    ev.u.imm.status = 0;
+    if (te_callbacks_push(&e->cb, &ev, 1))
+        te_log(e, 0, "imm %u: callback lost: out of memory", imm);
+}
+
+/* ------------------------------------------------------- create/destroy */
+
+static const char *const known_sections[] = {"engine", "loopback", "efa",
+                                             "mlx5", NULL};
+
+static int validate_config(struct te_engine *e)
+{
+    int rc = te_config_validate_sections(e->cfg, known_sections);
+    if (rc)
+        return rc;
+    return te_config_validate_section(e->cfg, "engine", te_engine_keys);
+}
+
+static int validate_plugin_section(struct te_engine *e)
+{
+    const struct te_plugin_ops *P = e->plugin.ops;
+    if (!P->config_keys)
+        return 0;
+    size_t n = 0;
+    while (P->config_keys[n].name)
+        n++;
+    struct te_config_key *keys = calloc(n + 1, sizeof(*keys));
+    if (!keys)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        keys[i].name = P->config_keys[i].name;
+        keys[i].default_value = P->config_keys[i].default_value;
+        keys[i].doc = P->config_keys[i].doc;
+    }
+    int rc = te_config_validate_section(e->cfg, P->name, keys);
+    free(keys);
+    return rc;
+}
+
+TE_API int te_engine_create(const te_config *cfg, te_engine **out)
+{
+    te_error_clear();
+    if (!out)
+        return te_fail(-EINVAL, "te_engine_create: out is NULL");
+    *out = NULL;
+    struct te_engine *e = calloc(1, sizeof(*e));
+    if (!e)
+        return te_fail(-ENOMEM, "te_engine_create: out of memory");
+    e->s.log_level = 1;
+    int rc;
+    if (cfg) {
+        e->cfg = te_config_clone(cfg);
+    } else {
+        e->cfg = te_config_new();
+        const char *path = getenv("TE_CONFIG");
+        if (e->cfg && path && path[0] &&
+            (rc = te_config_load_file(e->cfg, path))) {
+            te_config_free(e->cfg);
+            free(e);
+            return rc;
+        }
+    }
+    if (!e->cfg) {
+        free(e);
+        return te_fail(-ENOMEM, "te_engine_create: out of memory");
+    }
+    if ((rc = validate_config(e)) || (rc = read_settings(e->cfg, &e->s)))
+        goto fail_cfg;
+    if ((rc = te_plugin_load(e->s.plugin, e->s.plugin_path, &e->plugin)))
+        goto fail_cfg;
+    if ((rc = validate_plugin_section(e)))
+        goto fail_plugin;
+    if (getrandom(&e->engine_id, sizeof(e->engine_id), 0) !=
+        sizeof(e->engine_id))
+        e->engine_id = (uint64_t)(uintptr_t)e ^ (uint64_t)getpid() << 32;
+    atomic_store(&e->next_req_id, 1);
+
+    e->host.struct_size = sizeof(e->host);
+    e->host.host_ctx = e;
+    e->host.config_get = host_config_get;
+    e->host.set_error = host_set_error;
+    e->host.log = host_log;
+    te_error_clear();
+    rc = e->plugin.ops->init(&e->host, &e->pctx);
+    if (rc) {
+        rc = te_fail(rc, "plugin %s: init failed: %s%s%s",
+                     e->plugin.ops->name, te_strerror(rc),
+                     te_last_error()[0] ? ": " : "", te_last_error());
+        goto fail_plugin;
+    }
+    int ndev = e->plugin.ops->device_count(e->pctx);
+    if (ndev <= 0) {
+        rc = te_fail(ndev < 0 ? ndev : -ENODEV, "plugin %s found no device",
+                     e->plugin.ops->name);
+        goto fail_init;
+    }
+    e->imms = te_imm_table_new(e->s.imm_table_size, fire_to_callbacks, e);
+    if (!e->imms) {
+        rc = te_fail(-ENOMEM, "ImmCounter table: out of memory");
+        goto fail_init;
+    }
+    if ((rc = te_callbacks_start(&e->cb, e->s.callback_spin_us,
+                                 e->s.completion_queue_depth))) {
+        rc = te_fail(rc, "cannot start the callback thread: %s",
+                     te_strerror(rc));
+        goto fail_imms;
+    }
+    e->groups = calloc(e->s.groups, sizeof(*e->groups));
+    if (!e->groups) {
+        rc = te_fail(-ENOMEM, "out of memory");
+        goto fail_cb;
+    }
+    e->ngroups = e->s.groups;
+    for (uint32_t g = 0; g < e->ngroups; g++) {
+        if ((rc = open_group(e, &e->groups[g], (int)g, ndev)))
+            goto fail_groups;
+    }
+    for (uint32_t g = 0; g < e->ngroups; g++) {
+        if ((rc = te_worker_start(&e->groups[g]))) {
+            rc = te_fail(rc, "group %u: cannot start worker: %s", g,
+                         te_strerror(rc));
+            goto fail_groups;
+        }
+    }
+    *out = e;
+    return 0;
+
+fail_groups: {
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", te_last_error());
+    atomic_store(&e->stopping, 1);
+    for (uint32_t g = 0; g < e->ngroups; g++)
+        te_worker_stop(&e->groups[g]);
+    for (uint32_t g = 0; g < e->ngroups; g++)
+        close_group(e, &e->groups[g]);
+    free(e->groups);
+    te_fail(rc, "%s", msg);
+}
+fail_cb:
+    te_callbacks_stop(&e->cb);
+fail_imms:
+    te_imm_table_free(e->imms);
+fail_init:
+    e->plugin.ops->fini(e->pctx);
+fail_plugin:
+    te_plugin_unload(&e->plugin);
+fail_cfg:
+    te_config_free(e->cfg);
+    free(e);
+    return rc;
+}
+
+TE_API void te_engine_destroy(te_engine *e)
+{
+    if (!e)
+        return;
+    atomic_store_explicit(&e->stopping, 1, memory_order_release);
+    for (uint32_t g = 0; g < e->ngroups; g++)
+        te_worker_stop(&e->groups[g]);
+    /* Every request has completed (or failed) by now; run their callbacks
+     * before the NICs and the plugin go away. */
+    te_callbacks_stop(&e->cb);
+    for (uint32_t g = 0; g < e->ngroups; g++)
+        close_group(e, &e->groups[g]);
+    free(e->groups);
+    te_imm_table_free(e->imms);
+    e->plugin.ops->fini(e->pctx);
+    te_plugin_unload(&e->plugin);
+    te_config_free(e->cfg);
+    free(e);
+}
+
+TE_API int te_engine_group_count(const te_engine *e)
+{
+    return e ? (int)e->ngroups : -EINVAL;
+}
+
+TE_API int te_engine_nic_count(const te_engine *e, int group)
+{
+    if (!e || group < 0 || (uint32_t)group >= e->ngroups)
+        return -EINVAL;
+    return (int)e->groups[group].nic_count;
+}
+
+TE_API const char *te_engine_plugin_name(const te_engine *e)
+{
+    return e ? e->plugin.ops->name : "";
+}
+
+TE_API int te_engine_address(te_engine *e, int group, void *buf, size_t *len)
+{
+    te_error_clear();
+    if (!e || !len || group < 0 || (uint32_t)group >= e->ngroups)
+        return te_fail(-EINVAL, "te_engine_address: bad engine, group %d or "
+                       "len", group);
+    return te_wire_addr_encode(&e->groups[group].addr, buf, len);
+}
+
+TE_API int te_engine_nic_info(const te_engine *e, int group, int nic,
+                              te_nic_info *out)
+{
+    te_error_clear();
+    if (!e || !out || group < 0 || (uint32_t)group >= e->ngroups || nic < 0 ||
+        (uint32_t)nic >= e->groups[group].nic_count)
+        return te_fail(-EINVAL, "te_engine_nic_info: bad group %d or NIC %d",
+                       group, nic);
+    const struct te_nic *n = &e->groups[group].nics[nic];
+    memset(out, 0, sizeof(*out));
+    snprintf(out->name, sizeof(out->name), "%s", n->info.name);
+    snprintf(out->pci_path, sizeof(out->pci_path), "%s", n->info.pci_path);
+    out->numa_node = n->info.numa_node;
+    out->device = n->device;
+    out->link_gbps = n->info.link_gbps;
+    out->queue_depth = n->info.queue_depth;
+    return 0;
+}

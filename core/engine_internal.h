@@ -1,0 +1,232 @@
+/*
+ * Engine internals shared by the core's modules: groups, NICs, peers,
+ * registrations, requests and the op cursors that turn a request into
+ * plugin operations.
+ */
+#ifndef TE_CORE_ENGINE_INTERNAL_H
+#define TE_CORE_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include "te/te.h"
+#include "te/plugin.h"
+#include "config.h"
+#include "loader.h"
+#include "wire.h"
+#include "imm_counter.h"
+#include "mpsc_queue.h"
+#include "callback.h"
+
+struct te_group;
+struct te_req;
+
+/** Intrusive list link; the first member of struct te_req. */
+struct te_link {
+    struct te_link *prev, *next;
+};
+
+/** Settings read from [engine] once at create. */
+struct te_settings {
+    char plugin[4096];
+    char plugin_path[4096];
+    uint32_t groups;
+    uint32_t nics_per_group;
+    int group_nics[64][TE_MAX_NICS]; /* device index per group/NIC */
+    uint32_t group_nic_count[64];
+    int worker_cpu[64];              /* -1 = not pinned */
+    uint32_t submit_queue_depth;
+    uint32_t completion_queue_depth;
+    uint32_t nic_queue_depth;
+    uint32_t recv_depth;
+    uint32_t max_msg_size;
+    uint32_t imm_table_size;
+    uint32_t idle_spin_us;
+    uint32_t idle_sleep_us;
+    uint32_t callback_spin_us;
+    int log_level;
+};
+
+/** An op waiting to be posted: generates plugin ops one at a time. */
+struct te_cursor {
+    struct te_cursor *next;    /* FIFO link in the peer's pending list */
+    struct te_req *req;
+    uint32_t kind;             /* TE_POP_* */
+    uint32_t flags;            /* TE_POP_F_* */
+    uint32_t imm;
+    uint32_t nic;              /* local NIC index */
+    uint32_t remaining;        /* ops still to generate */
+    uint32_t index;            /* PAGED: next page index */
+    uint32_t step;             /* PAGED: page index stride (NIC count) */
+    uint32_t paged;            /* 1: generate pages from req->r.u.paged */
+    uint32_t remote_nic;       /* descriptor entry used on the peer */
+    te_mr *lmr;                /* local registration (NULL if none) */
+    const te_mr_desc *rdesc;   /* PAGED: remote descriptor */
+    te_plugin_peer pp;         /* plugin peer handle on this NIC */
+    struct te_peer_entry *peer;
+    /* single op (WRITE shard, READ shard, SEND, BARRIER, SCATTER dst) */
+    uint8_t *local_addr;
+    uint64_t len;
+    uint64_t remote_addr;
+    uint64_t rkey;
+};
+
+/** Per (local NIC, peer) queue of cursors; linked into the NIC's ring. */
+struct te_peer_queue {
+    struct te_cursor *head, *tail;
+    struct te_peer_queue *next_active; /* ring of peers with work */
+    int active;
+};
+
+#define TE_PEER_FREE 0
+#define TE_PEER_LIVE 1
+#define TE_PEER_DOWN 2
+
+/** A remote group known to a local group. */
+struct te_peer_entry {
+    _Atomic int state;          /* TE_PEER_*; published with release */
+    te_peer id;
+    uint32_t remote_nics;
+    uint64_t engine_id;
+    uint32_t remote_group;
+    te_plugin_peer pp[TE_MAX_NICS];    /* per local NIC */
+    struct te_peer_queue q[TE_MAX_NICS];
+};
+
+/** Tagged operation context (low 2 bits). */
+#define TE_CTX_REQ 0u
+#define TE_CTX_SEND 1u
+#define TE_CTX_RECV 2u
+#define TE_CTX_TAG(c) ((uint32_t)((c) & 3u))
+#define TE_CTX_PTR(c) ((void *)(uintptr_t)((c) & ~(uint64_t)3u))
+
+/** A slot of the per-NIC send or receive slab. */
+struct te_msg_slot {
+    struct te_msg_slot *next_free;
+    struct te_req *req;    /* SEND: owning request */
+    uint8_t *buf;
+    uint32_t nic;
+};
+
+struct te_nic {
+    te_plugin_nic *pn;
+    int device;
+    struct te_plugin_device_info info;
+    uint8_t addr[TE_PLUGIN_MAX_ADDR_LEN];
+    size_t addr_len;
+    /* posting */
+    struct te_peer_queue *active;      /* FIFO of peers with pending cursors */
+    struct te_peer_queue *active_tail;
+    uint64_t pending_cursors;
+    /* message slabs */
+    uint8_t *send_slab, *recv_slab;
+    te_plugin_mr *send_mr, *recv_mr;
+    struct te_msg_slot *send_slots, *recv_slots;
+    struct te_msg_slot *send_free;
+    uint32_t recv_to_post;             /* recv slots waiting to be reposted */
+    struct te_msg_slot **recv_repost;
+};
+
+/** Control operation executed on the worker (peer add/remove). */
+struct te_control {
+    struct te_control *next;
+    int kind; /* 1 add, 2 remove */
+    struct te_group_addr addr;
+    te_peer peer;
+    int result;
+    char reason[256];
+    int done;      /* under ctl_lock */
+    int abandoned; /* waiter timed out: the worker frees it */
+};
+#define TE_CTL_ADD 1
+#define TE_CTL_REMOVE 2
+
+struct te_group {
+    struct te_engine *e;
+    int index;
+    uint32_t nic_count;
+    struct te_nic nics[TE_MAX_NICS];
+    struct te_group_addr addr;
+    pthread_t worker;
+    int worker_started;
+    int cpu;
+    struct te_mpsc *subq;
+    /* peers: fixed array, entries published with state */
+    struct te_peer_entry *peers;
+    uint32_t peer_cap;
+    _Atomic uint32_t peer_count;
+    /* control ops, protected by ctl_lock */
+    pthread_mutex_t ctl_lock;
+    pthread_cond_t ctl_cond;
+    struct te_control *ctl_head;
+    _Atomic int ctl_pending;
+    /* receive handler */
+    pthread_mutex_t recv_lock;
+    te_recv_fn recv_fn;
+    void *recv_arg;
+    /* worker-only state */
+    uint64_t inflight_reqs;
+    struct te_link inflight;    /* list head of accepted, unfinished reqs */
+};
+
+struct te_mr {
+    struct te_engine *e;
+    struct te_group *g;
+    uint8_t *addr;
+    size_t len;
+    uint32_t access;
+    uint32_t mem_kind;
+    _Atomic int64_t users;   /* requests in flight using it */
+    te_plugin_mr *pmr[TE_MAX_NICS];
+    struct te_plugin_mr_info info[TE_MAX_NICS];
+};
+
+/** A submitted request, owned by the worker after te_submit(). */
+struct te_req {
+    struct te_link link;      /* group's in-flight list (worker only) */
+    te_request r;             /* copy; pointers re-aimed at copies below */
+    int64_t id;
+    struct te_group *g;
+    uint64_t ops_total;
+    uint64_t ops_done;
+    uint64_t ops_skipped;
+    int32_t status;
+    char reason[96];
+    te_mr *mrs[2];            /* registrations referenced (users held) */
+    uint32_t ncursors;
+    struct te_cursor *cursors;
+    te_mr_desc *descs;        /* copies of remote descriptors */
+    uint32_t ndescs;
+    void *extra;              /* copied arrays / message bytes */
+};
+
+struct te_engine {
+    struct te_settings s;
+    te_config *cfg;
+    struct te_loaded_plugin plugin;
+    te_plugin_ctx *pctx;
+    struct te_plugin_host host;
+    uint64_t engine_id;
+    uint32_t ngroups;
+    struct te_group *groups;
+    struct te_imm_table *imms;
+    struct te_callbacks cb;
+    _Atomic int stopping;
+    _Atomic int64_t next_req_id;
+};
+
+/* worker.c */
+int te_worker_start(struct te_group *g);
+void te_worker_stop(struct te_group *g);
+/* Run one control op on the group's worker and wait for it (deadline). */
+int te_group_control(struct te_group *g, struct te_control *c, int timeout_ms);
+
+/* request.c */
+void te_req_free(struct te_req *q);
+
+/* engine.c */
+void te_log(const struct te_engine *e, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+struct te_peer_entry *te_group_peer(struct te_group *g, te_peer p);
+
+#endif

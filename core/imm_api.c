@@ -1,0 +1,113 @@
+/* Public ImmCounter, completion-queue and receive-handler entry points. */
+#include <errno.h>
+#include <sched.h>
+#include <time.h>
+
+#include "engine_internal.h"
+#include "te_error.h"
+
+TE_API int te_imm_expect(te_engine *e, uint32_t imm, uint64_t count,
+                         te_imm_fn cb, void *arg)
+{
+    te_error_clear();
+    if (!e)
+        return te_fail(-EINVAL, "te_imm_expect: engine is NULL");
+    if (count == 0)
+        return te_fail(-EINVAL, "te_imm_expect: count must be > 0 (imm %u)",
+                       imm);
+    int rc = te_imm_table_expect(e->imms, imm, count, cb, arg);
+    if (rc == -EBUSY)
+        return te_fail(rc, "te_imm_expect: imm %u already has an armed "
+                       "expectation", imm);
+    if (rc == -ENOSPC)
+        return te_fail(rc, "te_imm_expect: ImmCounter table full "
+                       "(engine.imm_table_size)");
+    return rc;
+}
+
+TE_API int te_imm_poll(te_engine *e, uint32_t imm, uint64_t *banked,
+                       int *armed)
+{
+    te_error_clear();
+    if (!e || !banked)
+        return te_fail(-EINVAL, "te_imm_poll: NULL argument");
+    int a = 0;
+    int rc = te_imm_table_poll(e->imms, imm, banked, &a);
+    if (armed)
+        *armed = a;
+    return rc;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+TE_API int te_imm_wait(te_engine *e, uint32_t imm, uint64_t count,
+                       int timeout_ms)
+{
+    te_error_clear();
+    if (!e || count == 0)
+        return te_fail(-EINVAL, "te_imm_wait: bad engine or count 0");
+    uint64_t deadline = now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
+    for (uint32_t spins = 0;; spins++) {
+        int rc = te_imm_table_try_take(e->imms, imm, count);
+        if (rc == 1)
+            return 0;
+        if (rc == -EBUSY)
+            return te_fail(rc, "te_imm_wait: imm %u has a callback "
+                           "expectation armed", imm);
+        if (rc < 0)
+            return te_fail(rc, "te_imm_wait: %s", te_strerror(rc));
+        if ((spins & 255) == 0 && now_ms() >= deadline) {
+            uint64_t banked = 0;
+            te_imm_table_poll(e->imms, imm, &banked, NULL);
+            return te_fail(-ETIMEDOUT, "te_imm_wait: imm %u: %llu of %llu "
+                           "arrivals after %d ms", imm,
+                           (unsigned long long)banked,
+                           (unsigned long long)count, timeout_ms);
+        }
+        if (spins > 4096)
+            sched_yield();
+        else
+            __builtin_ia32_pause();
+    }
+}
+
+TE_API int te_imm_remove(te_engine *e, uint32_t imm, uint64_t *surplus)
+{
+    te_error_clear();
+    if (!e)
+        return te_fail(-EINVAL, "te_imm_remove: engine is NULL");
+    uint64_t s = 0;
+    int rc = te_imm_table_remove(e->imms, imm, &s);
+    if (surplus)
+        *surplus = s;
+    return rc;
+}
+
+TE_API int te_poll_completions(te_engine *e, te_completion *out, int max,
+                               int timeout_ms)
+{
+    te_error_clear();
+    if (!e || (!out && max > 0) || max < 0)
+        return te_fail(-EINVAL, "te_poll_completions: bad arguments");
+    return te_cq_pop(&e->cb, out, max, timeout_ms);
+}
+
+TE_API int te_set_recv_handler(te_engine *e, int group, te_recv_fn fn,
+                               void *arg)
+{
+    te_error_clear();
+    if (!e || group < 0 || (uint32_t)group >= e->ngroups)
+        return te_fail(-EINVAL, "te_set_recv_handler: bad engine or group %d",
+                       group);
+    struct te_group *g = &e->groups[group];
+    pthread_mutex_lock(&g->recv_lock);
+    g->recv_fn = fn;
+    g->recv_arg = arg;
+    pthread_mutex_unlock(&g->recv_lock);
+    return 0;
+}

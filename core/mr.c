@@ -1,0 +1,116 @@
+/* Memory registration across every NIC of a group. */
+#include <errno.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "te_error.h"
+
+static uint32_t plugin_access(uint32_t access)
+{
+    uint32_t a = TE_PMR_LOCAL_WRITE;
+    if (access & TE_MR_REMOTE_WRITE)
+        a |= TE_PMR_REMOTE_WRITE;
+    if (access & TE_MR_REMOTE_READ)
+        a |= TE_PMR_REMOTE_READ;
+    return a;
+}
+
+TE_API int te_mr_reg(te_engine *e, int group, void *addr, size_t len,
+                     uint32_t access, uint32_t mem_kind, te_mr **out)
+{
+    te_error_clear();
+    if (!e || group < 0 || (uint32_t)group >= e->ngroups || !out)
+        return te_fail(-EINVAL, "te_mr_reg: bad engine, group %d or out",
+                       group);
+    if (!addr || len == 0)
+        return te_fail(-EINVAL, "te_mr_reg: empty region (addr %p, len %zu)",
+                       addr, len);
+    if (access & ~(TE_MR_REMOTE_WRITE | TE_MR_REMOTE_READ))
+        return te_fail(-EINVAL, "te_mr_reg: unknown access bits 0x%x",
+                       access);
+    if (mem_kind != TE_MEM_HOST && mem_kind != TE_MEM_CUDA)
+        return te_fail(-EINVAL, "te_mr_reg: unknown memory kind %u",
+                       mem_kind);
+    if ((uintptr_t)addr + len < (uintptr_t)addr)
+        return te_fail(-EINVAL, "te_mr_reg: region wraps the address space");
+    struct te_group *g = &e->groups[group];
+    struct te_mr *mr = calloc(1, sizeof(*mr));
+    if (!mr)
+        return te_fail(-ENOMEM, "te_mr_reg: out of memory");
+    mr->e = e;
+    mr->g = g;
+    mr->addr = addr;
+    mr->len = len;
+    mr->access = access;
+    mr->mem_kind = mem_kind;
+    const struct te_plugin_ops *P = e->plugin.ops;
+    for (uint32_t i = 0; i < g->nic_count; i++) {
+        te_error_clear();
+        int rc = P->mr_reg(g->nics[i].pn, addr, len, plugin_access(access),
+                           mem_kind == TE_MEM_CUDA ? TE_PMEM_CUDA
+                                                   : TE_PMEM_HOST,
+                           0, &mr->pmr[i], &mr->info[i]);
+        if (rc) {
+            char why[256];
+            snprintf(why, sizeof(why), "%s", te_last_error());
+            for (uint32_t j = 0; j < i; j++)
+                P->mr_dereg(g->nics[j].pn, mr->pmr[j]);
+            free(mr);
+            return te_fail(rc, "te_mr_reg: NIC %s refused %zu bytes at %p: "
+                           "%s%s%s", g->nics[i].info.name, len, addr,
+                           te_strerror(rc), why[0] ? ": " : "", why);
+        }
+    }
+    *out = mr;
+    return 0;
+}
+
+TE_API int te_mr_dereg(te_engine *e, te_mr *mr)
+{
+    te_error_clear();
+    if (!e || !mr || mr->e != e)
+        return te_fail(-EINVAL, "te_mr_dereg: bad engine or registration");
+    int64_t users = atomic_load_explicit(&mr->users, memory_order_acquire);
+    if (users)
+        return te_fail(-EBUSY, "te_mr_dereg: %lld requests in flight still "
+                       "use this registration", (long long)users);
+    const struct te_plugin_ops *P = e->plugin.ops;
+    int first = 0;
+    for (uint32_t i = 0; i < mr->g->nic_count; i++) {
+        int rc = P->mr_dereg(mr->g->nics[i].pn, mr->pmr[i]);
+        if (rc && !first)
+            first = te_fail(rc, "te_mr_dereg: NIC %s: %s",
+                            mr->g->nics[i].info.name, te_strerror(rc));
+    }
+    free(mr);
+    return first;
+}
+
+TE_API void *te_mr_addr(const te_mr *mr)
+{
+    return mr ? mr->addr : NULL;
+}
+
+TE_API size_t te_mr_len(const te_mr *mr)
+{
+    return mr ? mr->len : 0;
+}
+
+TE_API int te_mr_describe(const te_mr *mr, te_mr_desc *out)
+{
+    te_error_clear();
+    if (!mr || !out)
+        return te_fail(-EINVAL, "te_mr_describe: NULL argument");
+    memset(out, 0, sizeof(*out));
+    out->addr = (uint64_t)(uintptr_t)mr->addr;
+    out->len = mr->len;
+    out->access = mr->access;
+    out->nic_count = mr->g->nic_count;
+    for (uint32_t i = 0; i < mr->g->nic_count; i++) {
+        out->nic[i].rkey = mr->info[i].rkey;
+        out->nic[i].remote_base = mr->info[i].remote_base;
+    }
+    return 0;
+}

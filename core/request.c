@@ -1,0 +1,454 @@
+/*
+ * te_submit(): validate a request completely on the caller's thread (so a
+ * bad request fails at once, naming the cause, with nothing sent), copy it
+ * with everything it points to into one allocation, expand it into op
+ * cursors and hand it to the group's worker.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "shard.h"
+#include "te_error.h"
+
+static const char *op_name(uint32_t op)
+{
+    switch (op) {
+    case TE_OP_WRITE: return "write";
+    case TE_OP_PAGED: return "paged write";
+    case TE_OP_SCATTER: return "scatter";
+    case TE_OP_BARRIER: return "barrier";
+    case TE_OP_READ: return "read";
+    case TE_OP_SEND: return "send";
+    default: return "request";
+    }
+}
+
+/* a + b <= limit without overflow. */
+static int range_ok(uint64_t a, uint64_t b, uint64_t limit)
+{
+    return a <= limit && b <= limit - a;
+}
+
+static int check_peer(struct te_group *g, te_peer p, const char *what,
+                      struct te_peer_entry **out)
+{
+    struct te_peer_entry *pe = te_group_peer(g, p);
+    if (!pe)
+        return te_fail(-ENOENT, "%s: peer %u is not a peer of group %d", what,
+                       p, g->index);
+    int st = atomic_load_explicit(&pe->state, memory_order_acquire);
+    if (st == TE_PEER_DOWN)
+        return te_fail(-ECONNRESET, "%s: peer %u of group %d is down", what, p,
+                       g->index);
+    *out = pe;
+    return 0;
+}
+
+static int check_local(struct te_group *g, const te_mr *mr, uint64_t off,
+                       uint64_t len, const char *what)
+{
+    if (!mr)
+        return te_fail(-EINVAL, "%s: local registration is NULL", what);
+    if (mr->g != g)
+        return te_fail(-EINVAL,
+                       "%s: local registration belongs to group %d, request "
+                       "is on group %d", what, mr->g->index, g->index);
+    if (!range_ok(off, len, mr->len))
+        return te_fail(-ERANGE,
+                       "%s: local range +%" PRIu64 " len %" PRIu64
+                       " exceeds registration of %zu bytes", what, off, len,
+                       mr->len);
+    return 0;
+}
+
+static int check_remote(const struct te_peer_entry *pe, const te_mr_desc *d,
+                        uint64_t off, uint64_t len, uint32_t need,
+                        const char *what)
+{
+    if (!d)
+        return te_fail(-EINVAL, "%s: remote descriptor is NULL", what);
+    if (d->nic_count != pe->remote_nics)
+        return te_fail(-EINVAL,
+                       "%s: descriptor has %u NIC entries but peer %u has %u "
+                       "NICs (descriptor of another group?)", what,
+                       d->nic_count, pe->id, pe->remote_nics);
+    if (!range_ok(off, len, d->len))
+        return te_fail(-ERANGE,
+                       "%s: remote range +%" PRIu64 " len %" PRIu64
+                       " exceeds remote region of %" PRIu64 " bytes", what,
+                       off, len, d->len);
+    if (need && !(d->access & need))
+        return te_fail(-EACCES, "%s: remote region is not registered for "
+                       "remote %s", what,
+                       need == TE_MR_REMOTE_WRITE ? "write" : "read");
+    return 0;
+}
+
+/* Everything one request needs, sized before the single allocation. */
+struct req_layout {
+    uint32_t ncursors, ndescs;
+    size_t extra; /* copied arrays / message */
+};
+
+static int validate(te_engine *e, struct te_group *g, const te_request *r,
+                    uint32_t k, struct req_layout *lay)
+{
+    const char *what = op_name(r->op);
+    struct te_peer_entry *pe;
+    int rc;
+    memset(lay, 0, sizeof(*lay));
+    switch (r->op) {
+    case TE_OP_WRITE:
+    case TE_OP_READ:
+        if ((rc = check_peer(g, r->u.xfer.peer, what, &pe)))
+            return rc;
+        if ((rc = check_local(g, r->u.xfer.local, r->u.xfer.local_off,
+                              r->u.xfer.len, what)))
+            return rc;
+        if ((rc = check_remote(pe, r->u.xfer.remote, r->u.xfer.remote_off,
+                               r->u.xfer.len,
+                               r->op == TE_OP_WRITE ? TE_MR_REMOTE_WRITE
+                                                    : TE_MR_REMOTE_READ,
+                               what)))
+            return rc;
+        if (r->op == TE_OP_READ && (r->flags & TE_F_IMM))
+            return te_fail(-EINVAL, "read: TE_F_IMM is not supported on reads");
+        lay->ncursors = k;
+        lay->ndescs = 1;
+        return 0;
+    case TE_OP_PAGED: {
+        const typeof(r->u.paged) *p = &r->u.paged;
+        if ((rc = check_peer(g, p->peer, what, &pe)))
+            return rc;
+        if (p->count && (!p->src_idx || !p->dst_idx))
+            return te_fail(-EINVAL, "paged write: src_idx/dst_idx is NULL");
+        if ((rc = check_local(g, p->src, 0, 0, what)))
+            return rc;
+        if ((rc = check_remote(pe, p->dst, 0, 0, TE_MR_REMOTE_WRITE, what)))
+            return rc;
+        for (uint32_t j = 0; j < p->count; j++) {
+            unsigned __int128 so = (unsigned __int128)p->src_stride * p->src_idx[j] + p->src_off;
+            unsigned __int128 dof = (unsigned __int128)p->dst_stride * p->dst_idx[j] + p->dst_off;
+            if (so + p->page_len > p->src->len)
+                return te_fail(-ERANGE,
+                               "paged write: page %u (src index %u) ends past "
+                               "the source registration of %zu bytes", j,
+                               p->src_idx[j], p->src->len);
+            if (dof + p->page_len > p->dst->len)
+                return te_fail(-ERANGE,
+                               "paged write: page %u (dst index %u) ends past "
+                               "the remote region of %" PRIu64 " bytes", j,
+                               p->dst_idx[j], p->dst->len);
+        }
+        lay->ncursors = k;
+        lay->ndescs = 1;
+        lay->extra = (size_t)p->count * 2 * sizeof(uint32_t);
+        return 0;
+    }
+    case TE_OP_SCATTER: {
+        const typeof(r->u.scatter) *s = &r->u.scatter;
+        if (s->count && !s->dsts)
+            return te_fail(-EINVAL, "scatter: dsts is NULL");
+        if (s->split != TE_SCATTER_BY_PEER && s->split != TE_SCATTER_BY_BYTES)
+            return te_fail(-EINVAL, "scatter: unknown split %u", s->split);
+        if ((rc = check_local(g, s->src, 0, 0, what)))
+            return rc;
+        for (uint32_t i = 0; i < s->count; i++) {
+            const te_scatter_dst *d = &s->dsts[i];
+            if ((rc = check_peer(g, d->peer, what, &pe)))
+                return rc;
+            if ((rc = check_local(g, s->src, d->src_off, d->len, what)))
+                return rc;
+            if ((rc = check_remote(pe, d->dst, d->dst_off, d->len,
+                                   TE_MR_REMOTE_WRITE, what)))
+                return rc;
+        }
+        lay->ncursors = s->split == TE_SCATTER_BY_BYTES ? s->count * k
+                                                         : s->count;
+        lay->ndescs = s->count;
+        lay->extra = (size_t)s->count * sizeof(te_scatter_dst);
+        return 0;
+    }
+    case TE_OP_BARRIER: {
+        const typeof(r->u.barrier) *b = &r->u.barrier;
+        if (b->count && !b->dsts)
+            return te_fail(-EINVAL, "barrier: dsts is NULL");
+        for (uint32_t i = 0; i < b->count; i++) {
+            if ((rc = check_peer(g, b->dsts[i].peer, what, &pe)))
+                return rc;
+            if (b->dsts[i].dst &&
+                (rc = check_remote(pe, b->dsts[i].dst, 0, 0, 0, what)))
+                return rc;
+        }
+        lay->ncursors = b->count;
+        lay->ndescs = b->count;
+        lay->extra = (size_t)b->count * sizeof(te_barrier_dst);
+        return 0;
+    }
+    case TE_OP_SEND:
+        if ((rc = check_peer(g, r->u.send.peer, what, &pe)))
+            return rc;
+        if (r->u.send.len > e->s.max_msg_size)
+            return te_fail(-EMSGSIZE,
+                           "send: message of %u bytes exceeds "
+                           "engine.max_msg_size %u", r->u.send.len,
+                           e->s.max_msg_size);
+        if (r->u.send.len && !r->u.send.buf)
+            return te_fail(-EINVAL, "send: buf is NULL");
+        if (r->flags & TE_F_IMM)
+            return te_fail(-EINVAL, "send: TE_F_IMM is not supported on sends");
+        lay->ncursors = 1;
+        lay->extra = r->u.send.len;
+        return 0;
+    default:
+        return te_fail(-EINVAL, "unknown request op %u", r->op);
+    }
+}
+
+static void init_single(struct te_cursor *c, struct te_req *q, uint32_t kind,
+                        uint32_t nic, struct te_peer_entry *pe, te_mr *lmr,
+                        uint8_t *laddr, uint64_t len, const te_mr_desc *d,
+                        uint64_t roff)
+{
+    memset(c, 0, sizeof(*c));
+    c->req = q;
+    c->kind = kind;
+    c->nic = nic;
+    c->remaining = 1;
+    c->peer = pe;
+    c->pp = pe->pp[nic];
+    c->lmr = lmr;
+    c->local_addr = laddr;
+    c->len = len;
+    c->remote_nic = te_shard_remote_nic(nic, pe->remote_nics);
+    if (d) {
+        c->remote_addr = d->nic[c->remote_nic].remote_base + roff;
+        c->rkey = d->nic[c->remote_nic].rkey;
+    }
+    if (kind == TE_POP_WRITE && (q->r.flags & TE_F_IMM)) {
+        c->flags = TE_POP_F_IMM;
+        c->imm = q->r.imm;
+    }
+}
+
+/* Split one contiguous transfer into k shard cursors starting at cur. */
+static uint32_t shard_cursors(struct te_req *q, struct te_cursor *cur,
+                              uint32_t kind, uint32_t first, uint32_t k,
+                              struct te_peer_entry *pe, te_mr *lmr,
+                              uint64_t loff, const te_mr_desc *d,
+                              uint64_t roff, uint64_t len)
+{
+    for (uint32_t i = 0; i < k; i++) {
+        uint64_t soff, slen;
+        te_shard_range(len, k, i, &soff, &slen);
+        init_single(&cur[i], q, kind, first + i, pe, lmr,
+                    lmr->addr + loff + soff, slen, d, roff + soff);
+    }
+    return k;
+}
+
+static void expand(te_engine *e, struct te_group *g, struct te_req *q,
+                   uint32_t first, uint32_t k)
+{
+    te_request *r = &q->r;
+    struct te_cursor *c = q->cursors;
+    uint32_t n = 0;
+    switch (r->op) {
+    case TE_OP_WRITE:
+    case TE_OP_READ:
+        n = shard_cursors(q, c, r->op == TE_OP_WRITE ? TE_POP_WRITE
+                                                      : TE_POP_READ,
+                          first, k, te_group_peer(g, r->u.xfer.peer),
+                          r->u.xfer.local, r->u.xfer.local_off, &q->descs[0],
+                          r->u.xfer.remote_off, r->u.xfer.len);
+        break;
+    case TE_OP_PAGED: {
+        struct te_peer_entry *pe = te_group_peer(g, r->u.paged.peer);
+        for (uint32_t i = 0; i < k; i++) {
+            init_single(&c[i], q, TE_POP_WRITE, first + i, pe,
+                        r->u.paged.src, NULL, r->u.paged.page_len,
+                        &q->descs[0], 0);
+            c[i].paged = 1;
+            c[i].index = i;
+            c[i].step = k;
+            c[i].rdesc = &q->descs[0];
+            c[i].remaining = r->u.paged.count > i
+                                 ? (r->u.paged.count - i + k - 1) / k : 0;
+        }
+        n = k;
+        break;
+    }
+    case TE_OP_SCATTER: {
+        const te_scatter_dst *d = r->u.scatter.dsts;
+        for (uint32_t i = 0; i < r->u.scatter.count; i++) {
+            struct te_peer_entry *pe = te_group_peer(g, d[i].peer);
+            if (r->u.scatter.split == TE_SCATTER_BY_BYTES) {
+                n += shard_cursors(q, c + n, TE_POP_WRITE, first, k, pe,
+                                   r->u.scatter.src, d[i].src_off,
+                                   &q->descs[i], d[i].dst_off, d[i].len);
+            } else {
+                init_single(&c[n++], q, TE_POP_WRITE, first + i % k, pe,
+                            r->u.scatter.src,
+                            r->u.scatter.src->addr + d[i].src_off, d[i].len,
+                            &q->descs[i], d[i].dst_off);
+            }
+        }
+        break;
+    }
+    case TE_OP_BARRIER: {
+        const te_barrier_dst *d = r->u.barrier.dsts;
+        for (uint32_t i = 0; i < r->u.barrier.count; i++) {
+            struct te_peer_entry *pe = te_group_peer(g, d[i].peer);
+            init_single(&c[n], q, TE_POP_WRITE, first + i % k, pe, NULL, NULL,
+                        0, d[i].dst ? &q->descs[i] : NULL, 0);
+            c[n].flags = TE_POP_F_IMM;
+            c[n].imm = r->imm;
+            n++;
+        }
+        break;
+    }
+    case TE_OP_SEND:
+        init_single(&c[0], q, TE_POP_SEND, first,
+                    te_group_peer(g, r->u.send.peer), NULL,
+                    (uint8_t *)q->extra, r->u.send.len, NULL, 0);
+        n = 1;
+        break;
+    }
+    q->ncursors = n;
+    q->ops_total = 0;
+    for (uint32_t i = 0; i < n; i++)
+        q->ops_total += c[i].remaining;
+    (void)e;
+}
+
+static void hold_mr(struct te_req *q, te_mr *mr)
+{
+    if (!mr)
+        return;
+    atomic_fetch_add_explicit(&mr->users, 1, memory_order_relaxed);
+    q->mrs[q->mrs[0] ? 1 : 0] = mr;
+}
+
+void te_req_free(struct te_req *q)
+{
+    for (int i = 0; i < 2; i++)
+        if (q->mrs[i])
+            atomic_fetch_sub_explicit(&q->mrs[i]->users, 1,
+                                      memory_order_release);
+    free(q);
+}
+
+TE_API int64_t te_submit(te_engine *e, const te_request *r)
+{
+    te_error_clear();
+    if (!e || !r)
+        return te_fail(-EINVAL, "te_submit: engine or request is NULL");
+    if (atomic_load_explicit(&e->stopping, memory_order_relaxed))
+        return te_fail(-ESHUTDOWN, "te_submit: engine is being destroyed");
+    if (r->group < 0 || (uint32_t)r->group >= e->ngroups)
+        return te_fail(-EINVAL, "te_submit: group %d out of range (engine has "
+                       "%u)", r->group, e->ngroups);
+    struct te_group *g = &e->groups[r->group];
+    uint32_t first, k;
+    if (te_shard_nics(&r->route, g->nic_count, &first, &k))
+        return te_fail(-EINVAL, "%s: route names NIC %u but group %d has %u "
+                       "NICs", op_name(r->op), r->route.nic, g->index,
+                       g->nic_count);
+    struct req_layout lay;
+    int rc = validate(e, g, r, k, &lay);
+    if (rc)
+        return rc;
+
+    size_t size = sizeof(struct te_req) +
+                  (size_t)lay.ncursors * sizeof(struct te_cursor) +
+                  (size_t)lay.ndescs * sizeof(te_mr_desc) + lay.extra;
+    struct te_req *q = calloc(1, size);
+    if (!q)
+        return te_fail(-ENOMEM, "%s: cannot allocate %zu bytes",
+                       op_name(r->op), size);
+    q->r = *r;
+    q->g = g;
+    q->cursors = (struct te_cursor *)(q + 1);
+    q->descs = (te_mr_desc *)(q->cursors + lay.ncursors);
+    q->ndescs = lay.ndescs;
+    q->extra = q->descs + lay.ndescs;
+    switch (r->op) {
+    case TE_OP_WRITE:
+    case TE_OP_READ:
+        q->descs[0] = *r->u.xfer.remote;
+        q->r.u.xfer.remote = &q->descs[0];
+        hold_mr(q, r->u.xfer.local);
+        break;
+    case TE_OP_PAGED: {
+        uint32_t *idx = q->extra;
+        memcpy(idx, r->u.paged.src_idx, r->u.paged.count * sizeof(uint32_t));
+        memcpy(idx + r->u.paged.count, r->u.paged.dst_idx,
+               r->u.paged.count * sizeof(uint32_t));
+        q->r.u.paged.src_idx = idx;
+        q->r.u.paged.dst_idx = idx + r->u.paged.count;
+        q->descs[0] = *r->u.paged.dst;
+        q->r.u.paged.dst = &q->descs[0];
+        hold_mr(q, r->u.paged.src);
+        break;
+    }
+    case TE_OP_SCATTER: {
+        te_scatter_dst *d = q->extra;
+        memcpy(d, r->u.scatter.dsts, r->u.scatter.count * sizeof(*d));
+        for (uint32_t i = 0; i < r->u.scatter.count; i++) {
+            q->descs[i] = *d[i].dst;
+            d[i].dst = &q->descs[i];
+        }
+        q->r.u.scatter.dsts = d;
+        hold_mr(q, r->u.scatter.src);
+        break;
+    }
+    case TE_OP_BARRIER: {
+        te_barrier_dst *d = q->extra;
+        memcpy(d, r->u.barrier.dsts, r->u.barrier.count * sizeof(*d));
+        for (uint32_t i = 0; i < r->u.barrier.count; i++) {
+            if (d[i].dst) {
+                q->descs[i] = *d[i].dst;
+                d[i].dst = &q->descs[i];
+            }
+        }
+        q->r.u.barrier.dsts = d;
+        break;
+    }
+    case TE_OP_SEND:
+        if (r->u.send.len)
+            memcpy(q->extra, r->u.send.buf, r->u.send.len);
+        q->r.u.send.buf = q->extra;
+        break;
+    }
+    expand(e, g, q, first, k);
+    q->id = atomic_fetch_add_explicit(&e->next_req_id, 1,
+                                      memory_order_relaxed);
+    int64_t id = q->id;
+    if (te_mpsc_push(g->subq, q) != 0) {
+        te_req_free(q);
+        return te_fail(-EAGAIN, "%s: submission queue of group %d is full "
+                       "(engine.submit_queue_depth = %u); retry later",
+                       op_name(r->op), g->index, e->s.submit_queue_depth);
+    }
+    return id;
+}
+
+TE_API int64_t te_expected_imms(te_engine *e, const te_request *r,
+                                uint32_t target)
+{
+    te_error_clear();
+    if (!e || !r)
+        return te_fail(-EINVAL, "te_expected_imms: engine or request is NULL");
+    if (r->group < 0 || (uint32_t)r->group >= e->ngroups)
+        return te_fail(-EINVAL, "te_expected_imms: group %d out of range",
+                       r->group);
+    int64_t n = te_shard_expected_imms(r, e->groups[r->group].nic_count,
+                                       target);
+    if (n < 0)
+        return te_fail((int)n, "te_expected_imms: bad route or target %u",
+                       target);
+    return n;
+}

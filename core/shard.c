@@ -1,0 +1,76 @@
+/* Sharding rules: how a request maps onto NICs and how many immediates it
+ * produces. See shard.h and docs/sharding.md. */
+#include "shard.h"
+
+#include <errno.h>
+
+int te_shard_nics(const te_route *route, uint32_t local_nics, uint32_t *first,
+                  uint32_t *k)
+{
+    if (local_nics == 0)
+        return -EINVAL;
+    if (route->kind == TE_ROUTE_PIN) {
+        if (route->nic >= local_nics)
+            return -EINVAL;
+        *first = route->nic;
+        *k = 1;
+        return 0;
+    }
+    if (route->kind != TE_ROUTE_SHARD)
+        return -EINVAL;
+    *first = 0;
+    *k = (route->nics == 0 || route->nics > local_nics) ? local_nics
+                                                        : route->nics;
+    return 0;
+}
+
+void te_shard_range(uint64_t len, uint32_t k, uint32_t i, uint64_t *off,
+                    uint64_t *slen)
+{
+    uint64_t chunk = len / k + (len % k != 0);
+    chunk = (chunk + TE_SHARD_ALIGN - 1) / TE_SHARD_ALIGN * TE_SHARD_ALIGN;
+    uint64_t start = (uint64_t)i * chunk;
+    if (start > len)
+        start = len;
+    uint64_t end = start + chunk;
+    if (end > len || end < start)
+        end = len;
+    *off = start;
+    *slen = end - start;
+}
+
+int64_t te_shard_expected_imms(const te_request *req, uint32_t local_nics,
+                               uint32_t target)
+{
+    uint32_t first, k;
+    if (te_shard_nics(&req->route, local_nics, &first, &k))
+        return -EINVAL;
+    int imm = (req->flags & TE_F_IMM) != 0;
+    switch (req->op) {
+    case TE_OP_WRITE:
+        if (target != 0)
+            return -EINVAL;
+        return imm ? k : 0;
+    case TE_OP_PAGED:
+        if (target != 0)
+            return -EINVAL;
+        return imm ? req->u.paged.count : 0;
+    case TE_OP_SCATTER:
+        if (target >= req->u.scatter.count)
+            return -EINVAL;
+        if (!imm)
+            return 0;
+        return req->u.scatter.split == TE_SCATTER_BY_BYTES ? k : 1;
+    case TE_OP_BARRIER:
+        if (target >= req->u.barrier.count)
+            return -EINVAL;
+        return 1;
+    case TE_OP_READ:
+    case TE_OP_SEND:
+        if (target != 0)
+            return -EINVAL;
+        return 0;
+    default:
+        return -EINVAL;
+    }
+}

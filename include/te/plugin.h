@@ -1,0 +1,280 @@
+/*
+ * TransferEngine transport plugin ABI.
+ *
+ * This is the only header a transport plugin includes. A plugin is a shared
+ * object that exports one function, TE_PLUGIN_ENTRY_SYMBOL, with the type
+ * te_plugin_entry_fn. The core calls it with the ABI version it speaks; the
+ * plugin returns a table of operations headed by its own ABI version and the
+ * size of the table it filled in.
+ *
+ * Versioning rules (see docs/plugin-guide.md):
+ *  - abi_major changes break compatibility. The core refuses a plugin whose
+ *    major differs from its own, with a message naming both versions.
+ *  - abi_minor changes only APPEND fields to struct te_plugin_ops (and to the
+ *    structs it points to, each of which carries its own struct_size). An old
+ *    plugin keeps working with a newer core: the core reads a field only when
+ *    struct_size says the plugin's table contains it.
+ *  - A table shorter than the 1.0 layout is refused.
+ *
+ * Division of labour: the plugin owns a transport only (devices, NICs,
+ * registration, addresses, peers, posting and polling). Sharding, counters,
+ * queues, callbacks, topology and configuration live in the core.
+ *
+ * Threading contract:
+ *  - post(), poll(), peer_add(), peer_remove() on one NIC are called by one
+ *    thread at a time (the NIC's worker). They must not block for long.
+ *  - mr_reg() and mr_dereg() may be called from any thread, concurrently with
+ *    post()/poll() on the same NIC. mr_dereg() must not return while a remote
+ *    write into the region can still land (quiescence).
+ *  - init()/fini()/nic_open()/nic_close() are called with no other call on
+ *    the affected objects in flight.
+ *
+ * Error convention: functions return 0 or a positive count on success and a
+ * negative errno value on failure. A failing function should describe the
+ * cause through the err callback given at init (e.g. "rkey 0x12 not
+ * registered on NIC lo1"), so the core can show it to the user.
+ */
+#ifndef TE_PLUGIN_H
+#define TE_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** ABI major version spoken by this header. */
+#define TE_PLUGIN_ABI_MAJOR 1
+/** ABI minor version spoken by this header. */
+#define TE_PLUGIN_ABI_MINOR 0
+
+/** Name of the single symbol every plugin exports. */
+#define TE_PLUGIN_ENTRY_SYMBOL "te_plugin_entry"
+
+/** Largest NIC address a plugin may produce, in bytes. */
+#define TE_PLUGIN_MAX_ADDR_LEN 128
+
+/** Opaque plugin-owned objects. */
+typedef struct te_plugin_ctx te_plugin_ctx; /**< one per engine */
+typedef struct te_plugin_nic te_plugin_nic; /**< one per opened NIC */
+typedef struct te_plugin_mr te_plugin_mr;   /**< one per registration per NIC */
+
+/** Peer handle returned by peer_add(); meaningful to the plugin only. */
+typedef uint64_t te_plugin_peer;
+
+/** Core services handed to the plugin at init(). */
+struct te_plugin_host {
+    /** sizeof(struct te_plugin_host) as known to the core. */
+    uint32_t struct_size;
+    /** Opaque pointer passed back to every callback below. */
+    void *host_ctx;
+    /**
+     * Look up a configuration value of the plugin's own INI section (e.g.
+     * key "devices" of section [loopback]); NULL if unset. Environment
+     * overrides are already applied. The string lives as long as the ctx.
+     */
+    const char *(*config_get)(void *host_ctx, const char *key);
+    /**
+     * Record a readable error message for the engine's last error. printf
+     * semantics. Safe to call from any thread.
+     */
+    void (*set_error)(void *host_ctx, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+    /** Log a message at the given level (0 error .. 3 debug). */
+    void (*log)(void *host_ctx, int level, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+};
+
+/** Static description of one configuration key a plugin accepts. */
+struct te_plugin_config_key {
+    const char *name;          /**< key name inside the plugin's section */
+    const char *default_value; /**< shown by te-info; NULL = no default */
+    const char *doc;           /**< one-line description */
+};
+
+/** Device (physical or virtual NIC) description, filled by query_device(). */
+struct te_plugin_device_info {
+    uint32_t struct_size;   /**< set by the core: sizeof as it knows it */
+    char name[64];          /**< e.g. "rdmap16s27", "lo0" */
+    char pci_path[64];      /**< sysfs PCI bus id ("0000:16:00.0") or "" */
+    int32_t numa_node;      /**< -1 if unknown */
+    uint64_t link_gbps;     /**< link speed in Gbit/s, 0 if unknown */
+    uint32_t max_inline;    /**< bytes the NIC can send inline, 0 if none */
+    uint32_t queue_depth;   /**< send operations that may be outstanding */
+    uint64_t max_msg_size;  /**< largest single operation in bytes */
+};
+
+/** Operation kinds the core posts. */
+enum te_plugin_op_kind {
+    TE_POP_WRITE = 1, /**< RDMA write, optional immediate (TE_POP_F_IMM) */
+    TE_POP_READ = 2,  /**< RDMA read from remote into local */
+    TE_POP_SEND = 3,  /**< two-sided send of a small message */
+    TE_POP_RECV = 4,  /**< post a receive buffer */
+};
+
+/** Operation flags. */
+#define TE_POP_F_IMM 0x1u /**< WRITE carries imm; target reports TE_PCQ_IMM */
+
+/**
+ * One operation to post. Lengths may be zero (a zero-length WRITE with
+ * TE_POP_F_IMM is an immediate-only write and must still be delivered).
+ * The local buffer is always inside a region registered on THIS NIC (mr).
+ * remote_addr/rkey come from the remote NIC's mr_reg() outputs.
+ */
+struct te_plugin_op {
+    uint32_t kind;           /**< enum te_plugin_op_kind */
+    uint32_t flags;          /**< TE_POP_F_* */
+    te_plugin_peer peer;     /**< target (ignored for RECV) */
+    te_plugin_mr *mr;        /**< local registration on this NIC */
+    void *local_addr;        /**< local buffer start */
+    uint64_t len;            /**< bytes */
+    uint64_t remote_addr;    /**< WRITE/READ: address in the remote key space */
+    uint64_t rkey;           /**< WRITE/READ: remote key */
+    uint32_t imm;            /**< WRITE with TE_POP_F_IMM: the immediate */
+    uint32_t reserved;
+    uint64_t context;        /**< returned in the completion, untouched */
+};
+
+/** Completion kinds returned by poll(). */
+enum te_plugin_cq_kind {
+    TE_PCQ_LOCAL = 1, /**< a posted op finished (status 0 or -errno) */
+    TE_PCQ_IMM = 2,   /**< a remote write with immediate landed here */
+    TE_PCQ_RECV = 3,  /**< a posted RECV received a message */
+    TE_PCQ_PEER_DOWN = 4, /**< peer unreachable; its ops were failed */
+};
+
+/** One completion. */
+struct te_plugin_cq_entry {
+    uint32_t kind;       /**< enum te_plugin_cq_kind */
+    int32_t status;      /**< 0 or negative errno (LOCAL, RECV) */
+    uint64_t context;    /**< LOCAL/RECV: the op's context */
+    uint64_t len;        /**< RECV: bytes received */
+    uint32_t imm;        /**< IMM: the immediate value */
+    uint32_t reserved;
+    te_plugin_peer peer; /**< IMM/RECV/PEER_DOWN: source peer if known, else 0 */
+};
+
+/** Attributes the core passes to nic_open(). */
+struct te_plugin_nic_attr {
+    uint32_t struct_size;  /**< sizeof as known to the core */
+    uint32_t queue_depth;  /**< wanted send queue depth (0 = plugin default) */
+    uint32_t recv_depth;   /**< receive buffers the core intends to post */
+    uint32_t reserved;
+};
+
+/** Memory access flags for mr_reg(). */
+#define TE_PMR_LOCAL_WRITE 0x1u  /**< local reads write into it */
+#define TE_PMR_REMOTE_WRITE 0x2u /**< peers may write into it */
+#define TE_PMR_REMOTE_READ 0x4u  /**< peers may read from it */
+
+/** Memory types for mr_reg(). */
+#define TE_PMEM_HOST 0u /**< ordinary host memory */
+#define TE_PMEM_CUDA 1u /**< CUDA device memory (device_id = CUDA ordinal) */
+
+/** Result of mr_reg(): what a remote peer needs to address the region. */
+struct te_plugin_mr_info {
+    uint64_t rkey;        /**< remote key */
+    uint64_t remote_base; /**< value a peer uses as remote_addr of byte 0 */
+};
+
+/**
+ * The operations table. Fields up to and including poll form ABI 1.0.
+ * Append-only within a major version.
+ */
+struct te_plugin_ops {
+    uint32_t abi_major;   /**< TE_PLUGIN_ABI_MAJOR the plugin was built with */
+    uint32_t abi_minor;   /**< TE_PLUGIN_ABI_MINOR the plugin was built with */
+    uint32_t struct_size; /**< sizeof(struct te_plugin_ops) as built */
+    uint32_t reserved;
+    const char *name;     /**< short transport name, e.g. "loopback" */
+    const char *version;  /**< plugin's own version string */
+    const char *description; /**< one line for te-info */
+    /** Keys of the plugin's INI section, terminated by {NULL}. May be NULL. */
+    const struct te_plugin_config_key *config_keys;
+
+    /** Create the plugin context. host outlives the context. */
+    int (*init)(const struct te_plugin_host *host, te_plugin_ctx **out);
+    /** Destroy the context; every NIC has been closed before. */
+    void (*fini)(te_plugin_ctx *ctx);
+
+    /** Number of devices (NICs) this plugin can open; >= 0 or -errno. */
+    int (*device_count)(te_plugin_ctx *ctx);
+    /** Describe device idx. */
+    int (*query_device)(te_plugin_ctx *ctx, int idx,
+                        struct te_plugin_device_info *info);
+
+    /** Open device idx for use. */
+    int (*nic_open)(te_plugin_ctx *ctx, int idx,
+                    const struct te_plugin_nic_attr *attr,
+                    te_plugin_nic **out);
+    /** Close a NIC; all its registrations and peers are gone afterwards. */
+    void (*nic_close)(te_plugin_nic *nic);
+
+    /**
+     * Write the NIC's address (opaque, at most TE_PLUGIN_MAX_ADDR_LEN bytes)
+     * to buf; *len is the buffer size in and the address size out.
+     */
+    int (*nic_address)(te_plugin_nic *nic, void *buf, size_t *len);
+
+    /**
+     * Register [addr, addr+len) with access flags TE_PMR_* and memory type
+     * TE_PMEM_* (device_id: e.g. the CUDA device ordinal).
+     */
+    int (*mr_reg)(te_plugin_nic *nic, void *addr, size_t len, uint32_t access,
+                  uint32_t mem_type, int device_id, te_plugin_mr **mr,
+                  struct te_plugin_mr_info *info);
+    /** Deregister; returns only when no remote access can still land. */
+    int (*mr_dereg)(te_plugin_nic *nic, te_plugin_mr *mr);
+
+    /** Resolve a remote NIC address into a peer handle. */
+    int (*peer_add)(te_plugin_nic *nic, const void *addr, size_t len,
+                    te_plugin_peer *out);
+    /** Forget a peer; its outstanding ops complete with an error first. */
+    int (*peer_remove)(te_plugin_nic *nic, te_plugin_peer peer);
+
+    /**
+     * Post up to n operations in order. Returns the number posted (>= 0);
+     * fewer than n means the send queue (or the peer's queue) is full:
+     * retry the rest later. Returns -errno only for an invalid first op;
+     * an op that fails later is reported as a LOCAL completion with status.
+     * Every posted WRITE/READ/SEND/RECV produces exactly one LOCAL (or RECV)
+     * completion.
+     */
+    int (*post)(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n);
+
+    /** Fetch up to max completions; returns the count (>= 0) or -errno. */
+    int (*poll)(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max);
+};
+
+/**
+ * The entry point. core_major/core_minor: the ABI the core speaks. The plugin
+ * returns its table (static storage, never freed) or NULL, writing a reason
+ * into err (errlen bytes) when it cannot serve that core.
+ */
+typedef const struct te_plugin_ops *(*te_plugin_entry_fn)(
+    uint32_t core_major, uint32_t core_minor, char *err, size_t errlen);
+
+/** Marks the entry point exported from a plugin built with hidden symbols. */
+#if defined(__GNUC__)
+#define TE_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define TE_PLUGIN_EXPORT
+#endif
+
+/**
+ * The entry point every plugin defines (declared here so a wrong signature
+ * fails to compile): `TE_PLUGIN_EXPORT const struct te_plugin_ops *
+ * te_plugin_entry(uint32_t, uint32_t, char *, size_t) { ... }`.
+ */
+TE_PLUGIN_EXPORT const struct te_plugin_ops *te_plugin_entry(
+    uint32_t core_major, uint32_t core_minor, char *err, size_t errlen);
+
+/** Smallest struct_size a 1.x table may have (everything up to poll). */
+#define TE_PLUGIN_OPS_MIN_SIZE_1_0                                             \
+    (offsetof(struct te_plugin_ops, poll) + sizeof(void *))
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TE_PLUGIN_H */

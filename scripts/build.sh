@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Configures and builds into ./build (BUILD_DIR overrides). Extra arguments
+# go to cmake's configure step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} "$@"
+cmake --build "$BUILD_DIR" -j"$(nproc)"

@@ -1,0 +1,33 @@
+# The conformance suite (tools/te-conformance) against the loopback plugin in
+# every mode the core must support: 1, 2 and 4 NICs; remotes in this process
+# and in child processes; with reordering and delay injected.
+set(TE_CONF_ENV "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}")
+
+function(te_conformance name)
+  add_test(NAME conformance_${name}
+           COMMAND te-conformance --plugin loopback ${ARGN})
+  set_tests_properties(conformance_${name} PROPERTIES
+    ENVIRONMENT "${TE_CONF_ENV}" TIMEOUT 300 LABELS conformance)
+endfunction()
+
+foreach(n 1 2 4)
+  te_conformance(loopback_${n}nic_inproc --set engine.nics_per_group=${n})
+  te_conformance(loopback_${n}nic_twoproc --two-process
+                 --set engine.nics_per_group=${n})
+endforeach()
+te_conformance(loopback_4nic_inproc_reorder_delay
+  --set engine.nics_per_group=4 --set loopback.fault_reorder=true
+  --set loopback.fault_delay_us=30 --set loopback.fault_seed=7)
+te_conformance(loopback_2nic_twoproc_reorder --two-process
+  --set engine.nics_per_group=2 --set loopback.fault_reorder=true
+  --set loopback.fault_seed=11)
+
+# The main job and the tools run and say what they should.
+add_test(NAME demo_inproc COMMAND te-demo --layers 4 --pages 64 --page-kib 16)
+add_test(NAME demo_twoproc COMMAND te-demo --two-process --layers 4 --pages 64
+         --page-kib 16)
+add_test(NAME te_info_runs COMMAND te-info)
+set_tests_properties(demo_inproc demo_twoproc PROPERTIES
+  ENVIRONMENT "${TE_CONF_ENV}" TIMEOUT 120 PASS_REGULAR_EXPRESSION "te-demo: OK")
+set_tests_properties(te_info_runs PROPERTIES ENVIRONMENT "${TE_CONF_ENV}"
+  TIMEOUT 60 PASS_REGULAR_EXPRESSION "loopback .*ABI 1\\.0.*group 0: 1 NIC")

@@ -1,0 +1,146 @@
+/* Sharding math and expected immediate counts (core/shard.c). */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+
+#include "shard.h"
+
+START_TEST(nics_shard_and_pin)
+{
+    uint32_t first, k;
+    te_route r = {.kind = TE_ROUTE_SHARD, .nics = 0};
+    ck_assert_int_eq(te_shard_nics(&r, 4, &first, &k), 0);
+    ck_assert_uint_eq(first, 0);
+    ck_assert_uint_eq(k, 4);
+    r.nics = 2;
+    ck_assert_int_eq(te_shard_nics(&r, 4, &first, &k), 0);
+    ck_assert_uint_eq(k, 2);
+    r.nics = 9; /* more than the group has: all of them */
+    ck_assert_int_eq(te_shard_nics(&r, 4, &first, &k), 0);
+    ck_assert_uint_eq(k, 4);
+    te_route p = {.kind = TE_ROUTE_PIN, .nic = 3};
+    ck_assert_int_eq(te_shard_nics(&p, 4, &first, &k), 0);
+    ck_assert_uint_eq(first, 3);
+    ck_assert_uint_eq(k, 1);
+    p.nic = 4;
+    ck_assert_int_eq(te_shard_nics(&p, 4, &first, &k), -EINVAL);
+    te_route bad = {.kind = 7};
+    ck_assert_int_eq(te_shard_nics(&bad, 4, &first, &k), -EINVAL);
+    ck_assert_int_eq(te_shard_nics(&r, 0, &first, &k), -EINVAL);
+}
+END_TEST
+
+/* Shards tile [0, len) exactly, in order, aligned, for many lengths. */
+START_TEST(ranges_tile_exactly)
+{
+    static const uint64_t lens[] = {0, 1, 63, 64, 65, 127, 128, 129, 1000,
+                                    4096, 65537, (1u << 20) + 7, 1ull << 33};
+    for (uint32_t k = 1; k <= 16; k++) {
+        for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+            uint64_t len = lens[li], next = 0;
+            for (uint32_t i = 0; i < k; i++) {
+                uint64_t off, slen;
+                te_shard_range(len, k, i, &off, &slen);
+                ck_assert_uint_eq(off, next);
+                if (slen && i + 1 < k)
+                    ck_assert_uint_eq(off % TE_SHARD_ALIGN, 0);
+                next = off + slen;
+            }
+            ck_assert_uint_eq(next, len);
+        }
+    }
+}
+END_TEST
+
+START_TEST(ranges_balanced)
+{
+    uint64_t off, slen;
+    te_shard_range(1u << 20, 4, 0, &off, &slen);
+    ck_assert_uint_eq(slen, 1u << 18);
+    te_shard_range(1u << 20, 4, 3, &off, &slen);
+    ck_assert_uint_eq(off, 3u << 18);
+    ck_assert_uint_eq(slen, 1u << 18);
+    /* 10 bytes over 4 NICs: one aligned chunk holds all, the rest are empty
+     * but still exist (and are still sent). */
+    te_shard_range(10, 4, 0, &off, &slen);
+    ck_assert_uint_eq(slen, 10);
+    te_shard_range(10, 4, 2, &off, &slen);
+    ck_assert_uint_eq(off, 10);
+    ck_assert_uint_eq(slen, 0);
+}
+END_TEST
+
+static te_request req(uint32_t op, uint32_t flags)
+{
+    te_request r = {0};
+    r.op = op;
+    r.flags = flags;
+    return r;
+}
+
+START_TEST(expected_counts)
+{
+    te_request w = req(TE_OP_WRITE, TE_F_IMM);
+    ck_assert_int_eq(te_shard_expected_imms(&w, 4, 0), 4);
+    w.route.nics = 2;
+    ck_assert_int_eq(te_shard_expected_imms(&w, 4, 0), 2);
+    w.route.kind = TE_ROUTE_PIN;
+    w.route.nic = 1;
+    ck_assert_int_eq(te_shard_expected_imms(&w, 4, 0), 1);
+    w.flags = 0;
+    ck_assert_int_eq(te_shard_expected_imms(&w, 4, 0), 0);
+    ck_assert_int_eq(te_shard_expected_imms(&w, 4, 1), -EINVAL);
+
+    te_request p = req(TE_OP_PAGED, TE_F_IMM);
+    p.u.paged.count = 37;
+    ck_assert_int_eq(te_shard_expected_imms(&p, 4, 0), 37);
+    ck_assert_int_eq(te_shard_expected_imms(&p, 1, 0), 37);
+
+    te_request s = req(TE_OP_SCATTER, TE_F_IMM);
+    s.u.scatter.count = 3;
+    s.u.scatter.split = TE_SCATTER_BY_PEER;
+    ck_assert_int_eq(te_shard_expected_imms(&s, 4, 2), 1);
+    s.u.scatter.split = TE_SCATTER_BY_BYTES;
+    ck_assert_int_eq(te_shard_expected_imms(&s, 4, 2), 4);
+    ck_assert_int_eq(te_shard_expected_imms(&s, 4, 3), -EINVAL);
+
+    te_request b = req(TE_OP_BARRIER, 0); /* barriers always carry imm */
+    b.u.barrier.count = 5;
+    ck_assert_int_eq(te_shard_expected_imms(&b, 4, 4), 1);
+    ck_assert_int_eq(te_shard_expected_imms(&b, 4, 5), -EINVAL);
+
+    te_request rd = req(TE_OP_READ, 0);
+    ck_assert_int_eq(te_shard_expected_imms(&rd, 4, 0), 0);
+    te_request sd = req(TE_OP_SEND, 0);
+    ck_assert_int_eq(te_shard_expected_imms(&sd, 4, 0), 0);
+    te_request bad = req(42, 0);
+    ck_assert_int_eq(te_shard_expected_imms(&bad, 4, 0), -EINVAL);
+}
+END_TEST
+
+START_TEST(remote_nic_mapping)
+{
+    /* 4 local NICs to a 2-NIC peer: 0,1,0,1. */
+    ck_assert_uint_eq(te_shard_remote_nic(0, 2), 0);
+    ck_assert_uint_eq(te_shard_remote_nic(3, 2), 1);
+    ck_assert_uint_eq(te_shard_remote_nic(1, 4), 1);
+    ck_assert_uint_eq(te_shard_page_nic(5, 4), 1);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("shard");
+    TCase *t = tcase_create("core");
+    tcase_add_test(t, nics_shard_and_pin);
+    tcase_add_test(t, ranges_tile_exactly);
+    tcase_add_test(t, ranges_balanced);
+    tcase_add_test(t, expected_counts);
+    tcase_add_test(t, remote_nic_mapping);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,191 @@
+/*
+ * te-info: what TransferEngine finds on this machine. Plugins on the search
+ * path (with ABI versions and why any was refused), the NIC groups of an
+ * engine built from the configuration, and the effective configuration.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "loader.h"
+#include "te/te.h"
+#include "te_error.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: te-info [--config FILE] [--plugin NAME|PATH] [--plugins]\n"
+        "               [--groups] [--show-config] [--help]\n"
+        "\n"
+        "Without a section option, prints everything.\n"
+        "  --config FILE     load this INI file (default: $TE_CONFIG if set)\n"
+        "  --plugin NAME     use this transport (overrides engine.plugin)\n"
+        "  --plugins         list plugins found on the search path\n"
+        "  --groups          create an engine and list its NIC groups\n"
+        "  --show-config     print every configuration key: effective value,\n"
+        "                    default and meaning (also: --config-keys)\n"
+        "Search path: $TE_PLUGIN_PATH, engine.plugin_path, then %s.\n",
+        TE_PLUGIN_INSTALL_DIR);
+}
+
+static void list_plugins(const te_config *cfg)
+{
+    const char *path = te_config_get_str(cfg, "engine", "plugin_path", "");
+    struct te_plugin_candidate c[64];
+    int n = te_plugin_scan(path, c, 64);
+    printf("Plugins (search: TE_PLUGIN_PATH=\"%s\", engine.plugin_path=\"%s\","
+           " install dir %s)\n",
+           getenv("TE_PLUGIN_PATH") ? getenv("TE_PLUGIN_PATH") : "", path,
+           TE_PLUGIN_INSTALL_DIR);
+    if (n < 0) {
+        printf("  scan failed: %s\n", te_last_error());
+        return;
+    }
+    if (n == 0)
+        printf("  none found\n");
+    for (int i = 0; i < n; i++) {
+        if (c[i].usable)
+            printf("  %-10s %-8s ABI %u.%u  %s\n", c[i].name, c[i].version,
+                   c[i].abi_major, c[i].abi_minor, c[i].path);
+        else
+            printf("  %-10s REFUSED  %s\n             %s\n",
+                   c[i].name[0] ? c[i].name : "?", c[i].path, c[i].why);
+    }
+    printf("Core speaks plugin ABI %d.%d\n\n", TE_PLUGIN_ABI_MAJOR,
+           TE_PLUGIN_ABI_MINOR);
+}
+
+static int list_groups(const te_config *cfg)
+{
+    te_engine *e;
+    int rc = te_engine_create(cfg, &e);
+    if (rc) {
+        printf("Engine: cannot be created: %s\n  %s\n\n", te_strerror(rc),
+               te_last_error());
+        return rc;
+    }
+    printf("Engine: transport %s, %d group(s)\n", te_engine_plugin_name(e),
+           te_engine_group_count(e));
+    for (int g = 0; g < te_engine_group_count(e); g++) {
+        printf("  group %d: %d NIC(s)\n", g, te_engine_nic_count(e, g));
+        for (int i = 0; i < te_engine_nic_count(e, g); i++) {
+            te_nic_info ni;
+            if (te_engine_nic_info(e, g, i, &ni))
+                continue;
+            printf("    nic %d: %-12s device %d  numa %d  pci %s  link %s%llu "
+                   "Gbps  queue %u\n", i, ni.name, ni.device, ni.numa_node,
+                   ni.pci_path[0] ? ni.pci_path : "-",
+                   ni.link_gbps ? "" : "uncapped/",
+                   (unsigned long long)ni.link_gbps, ni.queue_depth);
+        }
+        unsigned char addr[TE_ADDR_MAX];
+        size_t len = sizeof(addr);
+        if (te_engine_address(e, g, addr, &len) == 0)
+            printf("    address: %zu bytes\n", len);
+    }
+    printf("\n");
+    te_engine_destroy(e);
+    return 0;
+}
+
+static void print_keys(const te_config *cfg, const char *section,
+                       const char *const *names, const char *const *defs,
+                       const char *const *docs, size_t n)
+{
+    printf("[%s]\n", section);
+    for (size_t i = 0; i < n; i++) {
+        const char *v = te_config_get(cfg, section, names[i]);
+        printf("  %-24s = %-12s (default %s)\n      %s\n", names[i],
+               v ? v : (defs[i] ? defs[i] : ""),
+               defs[i] && defs[i][0] ? defs[i] : "\"\"", docs[i]);
+    }
+}
+
+static void show_config(const te_config *cfg)
+{
+    printf("Effective configuration (file < te_config_set < environment "
+           "TE_<SECTION>_<KEY>)\n");
+    const char *names[128], *defs[128], *docs[128];
+    size_t n = 0;
+    for (const struct te_config_key *k = te_engine_keys; k->name && n < 128;
+         k++, n++) {
+        names[n] = k->name;
+        defs[n] = k->default_value;
+        docs[n] = k->doc;
+    }
+    print_keys(cfg, "engine", names, defs, docs, n);
+    const char *plugin = te_config_get_str(cfg, "engine", "plugin", "loopback");
+    struct te_loaded_plugin p;
+    if (te_plugin_load(plugin,
+                       te_config_get_str(cfg, "engine", "plugin_path", ""),
+                       &p) == 0) {
+        n = 0;
+        for (const struct te_plugin_config_key *k = p.ops->config_keys;
+             k && k->name && n < 128; k++, n++) {
+            names[n] = k->name;
+            defs[n] = k->default_value;
+            docs[n] = k->doc;
+        }
+        print_keys(cfg, p.ops->name, names, defs, docs, n);
+        te_plugin_unload(&p);
+    } else {
+        printf("[%s]\n  (plugin not loadable: %s)\n", plugin, te_last_error());
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, 0, 'c'},
+        {"plugin", required_argument, 0, 'p'},
+        {"plugins", no_argument, 0, 'P'},
+        {"groups", no_argument, 0, 'g'},
+        {"show-config", no_argument, 0, 's'},
+        {"config-keys", no_argument, 0, 's'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *config = getenv("TE_CONFIG");
+    const char *plugin = NULL;
+    int want_plugins = 0, want_groups = 0, want_config = 0, o;
+    while ((o = getopt_long(argc, argv, "c:p:Pgsh", opts, NULL)) != -1) {
+        switch (o) {
+        case 'c': config = optarg; break;
+        case 'p': plugin = optarg; break;
+        case 'P': want_plugins = 1; break;
+        case 'g': want_groups = 1; break;
+        case 's': want_config = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "te-info: unexpected argument \"%s\"\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (!want_plugins && !want_groups && !want_config)
+        want_plugins = want_groups = want_config = 1;
+    te_config *cfg = te_config_new();
+    if (!cfg)
+        return 1;
+    if (config && config[0] && te_config_load_file(cfg, config)) {
+        fprintf(stderr, "te-info: %s\n", te_last_error());
+        te_config_free(cfg);
+        return 1;
+    }
+    if (plugin)
+        te_config_set(cfg, "engine", "plugin", plugin);
+    printf("TransferEngine %s\n\n", te_version());
+    int rc = 0;
+    if (want_plugins)
+        list_plugins(cfg);
+    if (want_groups && list_groups(cfg))
+        rc = 1;
+    if (want_config)
+        show_config(cfg);
+    te_config_free(cfg);
+    return rc;
+}
