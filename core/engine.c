@@ -65,7 +65,12 @@ static void host_log(void *ctx, int level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    te_log(e, level, "%s: %s", e->plugin.ops->name, buf);
+    /* Plugins often name themselves already; do not say it twice. */
+    size_t nl = strlen(e->plugin.ops->name);
+    if (strncmp(buf, e->plugin.ops->name, nl) == 0 && buf[nl] == ':')
+        te_log(e, level, "%s", buf);
+    else
+        te_log(e, level, "%s: %s", e->plugin.ops->name, buf);
 }
 
 /* ------------------------------------------------------- settings */

@@ -124,6 +124,7 @@ struct te_nic {
     struct te_msg_slot *send_slots, *recv_slots;
     struct te_msg_slot *send_free;
     uint32_t recv_to_post;             /* recv slots waiting to be reposted */
+    int recv_broken;                   /* receive path failed: stop reposting */
     struct te_msg_slot **recv_repost;
 };
 

@@ -85,6 +85,7 @@ struct imm_slot {
     te_imm_fn cb;
     void *arg;
 };
+_Static_assert(sizeof(struct imm_slot) == 64, "one slot per cache line");
 
 struct te_imm_table {
     struct imm_slot *slots;

@@ -336,12 +336,13 @@ static void post_nic(struct te_engine *e, struct te_group *g, struct turn *t,
 
 /* ------------------------------------------------------------- polling */
 
+/* The peer whose plugin handle on `nic` is pp (live or already down). */
 static te_peer peer_of(struct te_group *g, uint32_t nic, te_plugin_peer pp)
 {
     uint32_t n = atomic_load_explicit(&g->peer_count, memory_order_acquire);
     for (uint32_t i = 0; i < n; i++)
-        if (atomic_load_explicit(&g->peers[i].state, memory_order_relaxed) ==
-                TE_PEER_LIVE && g->peers[i].pp[nic] == pp)
+        if (atomic_load_explicit(&g->peers[i].state, memory_order_relaxed) !=
+                TE_PEER_FREE && g->peers[i].pp[nic] == pp)
             return g->peers[i].id;
     return TE_PEER_UNKNOWN;
 }
@@ -409,12 +410,22 @@ static void on_recv(struct te_engine *e, struct te_group *g, struct turn *t,
                        " bytes dropped: out of memory", g->index, ce->len);
             }
         }
-    } else if (ce->status && ce->status != -ECANCELED) {
-        te_log(e, 1, "group %d NIC %s: receive failed: %s", g->index,
-               n->info.name, te_strerror(ce->status));
     }
-    if (ce->status != -ECANCELED)
+    /* A message too large for its buffer costs only that message; any other
+     * receive error means the NIC's receive path is gone, and reposting
+     * would spin on failures. */
+    if (ce->status == 0 || ce->status == -EMSGSIZE) {
         n->recv_repost[n->recv_to_post++] = s;
+    } else if (ce->status != -ECANCELED && !n->recv_broken) {
+        n->recv_broken = 1;
+        te_log(e, 1, "group %d NIC %s: receive failed: %s; receive buffers "
+               "of this NIC are not reposted", g->index, n->info.name,
+               te_strerror(ce->status));
+    }
+    if (ce->status == -EMSGSIZE)
+        te_log(e, 1, "group %d NIC %s: message larger than "
+               "engine.max_msg_size (%u) dropped", g->index, n->info.name,
+               e->s.max_msg_size);
 }
 
 static void repost_recvs(struct te_engine *e, struct te_nic *n)
@@ -470,10 +481,12 @@ static void poll_nic(struct te_engine *e, struct te_group *g, struct turn *t,
             break;
         case TE_PCQ_PEER_DOWN: {
             te_peer p = peer_of(g, nic, ce[i].peer);
-            te_log(e, 1, "group %d NIC %s: peer %u is down", g->index,
-                   n->info.name, p);
-            if (p != TE_PEER_UNKNOWN) {
-                struct te_peer_entry *pe = te_group_peer(g, p);
+            struct te_peer_entry *pe =
+                p == TE_PEER_UNKNOWN ? NULL : te_group_peer(g, p);
+            if (pe && atomic_load_explicit(&pe->state, memory_order_relaxed) ==
+                          TE_PEER_LIVE) {
+                te_log(e, 1, "group %d NIC %s: peer %u is down", g->index,
+                       n->info.name, p);
                 atomic_store_explicit(&pe->state, TE_PEER_DOWN,
                                       memory_order_release);
                 fail_peer_queues(e, g, t, pe, -ECONNRESET,

@@ -1,0 +1,315 @@
+/*
+ * Target-side execution, the part a real NIC does in hardware: pop requests
+ * of the inbound channels, check rkey, access and bounds against this NIC's
+ * registrations, copy, report IMM/RECV here and respond to the initiator.
+ *
+ * Copies touching the initiator's memory happen only inside a "busy"
+ * window per channel (see lb_chan_quiesce) so that peer_remove/nic_close on
+ * the initiator can wait them out; copies touching our regions happen under
+ * exec_lock so that mr_dereg can.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "lb_internal.h"
+
+/* Copy len bytes from the initiator's address src into dst. */
+static int lb_copy_from(struct lb_inbound *in, void *dst, uint64_t src,
+                        uint64_t len)
+{
+    if (in->local) {
+        memcpy(dst, (const void *)(uintptr_t)src, len);
+        return 0;
+    }
+    while (len) {
+        struct iovec l = {dst, len}, r = {(void *)(uintptr_t)src, len};
+        ssize_t k = process_vm_readv((pid_t)in->pid, &l, 1, &r, 1, 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return k < 0 ? -errno : -EFAULT;
+        dst = (char *)dst + k;
+        src += (uint64_t)k;
+        len -= (uint64_t)k;
+    }
+    return 0;
+}
+
+/* Copy len bytes from src into the initiator's address dst. */
+static int lb_copy_to(struct lb_inbound *in, uint64_t dst, const void *src,
+                      uint64_t len)
+{
+    if (in->local) {
+        memcpy((void *)(uintptr_t)dst, src, len);
+        return 0;
+    }
+    while (len) {
+        struct iovec l = {(void *)src, len}, r = {(void *)(uintptr_t)dst, len};
+        ssize_t k = process_vm_writev((pid_t)in->pid, &l, 1, &r, 1, 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return k < 0 ? -errno : -EFAULT;
+        src = (const char *)src + k;
+        dst += (uint64_t)k;
+        len -= (uint64_t)k;
+    }
+    return 0;
+}
+
+static void lb_fail(struct lb_resp *resp, int status, uint32_t reason,
+                    uint64_t a, uint64_t b, uint64_t c)
+{
+    resp->status = status;
+    resp->reason = reason;
+    resp->a = a;
+    resp->b = b;
+    resp->c = c;
+}
+
+/* The region the request addresses, or NULL with resp filled in. */
+static lb_mr *lb_check(lb_nic *nic, const struct lb_req *r, uint32_t need,
+                       struct lb_resp *resp, uint64_t *off)
+{
+    lb_mr *mr = lb_mr_lookup(nic, r->rkey);
+    if (!mr) {
+        lb_fail(resp, -EACCES, LB_R_RKEY, r->rkey, 0, 0);
+        return NULL;
+    }
+    if (!(mr->access & need)) {
+        lb_fail(resp, -EACCES, LB_R_ACCESS, r->rkey, need, 0);
+        return NULL;
+    }
+    uint64_t o = r->remote_addr - (uint64_t)(uintptr_t)mr->addr;
+    if (r->remote_addr < (uint64_t)(uintptr_t)mr->addr || o > mr->len ||
+        r->len > mr->len - o) {
+        lb_fail(resp, -EACCES, LB_R_BOUNDS, r->len, o, mr->len);
+        return NULL;
+    }
+    *off = o;
+    return mr;
+}
+
+static void lb_respond(lb_nic *nic, struct lb_inbound *in,
+                       const struct lb_resp *resp)
+{
+    void *slot = lb_ring_prod_slot(&in->resp);
+    if (!slot) {
+        /* Cannot happen with an honest initiator (ring >= its queue depth). */
+        lb_log(nic->ctx, 0, "%s: response ring of lo%u (pid %u) overflows; "
+               "dropping the channel", nic->name, in->nic_index, in->pid);
+        in->gone = true;
+        return;
+    }
+    memcpy(slot, resp, sizeof(*resp));
+    lb_ring_prod_push(&in->resp);
+    in->dirty = true;
+}
+
+/* Hand a SEND to the oldest posted receive buffer. */
+static void lb_deliver(lb_nic *nic, struct lb_inbound *in,
+                       const struct lb_req *r, struct lb_resp *resp,
+                       struct te_plugin_cq_entry *e)
+{
+    struct lb_recv *rv = lb_fifo_at(&nic->recvq, 0);
+    *e = (struct te_plugin_cq_entry){.kind = TE_PCQ_RECV,
+                                     .context = rv->context,
+                                     .peer = lb_inbound_peer(nic, in)};
+    if (r->len > rv->len) {
+        lb_fail(resp, -EMSGSIZE, LB_R_MSGSIZE, r->len, rv->len, 0);
+        e->status = -EMSGSIZE;
+        lb_err(nic, "message of %llu bytes from lo%u (pid %u) exceeds the "
+                    "posted receive buffer of %llu bytes",
+               (unsigned long long)r->len, in->nic_index, in->pid,
+               (unsigned long long)rv->len);
+    } else {
+        int rc = r->len ? lb_copy_from(in, rv->addr, r->local_addr, r->len) : 0;
+        if (rc < 0) {
+            lb_fail(resp, rc, LB_R_COPY, (uint64_t)-rc, in->pid, 0);
+            e->status = rc;
+        } else {
+            e->len = r->len;
+        }
+    }
+    lb_fifo_pop(&nic->recvq);
+}
+
+/* Execute one request; returns 1 if it produced a completion in *e. */
+static int lb_exec(lb_nic *nic, struct lb_inbound *in, const struct lb_req *r,
+                   struct te_plugin_cq_entry *e)
+{
+    struct lb_resp resp = {.slot = r->slot, .gen = r->gen};
+    uint64_t off = 0;
+    lb_mr *mr;
+    int rc, out = 0;
+
+    switch (r->kind) {
+    case TE_POP_WRITE:
+        /* An imm-only write may carry no key at all. */
+        if (r->len || r->rkey) {
+            if (!(mr = lb_check(nic, r, TE_PMR_REMOTE_WRITE, &resp, &off)))
+                break;
+            if (r->len && (rc = lb_copy_from(in, mr->addr + off, r->local_addr,
+                                             r->len)) < 0) {
+                lb_fail(&resp, rc, LB_R_COPY, (uint64_t)-rc, in->pid, 0);
+                break;
+            }
+        }
+        if (r->flags & TE_POP_F_IMM) {
+            *e = (struct te_plugin_cq_entry){.kind = TE_PCQ_IMM, .imm = r->imm,
+                                             .peer = lb_inbound_peer(nic, in)};
+            out = 1;
+        }
+        break;
+    case TE_POP_READ:
+        if (!(mr = lb_check(nic, r, TE_PMR_REMOTE_READ, &resp, &off)))
+            break;
+        if (r->len && (rc = lb_copy_to(in, r->local_addr, mr->addr + off,
+                                       r->len)) < 0)
+            lb_fail(&resp, rc, LB_R_COPY, (uint64_t)-rc, in->pid, 0);
+        break;
+    case TE_POP_SEND:
+        if (nic->pending.count || !nic->recvq.count) {
+            /* Receiver not ready: keep it, in arrival order, for later. */
+            struct lb_pending p = {.in = in, .req = *r};
+            if (lb_fifo_push(&nic->pending, &p) == 0)
+                return 0;
+            lb_fail(&resp, -ENOMEM, LB_R_NONE, 0, 0, 0);
+            break;
+        }
+        lb_deliver(nic, in, r, &resp, e);
+        out = 1;
+        break;
+    default:
+        lb_fail(&resp, -EINVAL, LB_R_KIND, r->kind, 0, 0);
+        break;
+    }
+    lb_respond(nic, in, &resp);
+    return out;
+}
+
+/* Open the busy window of a channel; false if its initiator is gone. */
+static bool lb_busy_enter(struct lb_inbound *in)
+{
+    atomic_store(&in->shm->tgt_busy, 1);
+    if (atomic_load(&in->shm->init_state) != LB_ST_OK) {
+        atomic_store_explicit(&in->shm->tgt_busy, 0, memory_order_release);
+        in->gone = true;
+        return false;
+    }
+    return true;
+}
+
+/* Publish responses first: a quiescing initiator drains them right after. */
+static void lb_busy_leave(struct lb_inbound *in)
+{
+    if (in->dirty) {
+        lb_ring_prod_publish(&in->resp);
+        in->dirty = false;
+    }
+    atomic_store_explicit(&in->shm->tgt_busy, 0, memory_order_release);
+}
+
+/* SENDs that waited for receive buffers, oldest first. */
+static int lb_pending_run(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
+{
+    int n = 0;
+    pthread_mutex_lock(&nic->exec_lock);
+    while (nic->pending.count && nic->recvq.count && n < room) {
+        struct lb_pending *p = lb_fifo_at(&nic->pending, 0);
+        struct lb_inbound *in = p->in;
+        if (!in->gone && lb_busy_enter(in)) {
+            struct lb_resp resp = {.slot = p->req.slot, .gen = p->req.gen};
+            lb_deliver(nic, in, &p->req, &resp, &out[n++]);
+            lb_respond(nic, in, &resp);
+            lb_busy_leave(in);
+        }
+        lb_fifo_pop(&nic->pending);
+    }
+    pthread_mutex_unlock(&nic->exec_lock);
+    return n;
+}
+
+void lb_pending_purge(lb_nic *nic, struct lb_inbound *in)
+{
+    struct lb_fifo *f = &nic->pending;
+    uint32_t keep = 0, count = f->count;
+    for (uint32_t i = 0; i < count; i++) {
+        struct lb_pending *p = lb_fifo_at(f, i);
+        if (p->in != in) {
+            if (keep != i)
+                memcpy(lb_fifo_at(f, keep), p, sizeof(*p));
+            keep++;
+        }
+    }
+    f->count = keep;
+}
+
+int lb_target_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
+{
+    int n = 0;
+    /* Let a waiting mr_reg/dereg have exec_lock first (see lb_mr_lock). */
+    if (room <= 0 || atomic_load_explicit(&nic->mr_waiting, memory_order_relaxed))
+        return 0;
+    if (nic->pending.count && nic->recvq.count)
+        n = lb_pending_run(nic, out, room);
+
+    /* Pop: at most one completion per request, so room bounds the batch. */
+    uint32_t budget = (uint32_t)(room - n) < LB_BATCH ? (uint32_t)(room - n)
+                                                      : LB_BATCH;
+    uint32_t nb = 0, nin = nic->nin;
+    uint64_t now = 0;
+    bool capped = nic->ctx->cfg.link_gbps != 0, link_full = false;
+    struct lb_inbound *touched[LB_BATCH];
+    uint32_t ntouched = 0;
+    struct lb_work *batch = nic->batch;
+
+    for (uint32_t k = 0; k < nin && nb < budget && !link_full; k++) {
+        struct lb_inbound *in = nic->in[k];
+        if (in->gone)
+            continue;
+        uint64_t avail = lb_ring_cons_avail(&in->req), take = 0;
+        while (take < avail && nb < budget) {
+            const struct lb_req *r = lb_ring_cons_slot(&in->req, take);
+            if (r->not_before_ns) {
+                if (!now)
+                    now = lb_now_ns();
+                if (now < r->not_before_ns)
+                    break; /* FIFO: everything behind it is younger */
+            }
+            if (capped && r->kind != TE_POP_RECV &&
+                !lb_link_admit(nic, r->len)) {
+                link_full = true;
+                break;
+            }
+            batch[nb].in = in;
+            memcpy(&batch[nb].req, r, sizeof(*r));
+            nb++;
+            take++;
+        }
+        if (take) {
+            lb_ring_cons_advance(&in->req, take);
+            touched[ntouched++] = in;
+        }
+    }
+    if (nb == 0)
+        return n;
+    if (nic->ctx->cfg.fault_reorder)
+        lb_shuffle(nic, batch, nb, sizeof(*batch));
+
+    for (uint32_t i = 0; i < ntouched; i++)
+        touched[i]->in_batch = lb_busy_enter(touched[i]);
+    pthread_mutex_lock(&nic->exec_lock);
+    for (uint32_t i = 0; i < nb; i++) {
+        if (!batch[i].in->gone)
+            n += lb_exec(nic, batch[i].in, &batch[i].req, &out[n]);
+    }
+    pthread_mutex_unlock(&nic->exec_lock);
+    for (uint32_t i = 0; i < ntouched; i++) {
+        if (touched[i]->in_batch)
+            lb_busy_leave(touched[i]);
+        touched[i]->in_batch = false;
+    }
+    return n;
+}

@@ -1,0 +1,316 @@
+/*
+ * Channel setup, target side: the list of inbound channels a NIC executes,
+ * fed by in-process initiators (in_new, signalled through in_gen so poll()
+ * takes no lock unless something changed) and by hellos on the listening
+ * socket; and the rate-limited housekeeping that accepts connections and
+ * notices peers that went away.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lb_internal.h"
+
+static int lb_inbound_new(lb_nic *nic, struct lb_shm *shm, size_t map_len,
+                          int fd, uint32_t pid, uint32_t nic_index,
+                          uint64_t nic_id, bool local)
+{
+    if (nic->nin == nic->in_cap) {
+        uint32_t c = nic->in_cap ? nic->in_cap * 2 : 16;
+        struct lb_inbound **ni = realloc(nic->in, c * sizeof(*ni));
+        if (!ni)
+            return -ENOMEM;
+        nic->in = ni;
+        nic->in_cap = c;
+    }
+    struct lb_inbound *in = calloc(1, sizeof(*in));
+    if (!in)
+        return -ENOMEM;
+    in->shm = shm;
+    in->map_len = map_len;
+    in->fd = fd;
+    in->pid = pid;
+    in->nic_index = nic_index;
+    in->nic_id = nic_id;
+    in->local = local;
+    in->peer_gen = nic->peers_gen - 1;
+    lb_shm_req_ring(shm, &in->req, 0);
+    lb_shm_resp_ring(shm, &in->resp, 1);
+    nic->in[nic->nin++] = in;
+    return 0;
+}
+
+static void lb_shm_unref(struct lb_shm *shm)
+{
+    if (atomic_fetch_sub(&shm->refs, 1) == 1)
+        free(shm);
+}
+
+static void lb_inbound_release(struct lb_inbound *in, uint32_t state)
+{
+    if (state != LB_ST_OK)
+        atomic_store(&in->shm->tgt_state, state);
+    if (in->map_len)
+        munmap(in->shm, in->map_len);
+    else
+        lb_shm_unref(in->shm);
+    if (in->fd >= 0)
+        close(in->fd);
+    free(in);
+}
+
+void lb_inbound_drop(lb_nic *nic, struct lb_inbound *in)
+{
+    lb_pending_purge(nic, in);
+    for (uint32_t i = 0; i < nic->nin; i++) {
+        if (nic->in[i] == in) {
+            nic->in[i] = nic->in[--nic->nin];
+            break;
+        }
+    }
+    lb_inbound_release(in, LB_ST_CLOSED);
+}
+
+void lb_inbound_refresh(lb_nic *nic)
+{
+    uint32_t gen = atomic_load_explicit(&nic->in_gen, memory_order_acquire);
+    bool dead = atomic_load(&nic->dead);
+    pthread_mutex_lock(&nic->in_lock);
+    for (uint32_t i = 0; i < nic->nin_new; i++) {
+        struct lb_shm *shm = nic->in_new[i];
+        if (dead || lb_inbound_new(nic, shm, 0, -1, shm->init_pid,
+                                   shm->init_nic_index, shm->init_nic_id,
+                                   true) < 0) {
+            /* The initiator sees the channel as down and fails its ops. */
+            atomic_store(&shm->tgt_state, dead ? LB_ST_DEAD : LB_ST_CLOSED);
+            lb_shm_unref(shm);
+        }
+    }
+    nic->nin_new = 0;
+    pthread_mutex_unlock(&nic->in_lock);
+    nic->in_seen = gen;
+}
+
+void lb_inbound_free_all(lb_nic *nic, uint32_t state)
+{
+    pthread_mutex_lock(&nic->in_lock);
+    for (uint32_t i = 0; i < nic->nin_new; i++) {
+        atomic_store(&nic->in_new[i]->tgt_state, state);
+        lb_shm_unref(nic->in_new[i]);
+    }
+    nic->nin_new = 0;
+    pthread_mutex_unlock(&nic->in_lock);
+    for (uint32_t i = 0; i < nic->nin; i++) {
+        lb_pending_purge(nic, nic->in[i]);
+        lb_inbound_release(nic->in[i], state);
+    }
+    nic->nin = 0;
+    for (uint32_t i = 0; i < nic->nhello; i++)
+        close(nic->hello_fds[i]);
+    nic->nhello = 0;
+}
+
+te_plugin_peer lb_inbound_peer(lb_nic *nic, struct lb_inbound *in)
+{
+    if (in->peer_gen != nic->peers_gen) {
+        in->peer = 0;
+        for (uint32_t i = 0; i < nic->npeers; i++) {
+            struct lb_peer *p = nic->peers[i];
+            if (p && p->nic_id == in->nic_id) {
+                in->peer = p->handle;
+                if (!p->dead)
+                    break;
+            }
+        }
+        in->peer_gen = nic->peers_gen;
+    }
+    return in->peer;
+}
+
+/* ------------------------------------------------------------------ hello */
+
+/* Returns 1 when fd was consumed (adopted or closed), 0 to wait for more. */
+static int lb_hello_recv(lb_nic *nic, int fd)
+{
+    struct lb_hello h;
+    union {
+        char buf[CMSG_SPACE(4 * sizeof(int))];
+        struct cmsghdr align;
+    } cm;
+    struct iovec iov = {&h, sizeof(h)};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
+                         .msg_control = cm.buf, .msg_controllen = sizeof(cm.buf)};
+    ssize_t n = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return 0;
+
+    int mfd = -1;
+    for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL; c;
+         c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int x;
+            memcpy(&x, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (mfd < 0)
+                mfd = x;
+            else
+                close(x);
+        }
+    }
+    const char *why = NULL;
+    struct stat st;
+    struct ucred cred;
+    socklen_t cl = sizeof(cred);
+    void *map = MAP_FAILED;
+    if (n != (ssize_t)sizeof(h) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+        why = "malformed hello";
+    else if (h.magic != LB_HELLO_MAGIC || h.version != LB_ADDR_VERSION)
+        why = "hello of another protocol version";
+    else if (h.target_nic_id != nic->id)
+        why = "hello meant for another NIC";
+    else if (mfd < 0 || fstat(mfd, &st) < 0 || (uint64_t)st.st_size != h.shm_size ||
+             h.shm_size > lb_shm_size(LB_MAX_QUEUE_DEPTH) ||
+             h.shm_size < sizeof(struct lb_shm))
+        why = "hello without valid channel memory";
+    else if ((fcntl(mfd, F_GET_SEALS) & (F_SEAL_SHRINK | F_SEAL_SEAL)) !=
+             (F_SEAL_SHRINK | F_SEAL_SEAL))
+        why = "channel memory not sealed";
+    else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0)
+        why = "no peer credentials";
+    else if ((map = mmap(NULL, h.shm_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                         mfd, 0)) == MAP_FAILED)
+        why = "cannot map channel memory";
+    else if (lb_shm_check(map, h.shm_size) < 0)
+        why = "corrupt channel memory";
+    /* process_vm_* go to the pid the kernel vouches for, not the claimed one. */
+    else if (lb_inbound_new(nic, map, h.shm_size, fd, (uint32_t)cred.pid,
+                            h.nic_index, h.nic_id, false) < 0)
+        why = "out of memory";
+    if (mfd >= 0)
+        close(mfd);
+    if (why) {
+        if (n > 0 || n < 0)
+            lb_log(nic->ctx, 1, "%s: rejected a connection: %s", nic->name, why);
+        if (map != MAP_FAILED)
+            munmap(map, h.shm_size);
+        close(fd);
+    }
+    return 1;
+}
+
+static void lb_hello_add(lb_nic *nic, int fd)
+{
+    if (lb_hello_recv(nic, fd))
+        return;
+    if (nic->nhello == nic->hello_cap) {
+        uint32_t c = nic->hello_cap ? nic->hello_cap * 2 : 8;
+        int *nf = realloc(nic->hello_fds, c * sizeof(*nf));
+        if (!nf) {
+            close(fd);
+            return;
+        }
+        nic->hello_fds = nf;
+        nic->hello_cap = c;
+    }
+    nic->hello_fds[nic->nhello++] = fd;
+}
+
+/* ------------------------------------------------------------ housekeeping */
+
+void lb_housekeeping(lb_nic *nic)
+{
+    if (atomic_load(&nic->dead))
+        return;
+    uint32_t need = 1 + nic->nhello + nic->nin + 2 * nic->npeers;
+    if (need > nic->pfds_cap) {
+        void *np = realloc(nic->pfds, need * 2 * sizeof(struct pollfd));
+        if (!np)
+            return;
+        nic->pfds = np;
+        nic->pfds_cap = need * 2;
+    }
+    struct pollfd *pf = nic->pfds;
+    uint32_t k = 0, nhello = nic->nhello, nin = nic->nin, npeers = nic->npeers;
+    pf[k++] = (struct pollfd){nic->listen_fd, POLLIN, 0};
+    for (uint32_t i = 0; i < nhello; i++)
+        pf[k++] = (struct pollfd){nic->hello_fds[i], POLLIN, 0};
+    for (uint32_t i = 0; i < nin; i++)
+        pf[k++] = (struct pollfd){nic->in[i]->fd, POLLIN, 0};
+    for (uint32_t i = 0; i < npeers; i++) {
+        struct lb_peer *p = nic->peers[i];
+        bool live = p && !p->dead;
+        pf[k++] = (struct pollfd){live ? p->fd : -1, POLLIN, 0};
+        pf[k++] = (struct pollfd){live ? p->pidfd : -1, POLLIN, 0};
+    }
+    if (poll(pf, k, 0) < 0)
+        return;
+
+    /* Peers first: the slots they free are not needed by the rest. */
+    k = 1 + nhello + nin;
+    for (uint32_t i = 0; i < npeers; i++, k += 2) {
+        struct lb_peer *p = nic->peers[i];
+        if (!p || p->dead)
+            continue;
+        if (pf[k].revents)
+            lb_peer_down(nic, p, "connection closed");
+        else if (pf[k + 1].revents ||
+                 /* No pidfds (kernel < 5.3, valgrind): ask the pid. */
+                 (p->fd >= 0 && p->pidfd < 0 && kill((pid_t)p->pid, 0) < 0 &&
+                  errno == ESRCH))
+            lb_peer_down(nic, p, "process exited");
+        else if (p->shm && atomic_load(&p->shm->tgt_state) != LB_ST_OK)
+            lb_peer_down(nic, p,
+                         atomic_load(&p->shm->tgt_state) == LB_ST_DEAD
+                             ? "NIC dead" : "NIC closed");
+    }
+
+    /* Inbound channels whose initiator went away. */
+    for (uint32_t i = 0; i < nin; i++) {
+        struct lb_inbound *in = nic->in[i];
+        short rev = pf[1 + nhello + i].revents;
+        if (rev & (POLLHUP | POLLERR | POLLNVAL)) {
+            in->gone = true;
+        } else if (rev & POLLIN) {
+            char b;
+            ssize_t r = recv(in->fd, &b, 1, MSG_DONTWAIT);
+            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+                in->gone = true;
+        }
+        if (atomic_load(&in->shm->init_state) != LB_ST_OK)
+            in->gone = true;
+    }
+    for (uint32_t i = 0; i < nic->nin;) {
+        if (nic->in[i]->gone)
+            lb_inbound_drop(nic, nic->in[i]); /* moves the last entry to i */
+        else
+            i++;
+    }
+
+    /* Hellos of connections accepted earlier. */
+    uint32_t keep = 0;
+    for (uint32_t i = 0; i < nhello; i++) {
+        int fd = nic->hello_fds[i];
+        if (!pf[1 + i].revents || !lb_hello_recv(nic, fd))
+            nic->hello_fds[keep++] = fd;
+    }
+    nic->nhello = keep; /* nothing was accepted since pf was built */
+
+    if (pf[0].revents & POLLIN) {
+        for (;;) {
+            int fd = accept4(nic->listen_fd, NULL, NULL,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0)
+                break;
+            lb_hello_add(nic, fd);
+        }
+    }
+}

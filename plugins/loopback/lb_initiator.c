@@ -1,0 +1,309 @@
+/*
+ * Initiator side: post() turns ops into request ring entries (or into
+ * immediate failures for injected faults and dead peers), poll() turns
+ * responses into LOCAL completions. An op holds a slot from post until its
+ * response; the response names slot and generation, so a late or forged
+ * response can never complete an op twice.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lb_internal.h"
+
+static const char *const lb_kind_name[] = {"op", "WRITE", "READ", "SEND", "RECV"};
+
+static const char *lb_kname(uint32_t kind)
+{
+    return kind <= TE_POP_RECV ? lb_kind_name[kind] : "op";
+}
+
+int lb_slots_init(lb_nic *nic)
+{
+    nic->slots = calloc(nic->qd, sizeof(*nic->slots));
+    if (!nic->slots)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < nic->qd; i++)
+        nic->slots[i].next_free = i + 1;
+    nic->free_slot = 0;
+    return 0;
+}
+
+static void lb_slot_free(lb_nic *nic, uint32_t idx)
+{
+    struct lb_slot *s = &nic->slots[idx];
+    s->used = 0;
+    s->next_free = nic->free_slot;
+    nic->free_slot = idx;
+}
+
+/* --------------------------------------------------------------- post */
+
+/* Local protection check, as a NIC does it with the lkey. */
+static int lb_local_check(lb_nic *nic, const struct te_plugin_op *op)
+{
+    if (!op->len)
+        return 0;
+    const lb_mr *mr = op->mr;
+    uint64_t a = (uint64_t)(uintptr_t)op->local_addr;
+    uint64_t base = (uint64_t)(uintptr_t)mr->addr;
+    if (a < base || a - base > mr->len || op->len > mr->len - (a - base)) {
+        lb_err(nic, "%s: local buffer of %llu bytes at %+lld is outside its "
+                    "region of %llu bytes",
+               lb_kname(op->kind), (unsigned long long)op->len,
+               (long long)(a - base), (unsigned long long)mr->len);
+        return -EACCES;
+    }
+    if ((op->kind == TE_POP_READ || op->kind == TE_POP_RECV) &&
+        !(mr->access & TE_PMR_LOCAL_WRITE)) {
+        lb_err(nic, "%s: local region lacks TE_PMR_LOCAL_WRITE",
+               lb_kname(op->kind));
+        return -EACCES;
+    }
+    return 0;
+}
+
+static const char *lb_malformed(lb_nic *nic, const struct te_plugin_op *op,
+                                struct lb_peer **pp)
+{
+    if (op->kind < TE_POP_WRITE || op->kind > TE_POP_RECV)
+        return "unknown op kind";
+    if (op->len && !op->mr)
+        return "no local registration for a non-empty buffer";
+    if (op->mr && op->mr->nic != nic)
+        return "local registration belongs to another NIC";
+    if (op->len > LB_MAX_MSG_SIZE)
+        return "length exceeds max_msg_size";
+    if (op->kind != TE_POP_RECV && !(*pp = lb_peer_get(nic, op->peer)))
+        return "unknown peer handle";
+    return NULL;
+}
+
+static void lb_fail_now(lb_nic *nic, const struct te_plugin_op *op, int status)
+{
+    struct te_plugin_cq_entry e = {
+        .kind = op->kind == TE_POP_RECV ? TE_PCQ_RECV : TE_PCQ_LOCAL,
+        .status = status, .context = op->context};
+    lb_cq_push(nic, &e);
+}
+
+int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
+{
+    if (!ops)
+        return n ? -EINVAL : 0;
+    bool dead = atomic_load_explicit(&nic->dead, memory_order_relaxed);
+    uint64_t not_before = 0;
+    struct lb_peer *last = NULL;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        const struct te_plugin_op *op = &ops[i];
+        struct lb_peer *p = NULL;
+        const char *bad = lb_malformed(nic, op, &p);
+        if (bad) {
+            if (i == 0) {
+                lb_err(nic, "post: %s (kind %u, peer 0x%llx)", bad, op->kind,
+                       (unsigned long long)op->peer);
+                return -EINVAL;
+            }
+            break; /* the caller sees it first next time */
+        }
+        if (op->kind == TE_POP_RECV) {
+            if (nic->recvq.count >= nic->recv_cap)
+                break;
+            int st = dead ? -ENETDOWN : lb_local_check(nic, op);
+            if (st) {
+                lb_fail_now(nic, op, st);
+                continue;
+            }
+            struct lb_recv rv = {.context = op->context,
+                                 .addr = op->local_addr, .len = op->len};
+            if (lb_fifo_push(&nic->recvq, &rv) < 0)
+                break;
+            continue;
+        }
+
+        if (nic->outstanding >= nic->qd)
+            break;
+        nic->outstanding++;
+        nic->wrs_posted++;
+        if (!dead && lb_fault_kill_now(nic)) {
+            if (last)
+                lb_ring_prod_publish(&last->req);
+            last = NULL;
+            lb_nic_kill(nic);
+            dead = true;
+        }
+        int st = 0;
+        if (dead)
+            st = -ENETDOWN;
+        else if (lb_fault_fail_now(nic))
+            st = -EIO;
+        else if (p->dead || !p->shm)
+            st = -ECONNRESET;
+        else
+            st = lb_local_check(nic, op);
+        if (st) {
+            lb_fail_now(nic, op, st);
+            continue;
+        }
+
+        struct lb_req *r = lb_ring_prod_slot(&p->req);
+        if (!r) { /* cannot happen: ring capacity >= queue depth */
+            nic->outstanding--;
+            nic->wrs_posted--;
+            break;
+        }
+        uint32_t idx = nic->free_slot;
+        struct lb_slot *s = &nic->slots[idx];
+        nic->free_slot = s->next_free;
+        s->used = 1;
+        s->gen++;
+        s->kind = (uint8_t)op->kind;
+        s->context = op->context;
+        s->peer = p->handle;
+
+        if (nic->ctx->cfg.fault_delay_us && !not_before)
+            not_before = lb_now_ns() + nic->ctx->cfg.fault_delay_us * 1000;
+        *r = (struct lb_req){
+            .kind = (uint8_t)op->kind, .flags = (uint8_t)op->flags,
+            .imm = op->imm, .slot = idx, .gen = s->gen,
+            .local_addr = (uint64_t)(uintptr_t)op->local_addr, .len = op->len,
+            .remote_addr = op->remote_addr, .rkey = op->rkey,
+            .not_before_ns = not_before, .pid = nic->addr.pid};
+        lb_ring_prod_push(&p->req);
+        p->outstanding++;
+        if (p != last) {
+            if (last)
+                lb_ring_prod_publish(&last->req);
+            last = p;
+        }
+    }
+    if (last)
+        lb_ring_prod_publish(&last->req);
+    return (int)i;
+}
+
+/* ----------------------------------------------------------- completions */
+
+static void lb_report(lb_nic *nic, const struct lb_peer *p,
+                      const struct lb_resp *r, uint32_t kind)
+{
+    const char *k = lb_kname(kind);
+    char tgt[24];
+    snprintf(tgt, sizeof(tgt), "lo%u", p->nic_index);
+    switch (r->reason) {
+    case LB_R_RKEY:
+        lb_err(nic, "%s to %s: rkey 0x%llx not registered on %s", k, tgt,
+               (unsigned long long)r->a, tgt);
+        break;
+    case LB_R_ACCESS:
+        lb_err(nic, "%s to %s: region of rkey 0x%llx does not allow remote %s",
+               k, tgt, (unsigned long long)r->a,
+               r->b == TE_PMR_REMOTE_READ ? "reads" : "writes");
+        break;
+    case LB_R_BOUNDS:
+        lb_err(nic, "%s to %s: %s of %llu bytes at %+lld exceeds region of "
+                    "%llu bytes",
+               k, tgt, kind == TE_POP_READ ? "read" : "write",
+               (unsigned long long)r->a, (long long)r->b,
+               (unsigned long long)r->c);
+        break;
+    case LB_R_COPY:
+        lb_err(nic, "%s to %s: cannot copy to/from pid %llu: %s (cross-process "
+                    "copies need the same uid or CAP_SYS_PTRACE; see "
+                    "kernel.yama.ptrace_scope)",
+               k, tgt, (unsigned long long)r->b, strerror((int)r->a));
+        break;
+    case LB_R_MSGSIZE:
+        lb_err(nic, "%s to %s: message of %llu bytes exceeds the receive "
+                    "buffer of %llu bytes",
+               k, tgt, (unsigned long long)r->a, (unsigned long long)r->b);
+        break;
+    default:
+        lb_err(nic, "%s to %s failed: %s", k, tgt, strerror(-r->status));
+        break;
+    }
+}
+
+/* 1 and *e filled if r completes one of our ops on p. */
+static int lb_complete(lb_nic *nic, struct lb_peer *p, const struct lb_resp *r,
+                       struct te_plugin_cq_entry *e)
+{
+    if (r->slot >= nic->qd)
+        return 0;
+    struct lb_slot *s = &nic->slots[r->slot];
+    if (!s->used || s->gen != r->gen || s->peer != p->handle)
+        return 0;
+    *e = (struct te_plugin_cq_entry){.kind = TE_PCQ_LOCAL, .status = r->status,
+                                     .context = s->context};
+    if (r->status)
+        lb_report(nic, p, r, s->kind);
+    lb_slot_free(nic, r->slot);
+    p->outstanding--;
+    return 1;
+}
+
+int lb_initiator_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
+{
+    int n = 0;
+    for (uint32_t i = 0; i < nic->npeers && n < room; i++) {
+        struct lb_peer *p = nic->peers[i];
+        if (!p || !p->outstanding || !p->shm)
+            continue;
+        uint64_t avail = lb_ring_cons_avail(&p->resp);
+        if (avail > (uint64_t)(room - n))
+            avail = (uint64_t)(room - n);
+        for (uint64_t k = 0; k < avail; k++)
+            n += lb_complete(nic, p, lb_ring_cons_slot(&p->resp, k), &out[n]);
+        if (avail)
+            lb_ring_cons_advance(&p->resp, avail);
+    }
+    nic->outstanding -= (uint32_t)n;
+    if (n > 1 && nic->ctx->cfg.fault_reorder)
+        lb_shuffle(nic, out, (size_t)n, sizeof(*out));
+    return n;
+}
+
+void lb_peer_fail(lb_nic *nic, struct lb_peer *p, int status, bool drain)
+{
+    struct te_plugin_cq_entry e;
+    if (drain && p->shm) {
+        uint64_t avail;
+        while ((avail = lb_ring_cons_avail(&p->resp)) != 0) {
+            for (uint64_t k = 0; k < avail; k++) {
+                if (lb_complete(nic, p, lb_ring_cons_slot(&p->resp, k), &e))
+                    lb_cq_push(nic, &e);
+            }
+            lb_ring_cons_advance(&p->resp, avail);
+        }
+    }
+    uint32_t failed = 0;
+    for (uint32_t i = 0; p->outstanding && i < nic->qd; i++) {
+        struct lb_slot *s = &nic->slots[i];
+        if (!s->used || s->peer != p->handle)
+            continue;
+        e = (struct te_plugin_cq_entry){.kind = TE_PCQ_LOCAL, .status = status,
+                                        .context = s->context};
+        lb_cq_push(nic, &e);
+        lb_slot_free(nic, i);
+        p->outstanding--;
+        failed++;
+    }
+    p->outstanding = 0;
+    if (failed)
+        lb_err(nic, "%u ops to lo%u (pid %u) failed: %s", failed, p->nic_index,
+               p->pid, strerror(-status));
+}
+
+void lb_recvq_fail(lb_nic *nic, int status)
+{
+    while (nic->recvq.count) {
+        struct lb_recv *rv = lb_fifo_at(&nic->recvq, 0);
+        struct te_plugin_cq_entry e = {.kind = TE_PCQ_RECV, .status = status,
+                                       .context = rv->context};
+        lb_cq_push(nic, &e);
+        lb_fifo_pop(&nic->recvq);
+    }
+}

@@ -1,0 +1,425 @@
+/*
+ * Loopback transport: a software NIC. Shared declarations of the plugin's
+ * modules (see docs/loopback.md for the mechanism).
+ *
+ * Roles: every NIC is an initiator (post() pushes requests into the request
+ * ring of a channel it owns, poll() turns responses into LOCAL completions)
+ * and a target (poll() executes the requests of its inbound channels, like
+ * the remote NIC would, and reports IMM/RECV completions).
+ */
+#ifndef LB_INTERNAL_H
+#define LB_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "te/plugin.h"
+#include "lb_ring.h"
+
+#define LB_NAME "loopback"
+#define LB_VERSION "0.1.0"
+
+#define LB_ADDR_MAGIC 0x424c4554u  /* "TELB" */
+#define LB_ADDR_VERSION 1u
+#define LB_HELLO_MAGIC 0x4c484c54u /* "TLHL" */
+#define LB_SHM_MAGIC 0x4d484c54u   /* "TLHM" */
+#define LB_SHM_VERSION 1u
+
+#define LB_MAX_DEVICES 256
+#define LB_MAX_QUEUE_DEPTH (1u << 16)
+#define LB_MAX_MSG_SIZE (1ull << 40)
+#define LB_SOCK_NAME_LEN 40
+/* Most requests a target executes per poll(); bounds the poll's latency. */
+#define LB_BATCH 256
+/* Housekeeping (sockets, peer liveness) runs at most this often. */
+#define LB_HK_INTERVAL_NS 1000000ull
+
+/* ------------------------------------------------------------ wire formats */
+
+/* A NIC address as published by nic_address(); fixed size, host order. */
+struct lb_addr {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t size;      /* sizeof(struct lb_addr) when written */
+    uint32_t pid;
+    uint32_t nic_index;
+    uint64_t nic_id;
+    char sock_name[LB_SOCK_NAME_LEN]; /* abstract name without leading NUL */
+};
+
+/* Sent once by the initiator on a fresh connection, with the memfd. */
+struct lb_hello {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t pid;
+    uint32_t nic_index;
+    uint64_t nic_id;        /* initiator NIC */
+    uint64_t target_nic_id; /* the NIC it wants to reach */
+    uint64_t shm_size;
+};
+
+enum lb_state { LB_ST_OK = 0, LB_ST_CLOSED = 1, LB_ST_DEAD = 2 };
+
+/*
+ * Channel memory shared by initiator and target (malloc in-process, memfd
+ * across processes): a header, then the request ring entries, then the
+ * response ring entries.
+ */
+struct lb_shm {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t cap; /* entries per ring, power of two */
+    uint32_t reserved;
+    uint64_t size;
+    _Atomic uint32_t init_state; /* enum lb_state, written by initiator */
+    _Atomic uint32_t tgt_state;  /* enum lb_state, written by target */
+    _Atomic int refs;            /* in-process only: owners of the memory */
+    uint32_t init_pid;           /* initiator, as it claims (see hello) */
+    uint32_t init_nic_index;
+    uint64_t init_nic_id;
+    /* Target is executing a batch of this channel (see lb_chan_quiesce). */
+    _Alignas(64) _Atomic uint32_t tgt_busy;
+    _Alignas(64) struct lb_ring_ctl req;
+    struct lb_ring_ctl resp;
+};
+
+size_t lb_shm_size(uint32_t cap);
+void lb_shm_init(struct lb_shm *shm, uint32_t cap, size_t size);
+/* Checks an untrusted mapping; 0 or -EPROTO. */
+int lb_shm_check(const struct lb_shm *shm, size_t size);
+/* producer: 1 for the side that pushes into that ring. */
+void lb_shm_req_ring(struct lb_shm *shm, struct lb_ring *r, int producer);
+void lb_shm_resp_ring(struct lb_shm *shm, struct lb_ring *r, int producer);
+
+/* Request ring entry (initiator -> target). */
+struct lb_req {
+    uint8_t kind;  /* enum te_plugin_op_kind */
+    uint8_t flags; /* TE_POP_F_* */
+    uint16_t reserved;
+    uint32_t imm;
+    uint32_t slot; /* initiator's op slot, echoed in the response */
+    uint32_t gen;
+    uint64_t local_addr;
+    uint64_t len;
+    uint64_t remote_addr;
+    uint64_t rkey;
+    uint64_t not_before_ns; /* fault_delay_us: earliest execution, or 0 */
+    uint32_t pid;           /* initiator process */
+    uint32_t reserved2;
+};
+_Static_assert(sizeof(struct lb_req) == LB_RING_ENTRY, "request entry size");
+
+/* Why a request failed at the target; the initiator formats the message. */
+enum lb_reason {
+    LB_R_NONE = 0,
+    LB_R_RKEY,      /* a = rkey */
+    LB_R_ACCESS,    /* a = rkey, b = access the region lacks */
+    LB_R_BOUNDS,    /* a = len, b = offset, c = region size */
+    LB_R_COPY,      /* a = errno of process_vm_*, b = initiator pid */
+    LB_R_MSGSIZE,   /* a = message len, b = receive buffer len */
+    LB_R_KIND,      /* a = kind */
+};
+
+/* Response ring entry (target -> initiator). */
+struct lb_resp {
+    uint32_t slot;
+    uint32_t gen;
+    int32_t status;
+    uint32_t reason; /* enum lb_reason */
+    uint64_t a, b, c;
+    uint64_t reserved[3];
+};
+_Static_assert(sizeof(struct lb_resp) == LB_RING_ENTRY, "response entry size");
+
+/* ---------------------------------------------------------- growable FIFO */
+
+/* Unbounded FIFO of fixed-size elements, for the rare paths only. */
+struct lb_fifo {
+    unsigned char *buf;
+    uint32_t esize;
+    uint32_t cap; /* power of two */
+    uint32_t head;
+    uint32_t count;
+};
+
+int lb_fifo_init(struct lb_fifo *f, uint32_t esize, uint32_t cap);
+void lb_fifo_free(struct lb_fifo *f);
+int lb_fifo_push(struct lb_fifo *f, const void *e);
+static inline void *lb_fifo_at(struct lb_fifo *f, uint32_t i)
+{
+    return f->buf + (size_t)((f->head + i) & (f->cap - 1)) * f->esize;
+}
+static inline void lb_fifo_pop(struct lb_fifo *f)
+{
+    f->head = (f->head + 1) & (f->cap - 1);
+    f->count--;
+}
+
+/* ------------------------------------------------------------------ objects */
+
+struct lb_cfg {
+    uint32_t devices;
+    uint32_t queue_depth;
+    uint64_t link_gbps;
+    uint64_t fault_seed;
+    bool fault_reorder;
+    uint64_t fault_delay_us;
+    uint64_t fault_fail_every;
+    uint64_t fault_kill_after;
+    bool ptracer_any;
+};
+
+struct te_plugin_ctx {
+    struct te_plugin_host host;
+    struct lb_cfg cfg;
+};
+typedef struct te_plugin_ctx lb_ctx;
+
+struct te_plugin_mr {
+    struct te_plugin_nic *nic;
+    unsigned char *addr;
+    uint64_t len;
+    uint32_t access;
+    uint32_t index; /* in the NIC's table */
+    uint64_t rkey;
+};
+typedef struct te_plugin_mr lb_mr;
+
+/* An initiator's op waiting for its response. */
+struct lb_slot {
+    uint64_t context;
+    te_plugin_peer peer;
+    uint32_t gen;
+    uint32_t next_free;
+    uint8_t used;
+    uint8_t kind;
+};
+
+/* A channel this NIC owns towards a target NIC (the peer handle's object). */
+struct lb_peer {
+    te_plugin_peer handle;
+    uint64_t nic_id; /* remote NIC */
+    uint32_t pid;
+    uint32_t nic_index;
+    struct lb_shm *shm; /* NULL once detached */
+    size_t map_len;     /* cross-process mapping, 0 in-process */
+    int fd;             /* cross-process socket, -1 in-process */
+    int pidfd;          /* cross-process: readable once the target exits */
+    struct lb_ring req;  /* producer view */
+    struct lb_ring resp; /* consumer view */
+    uint32_t outstanding;
+    bool dead;
+};
+
+/* A channel some initiator opened to this NIC. */
+struct lb_inbound {
+    struct lb_shm *shm;
+    size_t map_len; /* cross-process mapping, 0 in-process */
+    int fd;         /* cross-process connection, -1 in-process */
+    uint32_t pid;
+    uint32_t nic_index;
+    uint64_t nic_id;
+    bool local;     /* initiator lives in this process: plain memcpy */
+    bool gone;
+    bool dirty;     /* response tail not yet published */
+    bool in_batch;  /* busy window open in this poll */
+    struct lb_ring req;  /* consumer view */
+    struct lb_ring resp; /* producer view */
+    te_plugin_peer peer; /* our handle for the initiator, see peer_gen */
+    uint32_t peer_gen;
+};
+
+/* A posted receive buffer. */
+struct lb_recv {
+    uint64_t context;
+    unsigned char *addr;
+    uint64_t len;
+};
+
+/* A SEND waiting for a receive buffer (receiver not ready). */
+struct lb_pending {
+    struct lb_inbound *in;
+    struct lb_req req;
+};
+
+/* A request popped from a ring, waiting for execution in this poll. */
+struct lb_work {
+    struct lb_inbound *in;
+    struct lb_req req;
+};
+
+struct te_plugin_nic {
+    lb_ctx *ctx;
+    uint32_t index;
+    uint64_t id;
+    char name[16];
+    struct lb_addr addr;
+    uint32_t qd;
+    uint32_t recv_cap;
+    _Atomic bool dead; /* fault_kill_after fired */
+    struct te_plugin_nic *reg_next; /* process registry */
+
+    /* ---- initiator */
+    struct lb_slot *slots;
+    uint32_t free_slot; /* head of the free list, qd = none */
+    uint32_t outstanding; /* posted WRITE/READ/SEND without LOCAL yet */
+    struct lb_peer **peers;
+    uint32_t npeers; /* used entries of peers[] (some NULL) */
+    uint32_t peers_cap;
+    uint32_t peers_gen;
+    uint32_t peer_seq;
+    uint64_t wrs_posted; /* WRITE/READ/SEND accepted, for faults */
+
+    /* ---- target */
+    pthread_mutex_t exec_lock; /* MR table; held while executing */
+    _Atomic uint32_t mr_waiting; /* mr_reg/dereg callers queued on exec_lock */
+    lb_mr **mrs;
+    uint32_t nmrs, mrs_cap, mr_free; /* free list through index, UINT32_MAX */
+    uint32_t *mr_next_free;
+    uint64_t rkey_seq;
+    struct lb_inbound **in;
+    uint32_t nin, in_cap;
+    pthread_mutex_t in_lock; /* guards in_new */
+    _Atomic uint32_t in_gen;
+    uint32_t in_seen;
+    struct lb_shm **in_new;
+    uint32_t nin_new, in_new_cap;
+    struct lb_fifo recvq;   /* struct lb_recv */
+    struct lb_fifo pending; /* struct lb_pending */
+    struct lb_work *batch;
+
+    /* ---- completions that did not fit in poll()'s array */
+    struct lb_fifo cq; /* struct te_plugin_cq_entry */
+    bool resp_first;
+
+    /* ---- sockets */
+    int listen_fd;
+    int *hello_fds;
+    uint32_t nhello, hello_cap;
+    void *pfds; /* struct pollfd scratch */
+    uint32_t pfds_cap;
+    uint64_t hk_next_ns;
+    uint32_t hk_polls;
+
+    /* ---- faults */
+    uint64_t rng;
+    int64_t tokens;
+    uint64_t tok_last_ns;
+};
+typedef struct te_plugin_nic lb_nic;
+
+/* ------------------------------------------------------------- lb_plugin.c */
+
+void lb_err(lb_nic *nic, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void lb_ctx_err(lb_ctx *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void lb_log(lb_ctx *ctx, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+uint64_t lb_now_ns(void);
+uint64_t lb_random64(void);
+/* Queue a completion poll() will return later; never fails silently. */
+void lb_cq_push(lb_nic *nic, const struct te_plugin_cq_entry *e);
+
+/* ---------------------------------------------------------------- lb_mr.c */
+
+/*
+ * exec_lock for mr_reg/dereg. The target re-locks it every poll and glibc
+ * mutexes are not fair, so a registering thread announces itself and the
+ * target stays off the lock until it is served.
+ */
+static inline void lb_mr_lock(te_plugin_nic *nic)
+{
+    atomic_fetch_add(&nic->mr_waiting, 1);
+    pthread_mutex_lock(&nic->exec_lock);
+}
+static inline void lb_mr_unlock(te_plugin_nic *nic)
+{
+    pthread_mutex_unlock(&nic->exec_lock);
+    atomic_fetch_sub(&nic->mr_waiting, 1);
+}
+
+int lb_mr_reg(te_plugin_nic *nic, void *addr, size_t len, uint32_t access,
+              uint32_t mem_type, int device_id, te_plugin_mr **mr,
+              struct te_plugin_mr_info *info);
+int lb_mr_dereg(te_plugin_nic *nic, te_plugin_mr *mr);
+void lb_mr_free_all(lb_nic *nic);
+/* Caller holds exec_lock. */
+static inline lb_mr *lb_mr_lookup(lb_nic *nic, uint64_t rkey)
+{
+    uint32_t idx = (uint32_t)rkey;
+    if (idx == 0 || idx > nic->nmrs)
+        return NULL;
+    lb_mr *mr = nic->mrs[idx - 1];
+    return mr && mr->rkey == rkey ? mr : NULL;
+}
+
+/* ----------------------------------------------------------- lb_channel.c */
+
+int lb_registry_add(lb_nic *nic);
+void lb_registry_remove(lb_nic *nic);
+int lb_listen(lb_nic *nic);
+int lb_addr_parse(lb_nic *nic, const void *buf, size_t len, struct lb_addr *out);
+int lb_peer_add(te_plugin_nic *nic, const void *addr, size_t len,
+                te_plugin_peer *out);
+int lb_peer_remove(te_plugin_nic *nic, te_plugin_peer peer);
+static inline struct lb_peer *lb_peer_get(lb_nic *nic, te_plugin_peer h)
+{
+    uint32_t idx = (uint32_t)h;
+    if (idx == 0 || idx > nic->npeers)
+        return NULL;
+    struct lb_peer *p = nic->peers[idx - 1];
+    return p && p->handle == h ? p : NULL;
+}
+/* Stop the target from touching the channel, then release our side. */
+void lb_peer_detach(lb_nic *nic, struct lb_peer *p);
+/* Cross-process target's socket or process is gone (one poll syscall). */
+bool lb_peer_hung_up(const struct lb_peer *p);
+/* The target is gone: ops fail with -ECONNRESET, one PEER_DOWN. */
+void lb_peer_down(lb_nic *nic, struct lb_peer *p, const char *why);
+/* This NIC died (fault_kill_after): ops to p fail with -ENETDOWN. */
+void lb_peer_kill(lb_nic *nic, struct lb_peer *p);
+void lb_peers_free_all(lb_nic *nic);
+/* Adopt channels handed over by in-process initiators. */
+void lb_inbound_refresh(lb_nic *nic);
+void lb_inbound_drop(lb_nic *nic, struct lb_inbound *in);
+void lb_inbound_free_all(lb_nic *nic, uint32_t state);
+/* Accept connections and hellos, detect dead peers. */
+void lb_housekeeping(lb_nic *nic);
+te_plugin_peer lb_inbound_peer(lb_nic *nic, struct lb_inbound *in);
+
+/* ------------------------------------------------------------ lb_engine.c */
+
+/* Target side: execute inbound requests, at most `room` completions. */
+int lb_target_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room);
+void lb_pending_purge(lb_nic *nic, struct lb_inbound *in);
+
+/* --------------------------------------------------------- lb_initiator.c */
+
+int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n);
+/* Initiator side: turn responses into LOCAL completions. */
+int lb_initiator_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room);
+/* Fail every outstanding op of p with status; drains finished ones first. */
+void lb_peer_fail(lb_nic *nic, struct lb_peer *p, int status, bool drain);
+void lb_recvq_fail(lb_nic *nic, int status);
+int lb_slots_init(lb_nic *nic);
+
+/* ------------------------------------------------------------- lb_fault.c */
+
+int lb_config_parse(lb_ctx *ctx);
+extern const struct te_plugin_config_key lb_config_keys[];
+uint64_t lb_rand(lb_nic *nic);
+void lb_shuffle(lb_nic *nic, void *base, size_t n, size_t esize);
+/* fault_fail_every / fault_kill_after decisions for one posted op. */
+bool lb_fault_fail_now(lb_nic *nic);
+bool lb_fault_kill_now(lb_nic *nic);
+/* Make the NIC behave as dead (fault_kill_after). */
+void lb_nic_kill(lb_nic *nic);
+/* link_gbps token bucket: may the target execute len more bytes now? */
+bool lb_link_admit(lb_nic *nic, uint64_t len);
+
+#endif

@@ -1,0 +1,342 @@
+/*
+ * Loopback plugin entry: the ops table, context, devices, NIC lifetime and
+ * the poll() driver that runs target and initiator progress.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lb_internal.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+static void lb_vhost_err(const struct te_plugin_host *h, const char *prefix,
+                         const char *fmt, va_list ap)
+{
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    if (h->set_error)
+        h->set_error(h->host_ctx, "%s%s", prefix, msg);
+    if (h->log)
+        h->log(h->host_ctx, 3, "%s%s", prefix, msg);
+}
+
+void lb_err(lb_nic *nic, const char *fmt, ...)
+{
+    char prefix[40];
+    snprintf(prefix, sizeof(prefix), LB_NAME " %s: ", nic->name);
+    va_list ap;
+    va_start(ap, fmt);
+    lb_vhost_err(&nic->ctx->host, prefix, fmt, ap);
+    va_end(ap);
+}
+
+void lb_ctx_err(lb_ctx *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    lb_vhost_err(&ctx->host, LB_NAME ": ", fmt, ap);
+    va_end(ap);
+}
+
+void lb_log(lb_ctx *ctx, int level, const char *fmt, ...)
+{
+    if (!ctx->host.log)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    ctx->host.log(ctx->host.host_ctx, level, LB_NAME ": %s", msg);
+}
+
+uint64_t lb_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t lb_random64(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v)) {
+        /* No entropy yet (early boot): uniqueness is all we need. */
+        static _Atomic uint64_t ctr;
+        v = lb_now_ns() ^ ((uint64_t)getpid() << 32) ^
+            atomic_fetch_add(&ctr, 0x9e3779b97f4a7c15ull);
+    }
+    return v ? v : 1;
+}
+
+void lb_cq_push(lb_nic *nic, const struct te_plugin_cq_entry *e)
+{
+    if (lb_fifo_push(&nic->cq, e) != 0)
+        lb_log(nic->ctx, 0, "%s: out of memory queueing a completion (kind %u)",
+               nic->name, e->kind);
+}
+
+/* ---------------------------------------------------------- context, devices */
+
+static int lb_init(const struct te_plugin_host *host, te_plugin_ctx **out)
+{
+    if (!host || !out || host->struct_size < offsetof(struct te_plugin_host, log))
+        return -EINVAL;
+    lb_ctx *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return -ENOMEM;
+    memcpy(&ctx->host, host,
+           host->struct_size < sizeof(ctx->host) ? host->struct_size
+                                                 : sizeof(ctx->host));
+    int rc = lb_config_parse(ctx);
+    if (rc < 0) {
+        free(ctx);
+        return rc;
+    }
+    if (ctx->cfg.ptracer_any)
+        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    *out = ctx;
+    return 0;
+}
+
+static void lb_fini(te_plugin_ctx *ctx) { free(ctx); }
+
+static int lb_device_count(te_plugin_ctx *ctx) { return (int)ctx->cfg.devices; }
+
+static int lb_query_device(te_plugin_ctx *ctx, int idx,
+                           struct te_plugin_device_info *info)
+{
+    if (!info)
+        return -EINVAL;
+    if (idx < 0 || (uint32_t)idx >= ctx->cfg.devices) {
+        lb_ctx_err(ctx, "device %d does not exist (devices = %u)", idx,
+                   ctx->cfg.devices);
+        return -ENODEV;
+    }
+    struct te_plugin_device_info d;
+    memset(&d, 0, sizeof(d));
+    snprintf(d.name, sizeof(d.name), "lo%d", idx);
+    d.numa_node = -1;
+    d.link_gbps = ctx->cfg.link_gbps;
+    d.max_inline = 0;
+    d.queue_depth = ctx->cfg.queue_depth;
+    d.max_msg_size = LB_MAX_MSG_SIZE;
+    /* Fill only what the core's struct holds; keep its struct_size. */
+    size_t n = info->struct_size < sizeof(d) ? info->struct_size : sizeof(d);
+    size_t skip = sizeof(d.struct_size);
+    if (n > skip)
+        memcpy((char *)info + skip, (char *)&d + skip, n - skip);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- NICs */
+
+static void lb_nic_free(lb_nic *nic)
+{
+    if (nic->listen_fd >= 0)
+        close(nic->listen_fd);
+    for (uint32_t i = 0; i < nic->nhello; i++)
+        close(nic->hello_fds[i]);
+    free(nic->hello_fds);
+    lb_mr_free_all(nic);
+    lb_fifo_free(&nic->cq);
+    lb_fifo_free(&nic->recvq);
+    lb_fifo_free(&nic->pending);
+    free(nic->slots);
+    free(nic->peers);
+    free(nic->in);
+    free(nic->in_new);
+    free(nic->batch);
+    free(nic->pfds);
+    pthread_mutex_destroy(&nic->exec_lock);
+    pthread_mutex_destroy(&nic->in_lock);
+    free(nic);
+}
+
+static int lb_nic_open(te_plugin_ctx *ctx, int idx,
+                       const struct te_plugin_nic_attr *attr,
+                       te_plugin_nic **out)
+{
+    if (!out)
+        return -EINVAL;
+    if (idx < 0 || (uint32_t)idx >= ctx->cfg.devices) {
+        lb_ctx_err(ctx, "cannot open device %d: devices = %u", idx,
+                   ctx->cfg.devices);
+        return -ENODEV;
+    }
+    uint32_t qd = ctx->cfg.queue_depth, rd = 0;
+    if (attr && attr->struct_size >= offsetof(struct te_plugin_nic_attr, recv_depth) &&
+        attr->queue_depth)
+        qd = attr->queue_depth;
+    if (attr && attr->struct_size >= offsetof(struct te_plugin_nic_attr, reserved))
+        rd = attr->recv_depth;
+    if (qd > LB_MAX_QUEUE_DEPTH) {
+        lb_ctx_err(ctx, "queue depth %u exceeds the maximum %u", qd,
+                   LB_MAX_QUEUE_DEPTH);
+        return -EINVAL;
+    }
+    lb_nic *nic = calloc(1, sizeof(*nic));
+    if (!nic)
+        return -ENOMEM;
+    nic->ctx = ctx;
+    nic->index = (uint32_t)idx;
+    nic->id = lb_random64();
+    snprintf(nic->name, sizeof(nic->name), "lo%d", idx);
+    nic->qd = qd;
+    nic->recv_cap = rd > qd ? rd : qd;
+    nic->listen_fd = -1;
+    nic->mr_free = UINT32_MAX;
+    nic->rkey_seq = lb_random64();
+    pthread_mutex_init(&nic->exec_lock, NULL);
+    pthread_mutex_init(&nic->in_lock, NULL);
+    nic->rng = ctx->cfg.fault_seed ^ (0x9e3779b97f4a7c15ull * (idx + 1));
+    nic->tok_last_ns = lb_now_ns();
+
+    int rc = -ENOMEM;
+    nic->batch = calloc(LB_BATCH, sizeof(*nic->batch));
+    if (!nic->batch || lb_slots_init(nic) < 0 ||
+        lb_fifo_init(&nic->cq, sizeof(struct te_plugin_cq_entry), 2 * qd) < 0 ||
+        lb_fifo_init(&nic->recvq, sizeof(struct lb_recv), nic->recv_cap) < 0 ||
+        lb_fifo_init(&nic->pending, sizeof(struct lb_pending), 64) < 0)
+        goto fail;
+    if ((rc = lb_listen(nic)) < 0)
+        goto fail;
+    if ((rc = lb_registry_add(nic)) < 0)
+        goto fail;
+    *out = nic;
+    return 0;
+fail:
+    if (rc == -ENOMEM)
+        lb_ctx_err(ctx, "out of memory opening %s", nic->name);
+    lb_nic_free(nic);
+    return rc;
+}
+
+static void lb_nic_close(te_plugin_nic *nic)
+{
+    if (!nic)
+        return;
+    /* Unreachable first, so no new channel can arrive while tearing down. */
+    lb_registry_remove(nic);
+    lb_peers_free_all(nic);
+    lb_inbound_free_all(nic, LB_ST_CLOSED);
+    lb_nic_free(nic);
+}
+
+static int lb_nic_address(te_plugin_nic *nic, void *buf, size_t *len)
+{
+    if (!len)
+        return -EINVAL;
+    if (!buf || *len < sizeof(nic->addr)) {
+        *len = sizeof(nic->addr);
+        lb_err(nic, "address buffer too small: need %zu bytes",
+               sizeof(nic->addr));
+        return -ENOSPC;
+    }
+    memcpy(buf, &nic->addr, sizeof(nic->addr));
+    *len = sizeof(nic->addr);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ poll */
+
+static int lb_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
+{
+    if (!out || max < 0)
+        return -EINVAL;
+    int n = 0;
+    while (n < max && nic->cq.count) {
+        struct te_plugin_cq_entry *e = lb_fifo_at(&nic->cq, 0);
+        if (e->kind == TE_PCQ_LOCAL)
+            nic->outstanding--;
+        out[n++] = *e;
+        lb_fifo_pop(&nic->cq);
+    }
+    if (n == max || atomic_load_explicit(&nic->dead, memory_order_relaxed))
+        return n;
+
+    /*
+     * Sockets and liveness cost syscalls: look at them at most once per
+     * LB_HK_INTERVAL_NS, reading the clock every 64 busy polls or when idle.
+     */
+    if ((++nic->hk_polls & 63) == 0 || nic->hk_polls & 0x80000000u) {
+        nic->hk_polls &= 0x7fffffffu;
+        uint64_t now = lb_now_ns();
+        if (now >= nic->hk_next_ns) {
+            nic->hk_next_ns = now + LB_HK_INTERVAL_NS;
+            lb_housekeeping(nic);
+            while (n < max && nic->cq.count) {
+                struct te_plugin_cq_entry *e = lb_fifo_at(&nic->cq, 0);
+                if (e->kind == TE_PCQ_LOCAL)
+                    nic->outstanding--;
+                out[n++] = *e;
+                lb_fifo_pop(&nic->cq);
+            }
+            if (n == max || atomic_load_explicit(&nic->dead, memory_order_relaxed))
+                return n;
+        }
+    }
+    if (atomic_load_explicit(&nic->in_gen, memory_order_acquire) != nic->in_seen)
+        lb_inbound_refresh(nic);
+
+    /* Alternate which side goes first so neither starves with a small max. */
+    nic->resp_first = !nic->resp_first;
+    if (nic->resp_first) {
+        n += lb_initiator_progress(nic, out + n, max - n);
+        n += lb_target_progress(nic, out + n, max - n);
+    } else {
+        n += lb_target_progress(nic, out + n, max - n);
+        n += lb_initiator_progress(nic, out + n, max - n);
+    }
+    if (n == 0)
+        nic->hk_polls |= 0x80000000u; /* idle: check the clock next time */
+    return n;
+}
+
+/* ------------------------------------------------------------ entry point */
+
+static const struct te_plugin_ops lb_ops = {
+    .abi_major = TE_PLUGIN_ABI_MAJOR,
+    .abi_minor = TE_PLUGIN_ABI_MINOR,
+    .struct_size = sizeof(struct te_plugin_ops),
+    .name = LB_NAME,
+    .version = LB_VERSION,
+    .description = "software NIC: in-process and same-host cross-process "
+                   "transfers, with fault injection",
+    .config_keys = lb_config_keys,
+    .init = lb_init,
+    .fini = lb_fini,
+    .device_count = lb_device_count,
+    .query_device = lb_query_device,
+    .nic_open = lb_nic_open,
+    .nic_close = lb_nic_close,
+    .nic_address = lb_nic_address,
+    .mr_reg = lb_mr_reg,
+    .mr_dereg = lb_mr_dereg,
+    .peer_add = lb_peer_add,
+    .peer_remove = lb_peer_remove,
+    .post = lb_post,
+    .poll = lb_poll,
+};
+
+__attribute__((visibility("default"))) const struct te_plugin_ops *
+te_plugin_entry(uint32_t core_major, uint32_t core_minor, char *err,
+                size_t errlen)
+{
+    if (core_major != TE_PLUGIN_ABI_MAJOR) {
+        if (err && errlen)
+            snprintf(err, errlen,
+                     LB_NAME " plugin speaks plugin ABI %u.%u, core speaks %u.%u",
+                     TE_PLUGIN_ABI_MAJOR, TE_PLUGIN_ABI_MINOR, core_major,
+                     core_minor);
+        return NULL;
+    }
+    return &lb_ops;
+}

@@ -1,0 +1,1511 @@
+/*
+ * Loopback plugin, driven directly through its ops table with a tiny fake
+ * host (no core engine). Every wait is bounded by a deadline.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "te/plugin.h"
+
+#ifndef TE_PLUGIN_BUILD_DIR
+#define TE_PLUGIN_BUILD_DIR "."
+#endif
+#define PLUGIN_SO TE_PLUGIN_BUILD_DIR "/libte-plugin-loopback.so"
+#define DEADLINE_S 10.0
+
+/* ------------------------------------------------------------- fake host */
+
+struct env {
+    const char *const *kv; /* key, value, ..., NULL */
+    char last_err[1024];
+    int nerr;
+    struct te_plugin_host host;
+    te_plugin_ctx *ctx;
+};
+
+static const char *fh_get(void *c, const char *key)
+{
+    struct env *e = c;
+    for (const char *const *p = e->kv; p && p[0]; p += 2)
+        if (!strcmp(p[0], key))
+            return p[1];
+    return NULL;
+}
+
+static void fh_err(void *c, const char *fmt, ...)
+{
+    struct env *e = c;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->last_err, sizeof(e->last_err), fmt, ap);
+    va_end(ap);
+    e->nerr++;
+}
+
+static void fh_log(void *c, int level, const char *fmt, ...)
+{
+    if (!getenv("LB_TEST_VERBOSE"))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "[log %d] ", level);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static void *dl;
+static const struct te_plugin_ops *ops;
+static struct env envs[2];
+
+static int env_start(struct env *e, const char *const *kv)
+{
+    memset(e, 0, sizeof(*e));
+    e->kv = kv;
+    e->host = (struct te_plugin_host){sizeof(e->host), e, fh_get, fh_err, fh_log};
+    return ops->init(&e->host, &e->ctx);
+}
+
+/* ------------------------------------------------------------ event logs */
+
+#define MAXEV 8192
+struct nicw {
+    te_plugin_nic *nic;
+    struct env *env;
+    int nev;
+    struct te_plugin_cq_entry ev[MAXEV];
+};
+static struct nicw W[4];
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void setup(void)
+{
+    dl = dlopen(PLUGIN_SO, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(dl, "dlopen %s: %s", PLUGIN_SO, dlerror());
+    te_plugin_entry_fn entry = (te_plugin_entry_fn)dlsym(dl, TE_PLUGIN_ENTRY_SYMBOL);
+    ck_assert_msg(entry, "no entry symbol");
+    char err[256] = "";
+    ops = entry(TE_PLUGIN_ABI_MAJOR, TE_PLUGIN_ABI_MINOR, err, sizeof(err));
+    ck_assert_msg(ops, "entry refused: %s", err);
+    memset(W, 0, sizeof(W));
+    memset(envs, 0, sizeof(envs));
+}
+
+static void teardown(void)
+{
+    for (int i = 0; i < 4; i++)
+        if (W[i].nic)
+            ops->nic_close(W[i].nic);
+    for (int i = 0; i < 2; i++)
+        if (envs[i].ctx)
+            ops->fini(envs[i].ctx);
+    memset(W, 0, sizeof(W));
+    if (dl)
+        dlclose(dl);
+    dl = NULL;
+}
+
+static struct nicw *nic_open(int slot, struct env *e, int idx, uint32_t qd)
+{
+    struct te_plugin_nic_attr attr = {sizeof(attr), qd, 0, 0};
+    struct nicw *w = &W[slot];
+    w->env = e;
+    w->nev = 0;
+    int rc = ops->nic_open(e->ctx, idx, &attr, &w->nic);
+    ck_assert_msg(rc == 0, "nic_open(%d) = %d: %s", idx, rc, e->last_err);
+    return w;
+}
+
+static void nic_close(struct nicw *w)
+{
+    ops->nic_close(w->nic);
+    w->nic = NULL;
+}
+
+static void pump1(struct nicw *w)
+{
+    struct te_plugin_cq_entry e[64];
+    int n = ops->poll(w->nic, e, 64);
+    ck_assert_int_ge(n, 0);
+    ck_assert_msg(w->nev + n <= MAXEV, "event log overflow");
+    memcpy(&w->ev[w->nev], e, (size_t)n * sizeof(e[0]));
+    w->nev += n;
+}
+
+static void pump(void)
+{
+    for (int i = 0; i < 4; i++)
+        if (W[i].nic)
+            pump1(&W[i]);
+}
+
+#define WAIT(cond)                                                             \
+    do {                                                                       \
+        double dl_ = now_s() + DEADLINE_S;                                     \
+        while (!(cond)) {                                                      \
+            pump();                                                            \
+            if (now_s() > dl_)                                                 \
+                ck_abort_msg("timeout waiting for %s", #cond);                 \
+        }                                                                      \
+    } while (0)
+
+/* Pump for a while, for checks that something does NOT happen. */
+static void pump_for(double secs)
+{
+    double end = now_s() + secs;
+    while (now_s() < end)
+        pump();
+}
+
+static int count(const struct nicw *w, uint32_t kind)
+{
+    int n = 0;
+    for (int i = 0; i < w->nev; i++)
+        n += w->ev[i].kind == kind;
+    return n;
+}
+
+static int count_status(const struct nicw *w, uint32_t kind, int status)
+{
+    int n = 0;
+    for (int i = 0; i < w->nev; i++)
+        n += w->ev[i].kind == kind && w->ev[i].status == status;
+    return n;
+}
+
+static const struct te_plugin_cq_entry *find(const struct nicw *w,
+                                             uint32_t kind, uint64_t context)
+{
+    for (int i = 0; i < w->nev; i++)
+        if (w->ev[i].kind == kind && w->ev[i].context == context)
+            return &w->ev[i];
+    return NULL;
+}
+
+static te_plugin_peer connect_to(struct nicw *a, struct nicw *b)
+{
+    unsigned char addr[TE_PLUGIN_MAX_ADDR_LEN];
+    size_t len = sizeof(addr);
+    ck_assert_int_eq(ops->nic_address(b->nic, addr, &len), 0);
+    te_plugin_peer p = 0;
+    int rc = ops->peer_add(a->nic, addr, len, &p);
+    ck_assert_msg(rc == 0, "peer_add = %d: %s", rc, a->env->last_err);
+    ck_assert(p != 0);
+    return p;
+}
+
+static te_plugin_mr *reg(struct nicw *w, void *addr, size_t len,
+                         uint32_t access, struct te_plugin_mr_info *info)
+{
+    te_plugin_mr *mr = NULL;
+    struct te_plugin_mr_info tmp;
+    int rc = ops->mr_reg(w->nic, addr, len, access, TE_PMEM_HOST, 0, &mr,
+                         info ? info : &tmp);
+    ck_assert_msg(rc == 0, "mr_reg = %d: %s", rc, w->env->last_err);
+    return mr;
+}
+
+static struct te_plugin_op op_write(te_plugin_peer peer, te_plugin_mr *mr,
+                                    void *src, uint64_t len, uint64_t raddr,
+                                    uint64_t rkey, uint32_t flags, uint32_t imm,
+                                    uint64_t context)
+{
+    return (struct te_plugin_op){.kind = TE_POP_WRITE, .flags = flags,
+                                 .peer = peer, .mr = mr, .local_addr = src,
+                                 .len = len, .remote_addr = raddr,
+                                 .rkey = rkey, .imm = imm, .context = context};
+}
+
+static void post1(struct nicw *w, struct te_plugin_op op)
+{
+    int rc = ops->post(w->nic, &op, 1);
+    ck_assert_msg(rc == 1, "post = %d: %s", rc, w->env->last_err);
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)(i * 7 + seed);
+}
+
+static const char *const NOKV[] = {NULL};
+
+/* Two NICs lo0 (A) and lo1 (B) of one context. */
+static void two_nics(const char *const *kv, uint32_t qd)
+{
+    ck_assert_int_eq(env_start(&envs[0], kv), 0);
+    nic_open(0, &envs[0], 0, qd);
+    nic_open(1, &envs[0], 1, qd);
+}
+
+/* ------------------------------------------------------------------ tests */
+
+START_TEST(test_abi)
+{
+    ck_assert_uint_eq(ops->abi_major, TE_PLUGIN_ABI_MAJOR);
+    ck_assert_uint_eq(ops->abi_minor, TE_PLUGIN_ABI_MINOR);
+    ck_assert_uint_eq(ops->struct_size, sizeof(struct te_plugin_ops));
+    ck_assert_uint_ge(ops->struct_size, TE_PLUGIN_OPS_MIN_SIZE_1_0);
+    ck_assert_str_eq(ops->name, "loopback");
+    ck_assert_ptr_nonnull(ops->version);
+    ck_assert_ptr_nonnull(ops->description);
+    ck_assert_ptr_nonnull(ops->init);
+    ck_assert_ptr_nonnull(ops->poll);
+    const char *want[] = {"devices", "queue_depth", "link_gbps", "fault_seed",
+                          "fault_reorder", "fault_delay_us", "fault_fail_every",
+                          "fault_kill_after"};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        const struct te_plugin_config_key *k = ops->config_keys;
+        while (k->name && strcmp(k->name, want[i]))
+            k++;
+        ck_assert_msg(k->name, "key %s not documented", want[i]);
+        ck_assert_ptr_nonnull(k->default_value);
+        ck_assert(k->doc && strlen(k->doc) > 10);
+    }
+    /* Only the entry point is exported. */
+    ck_assert_ptr_null(dlsym(dl, "lb_post"));
+    ck_assert_ptr_null(dlsym(dl, "lb_config_keys"));
+    /* A core of another major is refused with both versions named. */
+    te_plugin_entry_fn entry = (te_plugin_entry_fn)dlsym(dl, TE_PLUGIN_ENTRY_SYMBOL);
+    char err[256] = "";
+    ck_assert_ptr_null(entry(2, 0, err, sizeof(err)));
+    ck_assert_msg(strstr(err, "2.0") && strstr(err, "1.0"), "%s", err);
+    ck_assert_ptr_nonnull(entry(1, 7, err, sizeof(err)));
+}
+END_TEST
+
+START_TEST(test_devices_and_config)
+{
+    ck_assert_int_eq(env_start(&envs[0], NOKV), 0);
+    ck_assert_int_eq(ops->device_count(envs[0].ctx), 8);
+    struct te_plugin_device_info info;
+    memset(&info, 0xab, sizeof(info));
+    info.struct_size = sizeof(info);
+    ck_assert_int_eq(ops->query_device(envs[0].ctx, 7, &info), 0);
+    ck_assert_uint_eq(info.struct_size, sizeof(info));
+    ck_assert_str_eq(info.name, "lo7");
+    ck_assert_str_eq(info.pci_path, "");
+    ck_assert_int_eq(info.numa_node, -1);
+    ck_assert_uint_eq(info.link_gbps, 0);
+    ck_assert_uint_eq(info.queue_depth, 1024);
+    ck_assert_uint_eq(info.max_msg_size, 1ull << 40);
+    ck_assert_int_eq(ops->query_device(envs[0].ctx, 8, &info), -ENODEV);
+    ck_assert_int_eq(ops->query_device(envs[0].ctx, -1, &info), -ENODEV);
+    /* A core that knows a shorter struct gets only that much written. */
+    memset(&info, 0xab, sizeof(info));
+    info.struct_size = offsetof(struct te_plugin_device_info, numa_node);
+    ck_assert_int_eq(ops->query_device(envs[0].ctx, 2, &info), 0);
+    ck_assert_str_eq(info.name, "lo2");
+    ck_assert_int_eq(info.numa_node, (int32_t)0xabababab);
+    ops->fini(envs[0].ctx);
+    envs[0].ctx = NULL;
+
+    static const char *const kv[] = {"devices", "3", "link_gbps", "100",
+                                     "queue_depth", "64", NULL};
+    ck_assert_int_eq(env_start(&envs[0], kv), 0);
+    ck_assert_int_eq(ops->device_count(envs[0].ctx), 3);
+    info.struct_size = sizeof(info);
+    ck_assert_int_eq(ops->query_device(envs[0].ctx, 2, &info), 0);
+    ck_assert_uint_eq(info.link_gbps, 100);
+    ck_assert_uint_eq(info.queue_depth, 64);
+    te_plugin_nic *nic;
+    ck_assert_int_eq(ops->nic_open(envs[0].ctx, 3, NULL, &nic), -ENODEV);
+    ops->fini(envs[0].ctx);
+    envs[0].ctx = NULL;
+
+    static const char *const bad[][3] = {
+        {"devices", "abc", NULL},      {"devices", "0", NULL},
+        {"devices", "1000", NULL},     {"queue_depth", "-1", NULL},
+        {"fault_reorder", "maybe", NULL}, {"fault_seed", "12x", NULL},
+        {"link_gbps", "", NULL},       {"fault_delay_us", "1e3", NULL},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_int_eq(env_start(&envs[0], bad[i]), -EINVAL);
+        ck_assert_msg(strstr(envs[0].last_err, bad[i][0]),
+                      "message names the key: %s", envs[0].last_err);
+        envs[0].ctx = NULL;
+    }
+    static const char *const good[] = {"fault_reorder", "yes", "fault_seed",
+                                       "0xdeadbeef", "fault_fail_every", " 5 ",
+                                       NULL};
+    ck_assert_int_eq(env_start(&envs[0], good), 0);
+}
+END_TEST
+
+START_TEST(test_address)
+{
+    two_nics(NOKV, 0);
+    unsigned char addr[TE_PLUGIN_MAX_ADDR_LEN];
+    size_t len = 4;
+    ck_assert_int_eq(ops->nic_address(W[1].nic, addr, &len), -ENOSPC);
+    ck_assert_uint_gt(len, 4);
+    ck_assert_uint_le(len, TE_PLUGIN_MAX_ADDR_LEN);
+    size_t need = len;
+    len = sizeof(addr);
+    ck_assert_int_eq(ops->nic_address(W[1].nic, addr, &len), 0);
+    ck_assert_uint_eq(len, need);
+
+    te_plugin_peer p = 0;
+    ck_assert_int_eq(ops->peer_add(W[0].nic, addr, len - 1, &p), -EINVAL);
+    ck_assert_msg(strstr(envs[0].last_err, "bytes"), "%s", envs[0].last_err);
+    unsigned char bad[TE_PLUGIN_MAX_ADDR_LEN];
+    memcpy(bad, addr, len);
+    bad[0] ^= 0xff;
+    ck_assert_int_eq(ops->peer_add(W[0].nic, bad, len, &p), -EINVAL);
+    ck_assert_msg(strstr(envs[0].last_err, "not a loopback address"), "%s",
+                  envs[0].last_err);
+    memset(bad, 0x41, sizeof(bad));
+    ck_assert_int_eq(ops->peer_add(W[0].nic, bad, len, &p), -EINVAL);
+    ck_assert_int_eq(ops->peer_add(W[0].nic, NULL, 0, &p), -EINVAL);
+    /* Unterminated socket name. */
+    memcpy(bad, addr, len);
+    memset(bad + len - 40, 'x', 40);
+    ck_assert_int_eq(ops->peer_add(W[0].nic, bad, len, &p), -EINVAL);
+
+    /* A closed NIC of this process is refused with a reason. */
+    nic_close(&W[1]);
+    ck_assert_int_eq(ops->peer_add(W[0].nic, addr, len, &p), -ECONNREFUSED);
+    ck_assert_msg(strstr(envs[0].last_err, "not open"), "%s", envs[0].last_err);
+}
+END_TEST
+
+START_TEST(test_write_imm)
+{
+    two_nics(NOKV, 0);
+    struct nicw *a = &W[0], *b = &W[1];
+    ck_assert_int_eq(env_start(&envs[1], NOKV), 0); /* second context */
+    struct nicw *c = nic_open(2, &envs[1], 2, 0);
+
+    static unsigned char src[65536], dst[65536];
+    fill(src, sizeof(src), 3);
+    memset(dst, 0xee, sizeof(dst));
+    struct te_plugin_mr_info di;
+    te_plugin_mr *smr = reg(a, src, sizeof(src), TE_PMR_LOCAL_WRITE, NULL);
+    te_plugin_mr *cmr = reg(c, src, sizeof(src), 0, NULL);
+    reg(b, dst, sizeof(dst), TE_PMR_REMOTE_WRITE, &di);
+    ck_assert(di.rkey != 0);
+    ck_assert_uint_eq(di.remote_base, (uintptr_t)dst);
+
+    te_plugin_peer ab = connect_to(a, b);
+    te_plugin_peer ba = connect_to(b, a); /* B knows A: IMMs name A */
+    te_plugin_peer cb = connect_to(c, b); /* B does not know C */
+
+    post1(a, op_write(ab, smr, src + 5, 40000, di.remote_base + 100, di.rkey,
+                      TE_POP_F_IMM, 0x1234, 77));
+    /* Poll only B until the imm shows: the data must already be there. */
+    double until = now_s() + DEADLINE_S;
+    while (!count(b, TE_PCQ_IMM)) {
+        pump1(b);
+        ck_assert(now_s() < until);
+    }
+    ck_assert_int_eq(memcmp(dst + 100, src + 5, 40000), 0);
+    ck_assert_uint_eq(dst[99], 0xee);
+    ck_assert_uint_eq(dst[100 + 40000], 0xee);
+    ck_assert_int_eq(b->nev, 1);
+    ck_assert_uint_eq(b->ev[0].imm, 0x1234);
+    ck_assert_uint_eq(b->ev[0].peer, ba);
+    WAIT(count(a, TE_PCQ_LOCAL) == 1);
+    ck_assert_int_eq(a->ev[0].status, 0);
+    ck_assert_uint_eq(a->ev[0].context, 77);
+
+    /* From a NIC the target has not added: peer 0. Two imms, two LOCALs. */
+    post1(c, op_write(cb, cmr, src, 10, di.remote_base, di.rkey, TE_POP_F_IMM,
+                      9, 1));
+    post1(c, op_write(cb, cmr, src, 10, di.remote_base + 10, di.rkey,
+                      TE_POP_F_IMM, 9, 2));
+    WAIT(count(c, TE_PCQ_LOCAL) == 2 && count(b, TE_PCQ_IMM) == 3);
+    ck_assert_uint_eq(b->ev[1].peer, 0);
+    ck_assert_uint_eq(b->ev[2].peer, 0);
+    /* A write without imm reports nothing at the target. */
+    post1(a, op_write(ab, smr, src, 1000, di.remote_base, di.rkey, 0, 0, 5));
+    WAIT(count(a, TE_PCQ_LOCAL) == 2);
+    pump_for(0.01);
+    ck_assert_int_eq(count(b, TE_PCQ_IMM), 3);
+    ck_assert_int_eq(memcmp(dst, src, 1000), 0);
+    ck_assert_int_eq(count(a, TE_PCQ_LOCAL), 2);
+    ck_assert_int_eq(count(c, TE_PCQ_LOCAL), 2);
+}
+END_TEST
+
+START_TEST(test_zero_length_imm)
+{
+    two_nics(NOKV, 0);
+    struct nicw *a = &W[0], *b = &W[1];
+    static unsigned char dst[4096];
+    struct te_plugin_mr_info di;
+    reg(b, dst, sizeof(dst), TE_PMR_REMOTE_WRITE, &di);
+    te_plugin_peer ab = connect_to(a, b);
+    /* No key, no mr at all. */
+    post1(a, op_write(ab, NULL, NULL, 0, 0, 0, TE_POP_F_IMM, 1, 1));
+    /* A valid key, at the very end of the region. */
+    post1(a, op_write(ab, NULL, NULL, 0, di.remote_base + sizeof(dst), di.rkey,
+                      TE_POP_F_IMM, 2, 2));
+    /* An invalid non-zero key is rejected even for zero bytes. */
+    post1(a, op_write(ab, NULL, NULL, 0, 0, di.rkey ^ 0x100000000ull,
+                      TE_POP_F_IMM, 3, 3));
+    WAIT(count(a, TE_PCQ_LOCAL) == 3);
+    ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 1)->status, 0);
+    ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 2)->status, 0);
+    ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 3)->status, -EACCES);
+    pump_for(0.005);
+    ck_assert_int_eq(count(b, TE_PCQ_IMM), 2);
+    ck_assert_uint_eq(b->ev[0].imm + b->ev[1].imm, 3);
+}
+END_TEST
+
+START_TEST(test_read)
+{
+    two_nics(NOKV, 0);
+    struct nicw *a = &W[0], *b = &W[1];
+    static unsigned char remote[100000], local[100000];
+    fill(remote, sizeof(remote), 11);
+    memset(local, 0, sizeof(local));
+    struct te_plugin_mr_info ri;
+    reg(b, remote, sizeof(remote), TE_PMR_REMOTE_READ, &ri);
+    te_plugin_mr *lmr = reg(a, local, sizeof(local), TE_PMR_LOCAL_WRITE, NULL);
+    te_plugin_mr *romr = reg(a, local, sizeof(local), 0, NULL);
+    te_plugin_peer ab = connect_to(a, b);
+    struct te_plugin_op op = {.kind = TE_POP_READ, .peer = ab, .mr = lmr,
+                              .local_addr = local + 8, .len = 90000,
+                              .remote_addr = ri.remote_base + 1000,
+                              .rkey = ri.rkey, .context = 42};
+    post1(a, op);
+    WAIT(count(a, TE_PCQ_LOCAL) == 1);
+    ck_assert_int_eq(a->ev[0].status, 0);
+    ck_assert_uint_eq(a->ev[0].context, 42);
+    ck_assert_int_eq(memcmp(local + 8, remote + 1000, 90000), 0);
+    ck_assert_uint_eq(local[7], 0);
+    ck_assert_int_eq(count(b, TE_PCQ_IMM), 0);
+    /* The local region must be writable by the NIC. */
+    op.mr = romr;
+    op.context = 43;
+    post1(a, op);
+    WAIT(count(a, TE_PCQ_LOCAL) == 2);
+    ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 43)->status, -EACCES);
+    ck_assert_msg(strstr(envs[0].last_err, "LOCAL_WRITE"), "%s", envs[0].last_err);
+}
+END_TEST
+
+START_TEST(test_send_recv)
+{
+    two_nics(NOKV, 0);
+    struct nicw *a = &W[0], *b = &W[1];
+    static unsigned char msg[300], rbuf[4][256];
+    fill(msg, sizeof(msg), 1);
+    memset(rbuf, 0, sizeof(rbuf));
+    te_plugin_mr *smr = reg(a, msg, sizeof(msg), 0, NULL);
+    te_plugin_mr *rmr = reg(b, rbuf, sizeof(rbuf), TE_PMR_LOCAL_WRITE, NULL);
+    te_plugin_peer ab = connect_to(a, b);
+    te_plugin_peer ba = connect_to(b, a);
+
+    struct te_plugin_op s = {.kind = TE_POP_SEND, .peer = ab, .mr = smr,
+                             .local_addr = msg, .len = 100, .context = 1};
+    post1(a, s);
+    /* Receiver not ready: nothing fails, nothing is dropped. */
+    pump_for(0.03);
+    ck_assert_int_eq(a->nev, 0);
+    ck_assert_int_eq(b->nev, 0);
+    struct te_plugin_op r = {.kind = TE_POP_RECV, .mr = rmr,
+                             .local_addr = rbuf[0], .len = 256, .context = 100};
+    post1(b, r);
+    WAIT(count(a, TE_PCQ_LOCAL) == 1 && count(b, TE_PCQ_RECV) == 1);
+    ck_assert_int_eq(a->ev[0].status, 0);
+    const struct te_plugin_cq_entry *e = find(b, TE_PCQ_RECV, 100);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->status, 0);
+    ck_assert_uint_eq(e->len, 100);
+    ck_assert_uint_eq(e->peer, ba);
+    ck_assert_int_eq(memcmp(rbuf[0], msg, 100), 0);
+
+    /* Receive buffers are consumed in posting order. */
+    r.local_addr = rbuf[1]; r.context = 101; post1(b, r);
+    r.local_addr = rbuf[2]; r.context = 102; post1(b, r);
+    s.local_addr = msg + 10; s.len = 20; s.context = 2; post1(a, s);
+    s.local_addr = msg + 50; s.len = 0; s.context = 3; post1(a, s);
+    WAIT(count(a, TE_PCQ_LOCAL) == 3 && count(b, TE_PCQ_RECV) == 3);
+    ck_assert_uint_eq(find(b, TE_PCQ_RECV, 101)->len, 20);
+    ck_assert_uint_eq(find(b, TE_PCQ_RECV, 102)->len, 0);
+    ck_assert_int_eq(memcmp(rbuf[1], msg + 10, 20), 0);
+
+    /* Too large for the buffer: both sides see -EMSGSIZE. */
+    r.local_addr = rbuf[3]; r.len = 16; r.context = 103; post1(b, r);
+    s.local_addr = msg; s.len = 300; s.context = 4; post1(a, s);
+    WAIT(count(a, TE_PCQ_LOCAL) == 4 && count(b, TE_PCQ_RECV) == 4);
+    ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 4)->status, -EMSGSIZE);
+    ck_assert_int_eq(find(b, TE_PCQ_RECV, 103)->status, -EMSGSIZE);
+    ck_assert_msg(strstr(envs[0].last_err, "receive buffer"), "%s",
+                  envs[0].last_err);
+}
+END_TEST
+
+START_TEST(test_access_errors)
+{
+    two_nics(NOKV, 0);
+    struct nicw *a = &W[0], *b = &W[1];
+    static unsigned char src[8192], wdst[4096], rdst[4096];
+    fill(src, sizeof(src), 5);
+    memset(wdst, 0x11, sizeof(wdst));
+    memset(rdst, 0x22, sizeof(rdst));
+    struct te_plugin_mr_info wi, ri;
+    te_plugin_mr *smr = reg(a, src, sizeof(src), TE_PMR_LOCAL_WRITE, NULL);
+    reg(b, wdst, sizeof(wdst), TE_PMR_REMOTE_WRITE, &wi);
+    reg(b, rdst, sizeof(rdst), TE_PMR_REMOTE_READ, &ri);
+    te_plugin_peer ab = connect_to(a, b);
+    struct {
+        struct te_plugin_op op;
+        const char *msg;
+    } cases[] = {
+        {op_write(ab, smr, src, 10, wi.remote_base, 0xdead00000001ull,
+                  TE_POP_F_IMM, 1, 1), "not registered"},
+        {op_write(ab, smr, src, 100, wi.remote_base + 4000, wi.rkey,
+                  TE_POP_F_IMM, 2, 2), "write of 100 bytes at +4000 exceeds region of 4096"},
+        {op_write(ab, smr, src, 10, wi.remote_base - 1, wi.rkey, TE_POP_F_IMM,
+                  3, 3), "exceeds region"},
+        {op_write(ab, smr, src, 8192, wi.remote_base, wi.rkey, TE_POP_F_IMM,
+                  4, 4), "exceeds region"},
+        {op_write(ab, smr, src, 10, ri.remote_base, ri.rkey, TE_POP_F_IMM, 5,
+                  5), "does not allow remote writes"},
+        {{.kind = TE_POP_READ, .peer = ab, .mr = smr, .local_addr = src,
+          .len = 10, .remote_addr = wi.remote_base, .rkey = wi.rkey,
+          .context = 6}, "does not allow remote reads"},
+        {{.kind = TE_POP_READ, .peer = ab, .mr = smr, .local_addr = src,
+          .len = 10, .remote_addr = ri.remote_base + 4090, .rkey = ri.rkey,
+          .context = 7}, "read of 10 bytes at +4090"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        post1(a, cases[i].op);
+        WAIT(count(a, TE_PCQ_LOCAL) == (int)i + 1);
+        const struct te_plugin_cq_entry *e = find(a, TE_PCQ_LOCAL, cases[i].op.context);
+        ck_assert_ptr_nonnull(e);
+        ck_assert_int_eq(e->status, -EACCES);
+        ck_assert_msg(strstr(envs[0].last_err, cases[i].msg),
+                      "case %zu: '%s' lacks '%s'", i, envs[0].last_err,
+                      cases[i].msg);
+        ck_assert_msg(strstr(envs[0].last_err, "lo1"), "%s", envs[0].last_err);
+    }
+    pump_for(0.005);
+    ck_assert_int_eq(count(b, TE_PCQ_IMM), 0);
+    for (size_t i = 0; i < sizeof(wdst); i++)
+        ck_assert_uint_eq(wdst[i], 0x11);
+    for (size_t i = 0; i < sizeof(rdst); i++)
+        ck_assert_uint_eq(rdst[i], 0x22);
+    /* Local buffer outside its registration: a local protection error. */
+    post1(a, op_write(ab, smr, src + 8000, 500, wi.remote_base, wi.rkey, 0, 0, 8));
+    WAIT(count(a, TE_PCQ_LOCAL) == 8);
+    ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 8)->status, -EACCES);
+    ck_assert_msg(strstr(envs[0].last_err, "local buffer"), "%s", envs[0].last_err);
+    /* CUDA memory is not supported, with a reason. */
+    te_plugin_mr *mr;
+    struct te_plugin_mr_info info;
+    ck_assert_int_eq(ops->mr_reg(a->nic, src, 10, 0, TE_PMEM_CUDA, 0, &mr, &info),
+                     -ENOTSUP);
+    ck_assert_msg(strstr(envs[0].last_err, "host memory"), "%s", envs[0].last_err);
+    ck_assert_int_eq(ops->mr_reg(a->nic, src, 0, 0, TE_PMEM_HOST, 0, &mr, &info),
+                     -EINVAL);
+}
+END_TEST
+
+START_TEST(test_dereg)
+{
+    two_nics(NOKV, 0);
+    struct nicw *a = &W[0], *b = &W[1];
+    static unsigned char src[4096], dst[4096];
+    fill(src, sizeof(src), 9);
+    memset(dst, 0, sizeof(dst));
+    struct te_plugin_mr_info di, di2;
+    te_plugin_mr *smr = reg(a, src, sizeof(src), 0, NULL);
+    te_plugin_mr *dmr = reg(b, dst, sizeof(dst), TE_PMR_REMOTE_WRITE, &di);
+    te_plugin_peer ab = connect_to(a, b);
+    post1(a, op_write(ab, smr, src, 100, di.remote_base, di.rkey, 0, 0, 1));
+    WAIT(count(a, TE_PCQ_LOCAL) == 1);
+    ck_assert_int_eq(a->ev[0].status, 0);
+    ck_assert_int_eq(ops->mr_dereg(b->nic, dmr), 0);
+    memset(dst, 0, sizeof(dst));
+    post1(a, op_write(ab, smr, src, 100, di.remote_base, di.rkey, TE_POP_F_IMM,
+                      1, 2));
+    WAIT(count(a, TE_PCQ_LOCAL) == 2);
+    ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 2)->status, -EACCES);
+    ck_assert_int_eq(count(b, TE_PCQ_IMM), 0);
+    ck_assert_uint_eq(dst[0], 0);
+    /* Re-registering the same memory yields a fresh key; the old stays dead. */
+    reg(b, dst, sizeof(dst), TE_PMR_REMOTE_WRITE, &di2);
+    ck_assert(di2.rkey != di.rkey);
+    post1(a, op_write(ab, smr, src, 100, di.remote_base, di.rkey, 0, 0, 3));
+    post1(a, op_write(ab, smr, src, 100, di2.remote_base, di2.rkey, 0, 0, 4));
+    WAIT(count(a, TE_PCQ_LOCAL) == 4);
+    ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 3)->status, -EACCES);
+    ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 4)->status, 0);
+    ck_assert_int_eq(ops->mr_dereg(a->nic, smr), 0);
+}
+END_TEST
+
+/* Dereg from another thread while the target copies: nothing lands after. */
+struct poller {
+    struct nicw *w;
+    _Atomic int stop;
+    long imms;
+};
+
+static void *poller_main(void *arg)
+{
+    struct poller *p = arg;
+    struct te_plugin_cq_entry e[64];
+    while (!p->stop) {
+        int n = ops->poll(p->w->nic, e, 64);
+        for (int i = 0; i < n; i++)
+            p->imms += e[i].kind == TE_PCQ_IMM;
+    }
+    return NULL;
+}
+
+START_TEST(test_dereg_quiescence)
+{
+    two_nics(NOKV, 16);
+    struct nicw *a = &W[0], *b = &W[1];
+    size_t len = 1 << 20;
+    unsigned char *src = malloc(len), *dst = malloc(len), *snap = malloc(len);
+    fill(src, len, 1);
+    memset(dst, 0, len);
+    struct te_plugin_mr_info di;
+    te_plugin_mr *smr = reg(a, src, len, 0, NULL);
+    te_plugin_mr *dmr = reg(b, dst, len, TE_PMR_REMOTE_WRITE, &di);
+    te_plugin_peer ab = connect_to(a, b);
+    struct poller p = {.w = b};
+    pthread_t th;
+    pthread_create(&th, NULL, poller_main, &p);
+
+    int posted = 0, done = 0, ok = 0, after = 0;
+    double t0 = now_s();
+    bool deregd = false;
+    for (;;) {
+        double t = now_s() - t0;
+        ck_assert(t < DEADLINE_S);
+        bool posting = !deregd || after < 4;
+        if (!posting && done == posted)
+            break;
+        if (posting) {
+            struct te_plugin_op op = op_write(ab, smr, src, len, di.remote_base,
+                                              di.rkey, 0, 0, (uint64_t)posted);
+            int k = ops->post(a->nic, &op, 1);
+            posted += k;
+            after += deregd ? k : 0;
+        }
+        if (!deregd && ok >= 2 && posted - done >= 2) {
+            ck_assert_int_eq(ops->mr_dereg(b->nic, dmr), 0);
+            deregd = true;
+            memset(dst, 0, len); /* any later landing would show */
+        }
+        struct te_plugin_cq_entry e[64];
+        int n = ops->poll(a->nic, e, 64);
+        for (int i = 0; i < n; i++) {
+            done++;
+            ok += e[i].status == 0;
+            ck_assert(e[i].status == 0 || e[i].status == -EACCES);
+        }
+    }
+    p.stop = 1;
+    pthread_join(th, NULL);
+    memset(snap, 0, len);
+    ck_assert_int_eq(memcmp(dst, snap, len), 0);
+    ck_assert_int_gt(ok, 0);
+    ck_assert_int_gt(posted - ok, 0);
+    free(src);
+    free(dst);
+    free(snap);
+}
+END_TEST
+
+START_TEST(test_queue_full)
+{
+    static const char *const kv[] = {"queue_depth", "8", NULL};
+    two_nics(kv, 0);
+    struct nicw *a = &W[0], *b = &W[1];
+    static unsigned char src[64], dst[64];
+    struct te_plugin_mr_info di;
+    te_plugin_mr *smr = reg(a, src, sizeof(src), 0, NULL);
+    reg(b, dst, sizeof(dst), TE_PMR_REMOTE_WRITE, &di);
+    te_plugin_peer ab = connect_to(a, b);
+    struct te_plugin_op ops_[20];
+    for (int i = 0; i < 20; i++)
+        ops_[i] = op_write(ab, smr, src, 8, di.remote_base, di.rkey,
+                           TE_POP_F_IMM, 1, (uint64_t)i);
+    ck_assert_int_eq(ops->post(a->nic, ops_, 20), 8);
+    ck_assert_int_eq(ops->post(a->nic, ops_ + 8, 12), 0);
+    WAIT(count(a, TE_PCQ_LOCAL) == 8);
+    ck_assert_int_eq(ops->post(a->nic, ops_ + 8, 12), 8);
+    WAIT(count(a, TE_PCQ_LOCAL) == 16);
+    ck_assert_int_eq(ops->post(a->nic, ops_ + 16, 4), 4);
+    WAIT(count(a, TE_PCQ_LOCAL) == 20 && count(b, TE_PCQ_IMM) == 20);
+    for (int i = 0; i < 20; i++)
+        ck_assert_ptr_nonnull(find(a, TE_PCQ_LOCAL, (uint64_t)i));
+
+    /* attr->queue_depth overrides the config. */
+    struct nicw *c = nic_open(2, &envs[0], 2, 3);
+    te_plugin_peer cb = connect_to(c, b);
+    te_plugin_mr *cmr = reg(c, src, sizeof(src), 0, NULL);
+    for (int i = 0; i < 20; i++) {
+        ops_[i].peer = cb;
+        ops_[i].mr = cmr;
+    }
+    ck_assert_int_eq(ops->post(c->nic, ops_, 20), 3);
+
+    /* Malformed ops: -EINVAL only when first; otherwise a short count. */
+    struct te_plugin_op bad[2] = {ops_[0], ops_[0]};
+    bad[0].kind = 99;
+    ck_assert_int_eq(ops->post(a->nic, bad, 2), -EINVAL);
+    ck_assert_msg(strstr(envs[0].last_err, "unknown op kind"), "%s", envs[0].last_err);
+    bad[0] = ops_[0];
+    bad[0].peer = ab;
+    bad[0].mr = smr;
+    bad[1] = bad[0];
+    bad[1].peer = ab + 12345;
+    ck_assert_int_eq(ops->post(a->nic, bad, 2), 1);
+    ck_assert_int_eq(ops->post(a->nic, bad + 1, 1), -EINVAL);
+    ck_assert_msg(strstr(envs[0].last_err, "unknown peer"), "%s", envs[0].last_err);
+    bad[1] = bad[0];
+    bad[1].mr = NULL;
+    ck_assert_int_eq(ops->post(a->nic, bad + 1, 1), -EINVAL);
+    bad[1].mr = cmr; /* registered on another NIC */
+    ck_assert_int_eq(ops->post(a->nic, bad + 1, 1), -EINVAL);
+    ck_assert_int_eq(ops->post(a->nic, bad, 0), 0);
+}
+END_TEST
+
+START_TEST(test_fault_reorder)
+{
+    static const char *const kv[] = {"fault_reorder", "true", "fault_seed", "7",
+                                     NULL};
+    two_nics(kv, 256);
+    struct nicw *a = &W[0], *b = &W[1];
+    enum { N = 200 };
+    static unsigned char src[N * 8], dst[N * 8];
+    fill(src, sizeof(src), 2);
+    struct te_plugin_mr_info di;
+    te_plugin_mr *smr = reg(a, src, sizeof(src), 0, NULL);
+    reg(b, dst, sizeof(dst), TE_PMR_REMOTE_WRITE, &di);
+    te_plugin_peer ab = connect_to(a, b);
+    struct te_plugin_op o[N];
+    for (int i = 0; i < N; i++)
+        o[i] = op_write(ab, smr, src + i * 8, 8, di.remote_base + i * 8, di.rkey,
+                        TE_POP_F_IMM, (uint32_t)i, (uint64_t)i);
+    ck_assert_int_eq(ops->post(a->nic, o, N), N);
+    WAIT(count(a, TE_PCQ_LOCAL) == N && count(b, TE_PCQ_IMM) == N);
+    pump_for(0.005);
+    ck_assert_int_eq(a->nev, N);
+    ck_assert_int_eq(b->nev, N);
+    int seen_l[N] = {0}, seen_i[N] = {0}, inv_l = 0, inv_i = 0;
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(a->ev[i].status, 0);
+        seen_l[a->ev[i].context]++;
+        seen_i[b->ev[i].imm]++;
+        if (i && a->ev[i].context < a->ev[i - 1].context)
+            inv_l++;
+        if (i && b->ev[i].imm < b->ev[i - 1].imm)
+            inv_i++;
+    }
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(seen_l[i], 1);
+        ck_assert_int_eq(seen_i[i], 1);
+    }
+    ck_assert_int_gt(inv_l, 0);
+    ck_assert_int_gt(inv_i, 0);
+    ck_assert_int_eq(memcmp(src, dst, sizeof(src)), 0);
+}
+END_TEST
+
+START_TEST(test_fault_fail_every)
+{
+    static const char *const kv[] = {"fault_fail_every", "3", NULL};
+    two_nics(kv, 0);
+    struct nicw *a = &W[0], *b = &W[1];
+    static unsigned char src[9 * 16], dst[9 * 16];
+    fill(src, sizeof(src), 4);
+    memset(dst, 0, sizeof(dst));
+    struct te_plugin_mr_info di;
+    te_plugin_mr *smr = reg(a, src, sizeof(src), 0, NULL);
+    reg(b, dst, sizeof(dst), TE_PMR_REMOTE_WRITE, &di);
+    te_plugin_peer ab = connect_to(a, b);
+    for (int i = 0; i < 9; i++)
+        post1(a, op_write(ab, smr, src + i * 16, 16, di.remote_base + i * 16,
+                          di.rkey, TE_POP_F_IMM, (uint32_t)i, (uint64_t)i));
+    WAIT(count(a, TE_PCQ_LOCAL) == 9 && count(b, TE_PCQ_IMM) == 6);
+    pump_for(0.005);
+    ck_assert_int_eq(count(b, TE_PCQ_IMM), 6);
+    for (int i = 0; i < 9; i++) {
+        bool fail = (i + 1) % 3 == 0;
+        ck_assert_int_eq(find(a, TE_PCQ_LOCAL, (uint64_t)i)->status, fail ? -EIO : 0);
+        for (int k = 0; k < 16; k++)
+            ck_assert_uint_eq(dst[i * 16 + k], fail ? 0 : src[i * 16 + k]);
+        for (int k = 0; k < b->nev; k++)
+            ck_assert(!fail || b->ev[k].imm != (uint32_t)i);
+    }
+}
+END_TEST
+
+START_TEST(test_fault_delay)
+{
+    static const char *const kv[] = {"fault_delay_us", "50000", NULL};
+    two_nics(kv, 0);
+    struct nicw *a = &W[0], *b = &W[1];
+    static unsigned char src[16], dst[16];
+    struct te_plugin_mr_info di;
+    te_plugin_mr *smr = reg(a, src, sizeof(src), 0, NULL);
+    reg(b, dst, sizeof(dst), TE_PMR_REMOTE_WRITE, &di);
+    te_plugin_peer ab = connect_to(a, b);
+    double t0 = now_s(), t_imm = 0, t_local = 0;
+    post1(a, op_write(ab, smr, src, 16, di.remote_base, di.rkey, TE_POP_F_IMM, 1, 1));
+    /* Timestamps taken after the poll that showed them: never early. */
+    while (!t_imm || !t_local) {
+        pump();
+        if (!t_imm && count(b, TE_PCQ_IMM))
+            t_imm = now_s();
+        if (!t_local && count(a, TE_PCQ_LOCAL))
+            t_local = now_s();
+        ck_assert(now_s() - t0 < DEADLINE_S);
+    }
+    ck_assert_msg(t_imm - t0 >= 0.05, "imm after %.3f s", t_imm - t0);
+    ck_assert_msg(t_local - t0 >= 0.05, "completed after %.3f s", t_local - t0);
+    ck_assert_int_eq(b->nev, 1);
+    ck_assert_int_eq(a->nev, 1);
+}
+END_TEST
+
+START_TEST(test_fault_kill_after)
+{
+    static const char *const kv[] = {"fault_kill_after", "2", NULL};
+    ck_assert_int_eq(env_start(&envs[0], kv), 0);
+    ck_assert_int_eq(env_start(&envs[1], NOKV), 0);
+    struct nicw *a = nic_open(0, &envs[0], 0, 0);
+    struct nicw *b = nic_open(1, &envs[1], 1, 0);
+    static unsigned char abuf[64], bbuf[64], rbuf[64];
+    struct te_plugin_mr_info ai, bi;
+    te_plugin_mr *amr = reg(a, abuf, sizeof(abuf), TE_PMR_REMOTE_WRITE, &ai);
+    te_plugin_mr *rmr = reg(a, rbuf, sizeof(rbuf), TE_PMR_LOCAL_WRITE, NULL);
+    te_plugin_mr *bmr = reg(b, bbuf, sizeof(bbuf), TE_PMR_REMOTE_WRITE, &bi);
+    te_plugin_peer ab = connect_to(a, b), ba = connect_to(b, a);
+    struct te_plugin_op r = {.kind = TE_POP_RECV, .mr = rmr, .local_addr = rbuf,
+                             .len = 64, .context = 500};
+    post1(a, r);
+    /* Two ops are fine and left outstanding (B not polled yet). */
+    post1(a, op_write(ab, amr, abuf, 8, bi.remote_base, bi.rkey, TE_POP_F_IMM, 1, 1));
+    post1(a, op_write(ab, amr, abuf, 8, bi.remote_base, bi.rkey, TE_POP_F_IMM, 2, 2));
+    /* B has an op towards A that A will never execute. */
+    post1(b, op_write(ba, bmr, bbuf, 8, ai.remote_base, ai.rkey, TE_POP_F_IMM, 3, 10));
+    /* The third kills A. */
+    post1(a, op_write(ab, amr, abuf, 8, bi.remote_base, bi.rkey, TE_POP_F_IMM, 4, 3));
+    ck_assert_msg(strstr(envs[0].last_err, "fault_kill_after"), "%s", envs[0].last_err);
+    post1(a, op_write(ab, amr, abuf, 8, bi.remote_base, bi.rkey, TE_POP_F_IMM, 5, 4));
+    WAIT(count(a, TE_PCQ_LOCAL) == 4 && count(b, TE_PCQ_PEER_DOWN) == 1 &&
+         count(b, TE_PCQ_LOCAL) == 1);
+    ck_assert_int_eq(count_status(a, TE_PCQ_LOCAL, -ENETDOWN), 4);
+    ck_assert_int_eq(find(a, TE_PCQ_RECV, 500)->status, -ENETDOWN);
+    ck_assert_int_eq(find(b, TE_PCQ_LOCAL, 10)->status, -ECONNRESET);
+    for (int i = 0; i < b->nev; i++)
+        if (b->ev[i].kind == TE_PCQ_PEER_DOWN)
+            ck_assert_uint_eq(b->ev[i].peer, ba);
+    pump_for(0.01);
+    ck_assert_int_eq(count(b, TE_PCQ_IMM), 0);
+    ck_assert_int_eq(count(a, TE_PCQ_IMM), 0);
+    ck_assert_int_eq(a->nev, 5);
+    ck_assert_int_eq(b->nev, 2);
+    /* A dead NIC cannot be reached. */
+    te_plugin_peer p;
+    unsigned char addr[TE_PLUGIN_MAX_ADDR_LEN];
+    size_t len = sizeof(addr);
+    ck_assert_int_eq(ops->nic_address(a->nic, addr, &len), 0);
+    ck_assert_int_eq(ops->peer_add(b->nic, addr, len, &p), -ECONNREFUSED);
+}
+END_TEST
+
+START_TEST(test_peer_remove)
+{
+    two_nics(NOKV, 0);
+    struct nicw *a = &W[0], *b = &W[1];
+    static unsigned char src[64], dst[64];
+    fill(src, sizeof(src), 1);
+    memset(dst, 0, sizeof(dst));
+    struct te_plugin_mr_info di;
+    te_plugin_mr *smr = reg(a, src, sizeof(src), 0, NULL);
+    reg(b, dst, sizeof(dst), TE_PMR_REMOTE_WRITE, &di);
+    te_plugin_peer ab = connect_to(a, b);
+    for (int i = 0; i < 5; i++)
+        post1(a, op_write(ab, smr, src, 64, di.remote_base, di.rkey,
+                          TE_POP_F_IMM, 1, (uint64_t)i));
+    ck_assert_int_eq(ops->peer_remove(a->nic, ab), 0);
+    WAIT(count(a, TE_PCQ_LOCAL) == 5);
+    ck_assert_int_eq(count_status(a, TE_PCQ_LOCAL, -ECONNABORTED), 5);
+    pump_for(0.01);
+    ck_assert_int_eq(b->nev, 0);
+    ck_assert_int_eq(a->nev, 5);
+    ck_assert_uint_eq(dst[0], 0);
+    struct te_plugin_op o = op_write(ab, smr, src, 8, di.remote_base, di.rkey, 0, 0, 9);
+    ck_assert_int_eq(ops->post(a->nic, &o, 1), -EINVAL);
+    ck_assert_int_eq(ops->peer_remove(a->nic, ab), -EINVAL);
+    /* A fresh peer to the same NIC works. */
+    te_plugin_peer ab2 = connect_to(a, b);
+    ck_assert(ab2 != ab);
+    o.peer = ab2;
+    post1(a, o);
+    WAIT(count(a, TE_PCQ_LOCAL) == 6);
+    ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 9)->status, 0);
+}
+END_TEST
+
+START_TEST(test_target_closed)
+{
+    two_nics(NOKV, 0);
+    struct nicw *a = &W[0], *b = &W[1];
+    static unsigned char src[64], dst[64];
+    struct te_plugin_mr_info di;
+    te_plugin_mr *smr = reg(a, src, sizeof(src), 0, NULL);
+    reg(b, dst, sizeof(dst), TE_PMR_REMOTE_WRITE, &di);
+    te_plugin_peer ab = connect_to(a, b);
+    for (int i = 0; i < 3; i++)
+        post1(a, op_write(ab, smr, src, 8, di.remote_base, di.rkey, 0, 0, (uint64_t)i));
+    nic_close(b);
+    WAIT(count(a, TE_PCQ_LOCAL) == 3 && count(a, TE_PCQ_PEER_DOWN) == 1);
+    ck_assert_int_eq(count_status(a, TE_PCQ_LOCAL, -ECONNRESET), 3);
+    /* Later ops to the dead peer still complete exactly once. */
+    post1(a, op_write(ab, smr, src, 8, di.remote_base, di.rkey, 0, 0, 7));
+    WAIT(count(a, TE_PCQ_LOCAL) == 4);
+    ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 7)->status, -ECONNRESET);
+    pump_for(0.005);
+    ck_assert_int_eq(count(a, TE_PCQ_PEER_DOWN), 1);
+}
+END_TEST
+
+START_TEST(test_self_and_link_cap)
+{
+    static const char *const kv[] = {"link_gbps", "1", NULL};
+    ck_assert_int_eq(env_start(&envs[0], kv), 0);
+    struct nicw *a = nic_open(0, &envs[0], 0, 0);
+    size_t len = 4 << 20;
+    unsigned char *src = malloc(len), *dst = malloc(len);
+    fill(src, len, 8);
+    struct te_plugin_mr_info di;
+    te_plugin_mr *smr = reg(a, src, len, 0, NULL);
+    reg(a, dst, len, TE_PMR_REMOTE_WRITE, &di);
+    te_plugin_peer self = connect_to(a, a);
+    double t0 = now_s();
+    for (int i = 0; i < 4; i++)
+        post1(a, op_write(self, smr, src + i * (len / 4), len / 4,
+                          di.remote_base + i * (len / 4), di.rkey, TE_POP_F_IMM,
+                          (uint32_t)i, (uint64_t)i));
+    WAIT(count(a, TE_PCQ_LOCAL) == 4 && count(a, TE_PCQ_IMM) == 4);
+    double dt = now_s() - t0;
+    /* 4 MiB at 1 Gbit/s is 33 ms; the bucket starts with at most 1 MiB. */
+    ck_assert_msg(dt >= 0.02, "4 MiB at 1 Gbit/s took %.4f s", dt);
+    ck_assert_int_eq(memcmp(src, dst, len), 0);
+    for (int i = 0; i < a->nev; i++)
+        if (a->ev[i].kind == TE_PCQ_IMM)
+            ck_assert_uint_eq(a->ev[i].peer, self);
+    free(src);
+    free(dst);
+}
+END_TEST
+
+/* peer_remove while the target executes on its own thread: nothing lands after. */
+START_TEST(test_peer_remove_concurrent)
+{
+    two_nics(NOKV, 32);
+    struct nicw *a = &W[0], *b = &W[1];
+    size_t len = 256 << 10;
+    unsigned char *src = malloc(len), *dst = malloc(len), *zero = calloc(1, len);
+    fill(src, len, 1);
+    struct te_plugin_mr_info di;
+    te_plugin_mr *smr = reg(a, src, len, 0, NULL);
+    reg(b, dst, len, TE_PMR_REMOTE_WRITE, &di);
+    te_plugin_peer ab = connect_to(a, b);
+    struct poller p = {.w = b};
+    pthread_t th;
+    pthread_create(&th, NULL, poller_main, &p);
+    int posted = 0, ok = 0;
+    double t0 = now_s();
+    while (ok < 20) {
+        ck_assert(now_s() - t0 < DEADLINE_S);
+        struct te_plugin_op op = op_write(ab, smr, src, len, di.remote_base,
+                                          di.rkey, TE_POP_F_IMM, 1, (uint64_t)posted);
+        posted += ops->post(a->nic, &op, 1);
+        pump1(a);
+        ok = count_status(a, TE_PCQ_LOCAL, 0);
+    }
+    /* Keep the queue full, then remove the peer under the target's feet. */
+    for (int i = 0; i < 32; i++) {
+        struct te_plugin_op op = op_write(ab, smr, src, len, di.remote_base,
+                                          di.rkey, TE_POP_F_IMM, 1, (uint64_t)posted);
+        posted += ops->post(a->nic, &op, 1);
+    }
+    ck_assert_int_eq(ops->peer_remove(a->nic, ab), 0);
+    memset(dst, 0, len);
+    /* Only A is pumped here: B belongs to the poller thread. */
+    while (count(a, TE_PCQ_LOCAL) < posted) {
+        ck_assert(now_s() - t0 < DEADLINE_S);
+        pump1(a);
+    }
+    double end = now_s() + 0.05;
+    while (now_s() < end)
+        pump1(a);
+    p.stop = 1;
+    pthread_join(th, NULL);
+    ck_assert_int_eq(memcmp(dst, zero, len), 0);
+    ck_assert_int_eq(count(a, TE_PCQ_LOCAL), posted);
+    for (int i = 0; i < posted; i++) {
+        const struct te_plugin_cq_entry *e = find(a, TE_PCQ_LOCAL, (uint64_t)i);
+        ck_assert_ptr_nonnull(e);
+        ck_assert(e->status == 0 || e->status == -ECONNABORTED);
+    }
+    /* Every imm the target reported belongs to a write that succeeded. */
+    ck_assert_int_eq(p.imms, count_status(a, TE_PCQ_LOCAL, 0));
+    free(src);
+    free(dst);
+    free(zero);
+}
+END_TEST
+
+/* Both NICs post to each other and poll on their own threads. */
+struct streamer {
+    struct nicw *w;
+    te_plugin_peer peer;
+    te_plugin_mr *mr;
+    unsigned char *src;
+    struct te_plugin_mr_info dst;
+    long posted, ok, bad, imms;
+    _Atomic int *finished;
+};
+
+static void *streamer_main(void *arg)
+{
+    struct streamer *s = arg;
+    /* Post 5000 ops (at most 2 s: valgrind serializes threads). */
+    double end = now_s() + 2.0;
+    struct te_plugin_cq_entry e[64];
+    long done = 0;
+    bool posting = true;
+    while (posting || done < s->posted) {
+        if (now_s() > end + DEADLINE_S)
+            break;
+        posting = now_s() < end && s->posted < 5000;
+        if (posting) {
+            struct te_plugin_op o[16];
+            for (int i = 0; i < 16; i++)
+                o[i] = op_write(s->peer, s->mr, s->src + (i & 3) * 64, 16 * (i & 3),
+                                s->dst.remote_base + 64 * (i & 7), s->dst.rkey,
+                                TE_POP_F_IMM, 5, (uint64_t)(s->posted + i));
+            int k = ops->post(s->w->nic, o, 16);
+            if (k > 0)
+                s->posted += k;
+        }
+        int n = ops->poll(s->w->nic, e, 64);
+        for (int i = 0; i < n; i++) {
+            if (e[i].kind == TE_PCQ_LOCAL) {
+                done++;
+                if (e[i].status == 0)
+                    s->ok++;
+                else
+                    s->bad++;
+            } else if (e[i].kind == TE_PCQ_IMM) {
+                s->imms++;
+            }
+        }
+    }
+    /* Keep serving the other side until it is done too. */
+    atomic_fetch_add(s->finished, 1);
+    while (atomic_load(s->finished) < 2 && now_s() < end + DEADLINE_S) {
+        int n = ops->poll(s->w->nic, e, 64);
+        for (int i = 0; i < n; i++)
+            s->imms += e[i].kind == TE_PCQ_IMM;
+    }
+    return NULL;
+}
+
+START_TEST(test_bidirectional_threads)
+{
+    static const char *const kv[] = {"fault_reorder", "1", NULL};
+    two_nics(kv, 64);
+    static unsigned char sa[256], sb[256], da[4096], db[4096];
+    _Atomic int finished = 0;
+    struct streamer s[2] = {{.w = &W[0], .src = sa, .finished = &finished},
+                            {.w = &W[1], .src = sb, .finished = &finished}};
+    s[0].mr = reg(&W[0], sa, sizeof(sa), 0, NULL);
+    s[1].mr = reg(&W[1], sb, sizeof(sb), 0, NULL);
+    reg(&W[0], da, sizeof(da), TE_PMR_REMOTE_WRITE, &s[1].dst);
+    reg(&W[1], db, sizeof(db), TE_PMR_REMOTE_WRITE, &s[0].dst);
+    s[0].peer = connect_to(&W[0], &W[1]);
+    s[1].peer = connect_to(&W[1], &W[0]);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, streamer_main, &s[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        /* 5000 normally; valgrind without --fair-sched=yes starves spinners. */
+        ck_assert_int_ge(s[i].posted, 64);
+        ck_assert_int_eq(s[i].bad, 0);
+        ck_assert_int_eq(s[i].ok, s[i].posted);
+        ck_assert_int_eq(s[1 - i].imms, s[i].posted);
+    }
+}
+END_TEST
+
+/* Garbage on a NIC's socket is refused; the NIC keeps working. */
+START_TEST(test_hostile_connections)
+{
+    two_nics(NOKV, 0);
+    struct nicw *a = &W[0], *b = &W[1];
+    unsigned char addr[TE_PLUGIN_MAX_ADDR_LEN];
+    size_t alen = sizeof(addr);
+    ck_assert_int_eq(ops->nic_address(b->nic, addr, &alen), 0);
+    /* The socket name sits at the end of the address (see lb_internal.h). */
+    const char *name = (const char *)addr + alen - 40;
+    ck_assert(!strncmp(name, "te-lb-", 6));
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path + 1, name, strlen(name));
+    socklen_t sl = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+    int fds[4];
+    for (int i = 0; i < 4; i++) {
+        fds[i] = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+        ck_assert_int_eq(connect(fds[i], (struct sockaddr *)&sa, sl), 0);
+    }
+    unsigned char junk[200];
+    fill(junk, sizeof(junk), 99);
+    ck_assert_int_eq(send(fds[0], junk, 7, 0), 7);
+    ck_assert_int_eq(send(fds[1], junk, 48, 0), 48);   /* hello-sized, no fd */
+    ck_assert_int_eq(send(fds[2], junk, 200, 0), 200); /* too long */
+    close(fds[3]);                                     /* nothing at all */
+    pump_for(0.02);
+    static unsigned char src[64], dst[64];
+    struct te_plugin_mr_info di;
+    te_plugin_mr *smr = reg(a, src, sizeof(src), 0, NULL);
+    reg(b, dst, sizeof(dst), TE_PMR_REMOTE_WRITE, &di);
+    te_plugin_peer ab = connect_to(a, b);
+    post1(a, op_write(ab, smr, src, 64, di.remote_base, di.rkey, TE_POP_F_IMM, 1, 1));
+    WAIT(count(a, TE_PCQ_LOCAL) == 1 && count(b, TE_PCQ_IMM) == 1);
+    ck_assert_int_eq(a->ev[0].status, 0);
+    /* The rejected connections were closed by the NIC. */
+    for (int i = 0; i < 3; i++) {
+        char c;
+        struct pollfd pf = {fds[i], POLLIN, 0};
+        ck_assert_int_eq(poll(&pf, 1, 1000), 1);
+        ck_assert_int_eq(recv(fds[i], &c, 1, MSG_DONTWAIT), 0);
+        close(fds[i]);
+    }
+}
+END_TEST
+
+/* ---------------------------------------------------------- cross-process */
+
+struct child_info {
+    unsigned char addr[TE_PLUGIN_MAX_ADDR_LEN];
+    size_t addr_len;
+    uint64_t rkey, base, len;
+};
+
+#define XLEN (1u << 20)
+#define XWRITE_OFF 4096u
+#define XWRITE_LEN (256u * 1024)
+#define XREAD_OFF (512u * 1024)
+
+static int read_full(int fd, void *buf, size_t len, double secs)
+{
+    size_t got = 0;
+    double end = now_s() + secs;
+    while (got < len) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int ms = (int)((end - now_s()) * 1000);
+        if (ms <= 0 || poll(&p, 1, ms) <= 0)
+            return -1;
+        ssize_t k = read(fd, (char *)buf + got, len - got);
+        if (k <= 0)
+            return -1;
+        got += (size_t)k;
+    }
+    return 0;
+}
+
+/* Child: no Check calls here; report through the exit status and pipe. */
+static void child_main(int to_parent, int from_parent, bool never_poll)
+{
+    struct env ce;
+    if (env_start(&ce, NOKV) != 0)
+        _exit(10);
+    te_plugin_nic *nic;
+    if (ops->nic_open(ce.ctx, 3, NULL, &nic) != 0)
+        _exit(11);
+    unsigned char *mem = malloc(XLEN);
+    fill(mem, XLEN, 0x5a);
+    te_plugin_mr *mr;
+    struct te_plugin_mr_info info;
+    if (ops->mr_reg(nic, mem, XLEN, TE_PMR_REMOTE_WRITE | TE_PMR_REMOTE_READ,
+                    TE_PMEM_HOST, 0, &mr, &info) != 0)
+        _exit(12);
+    struct child_info ci = {.rkey = info.rkey, .base = info.remote_base, .len = XLEN};
+    ci.addr_len = sizeof(ci.addr);
+    if (ops->nic_address(nic, ci.addr, &ci.addr_len) != 0)
+        _exit(13);
+    if (write(to_parent, &ci, sizeof(ci)) != (ssize_t)sizeof(ci))
+        _exit(14);
+    if (never_poll) {
+        /*
+         * A grandchild inherits the NIC's sockets and outlives us (until the
+         * parent closes the pipe): death must be noticed anyway.
+         */
+        if (fork() == 0) {
+            char c;
+            while (read(from_parent, &c, 1) > 0)
+                ;
+            _exit(0);
+        }
+        sleep(60);
+        _exit(0);
+    }
+    unsigned char *expect = malloc(XWRITE_LEN);
+    fill(expect, XWRITE_LEN, 3);
+    double end = now_s() + DEADLINE_S;
+    while (now_s() < end) {
+        struct te_plugin_cq_entry e[64];
+        int n = ops->poll(nic, e, 64);
+        for (int i = 0; i < n; i++) {
+            if (e[i].kind == TE_PCQ_IMM && e[i].imm == 0xbeef) {
+                unsigned char ok =
+                    memcmp(mem + XWRITE_OFF, expect, XWRITE_LEN) == 0 ? 1 : 2;
+                if (write(to_parent, &ok, 1) != 1)
+                    _exit(15);
+            }
+        }
+        struct pollfd p = {from_parent, POLLIN, 0};
+        if (poll(&p, 1, 0) == 1)
+            break;
+    }
+    ops->mr_dereg(nic, mr);
+    ops->nic_close(nic);
+    ops->fini(ce.ctx);
+    free(mem);
+    free(expect);
+    _exit(0);
+}
+
+static pid_t spawn_child(bool never_poll, int *to_child, int *from_child)
+{
+    int p2c[2], c2p[2];
+    ck_assert_int_eq(pipe(p2c), 0);
+    ck_assert_int_eq(pipe(c2p), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(p2c[1]);
+        close(c2p[0]);
+        child_main(c2p[1], p2c[0], never_poll);
+    }
+    close(p2c[0]);
+    close(c2p[1]);
+    *to_child = p2c[1];
+    *from_child = c2p[0];
+    return pid;
+}
+
+START_TEST(test_cross_process)
+{
+    ck_assert_int_eq(env_start(&envs[0], NOKV), 0);
+    int to_child, from_child;
+    pid_t pid = spawn_child(false, &to_child, &from_child);
+    struct nicw *a = nic_open(0, &envs[0], 0, 0);
+    struct child_info ci;
+    ck_assert_int_eq(read_full(from_child, &ci, sizeof(ci), DEADLINE_S), 0);
+    ck_assert_uint_le(ci.addr_len, sizeof(ci.addr));
+    te_plugin_peer p = 0;
+    int rc = ops->peer_add(a->nic, ci.addr, ci.addr_len, &p);
+    ck_assert_msg(rc == 0, "peer_add = %d: %s", rc, envs[0].last_err);
+
+    unsigned char *src = malloc(XWRITE_LEN), *dst = malloc(XLEN);
+    fill(src, XWRITE_LEN, 3);
+    memset(dst, 0, XLEN);
+    te_plugin_mr *smr = reg(a, src, XWRITE_LEN, 0, NULL);
+    te_plugin_mr *dmr = reg(a, dst, XLEN, TE_PMR_LOCAL_WRITE, NULL);
+    post1(a, op_write(p, smr, src, XWRITE_LEN, ci.base + XWRITE_OFF, ci.rkey,
+                      TE_POP_F_IMM, 0xbeef, 1));
+    WAIT(count(a, TE_PCQ_LOCAL) == 1);
+    ck_assert_int_eq(a->ev[0].status, 0);
+    unsigned char verdict = 0;
+    ck_assert_int_eq(read_full(from_child, &verdict, 1, DEADLINE_S), 0);
+    ck_assert_msg(verdict == 1, "child saw wrong bytes after the imm");
+
+    /* Read back both what we wrote and what the child had there. */
+    struct te_plugin_op r = {.kind = TE_POP_READ, .peer = p, .mr = dmr,
+                             .local_addr = dst, .len = XLEN, .remote_addr = ci.base,
+                             .rkey = ci.rkey, .context = 2};
+    post1(a, r);
+    WAIT(count(a, TE_PCQ_LOCAL) == 2);
+    ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 2)->status, 0);
+    unsigned char *expect = malloc(XLEN);
+    fill(expect, XLEN, 0x5a);
+    memcpy(expect + XWRITE_OFF, src, XWRITE_LEN);
+    ck_assert_int_eq(memcmp(dst, expect, XLEN), 0);
+
+    /* Keys and bounds are enforced across processes too. */
+    post1(a, op_write(p, smr, src, 100, ci.base + XLEN - 50, ci.rkey,
+                      TE_POP_F_IMM, 0xbad, 3));
+    WAIT(count(a, TE_PCQ_LOCAL) == 3);
+    ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 3)->status, -EACCES);
+    ck_assert_msg(strstr(envs[0].last_err, "exceeds region"), "%s", envs[0].last_err);
+
+    ck_assert_int_eq(write(to_child, "x", 1), 1);
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status 0x%x", st);
+    /* The child closed its NIC: we notice, and new connections are refused. */
+    WAIT(count(a, TE_PCQ_PEER_DOWN) == 1);
+    ck_assert_int_eq(ops->peer_add(a->nic, ci.addr, ci.addr_len, &p), -ECONNREFUSED);
+    close(to_child);
+    close(from_child);
+    free(src);
+    free(dst);
+    free(expect);
+}
+END_TEST
+
+START_TEST(test_cross_process_peer_killed)
+{
+    ck_assert_int_eq(env_start(&envs[0], NOKV), 0);
+    int to_child, from_child;
+    pid_t pid = spawn_child(true, &to_child, &from_child);
+    struct nicw *a = nic_open(0, &envs[0], 0, 0);
+    struct child_info ci;
+    ck_assert_int_eq(read_full(from_child, &ci, sizeof(ci), DEADLINE_S), 0);
+    te_plugin_peer p = 0;
+    ck_assert_int_eq(ops->peer_add(a->nic, ci.addr, ci.addr_len, &p), 0);
+    static unsigned char src[4096];
+    te_plugin_mr *smr = reg(a, src, sizeof(src), 0, NULL);
+    for (int i = 0; i < 4; i++)
+        post1(a, op_write(p, smr, src, sizeof(src), ci.base, ci.rkey,
+                          TE_POP_F_IMM, 1, (uint64_t)i));
+    pump_for(0.02);
+    ck_assert_int_eq(a->nev, 0); /* the child never polls */
+    double t0 = now_s();
+    kill(pid, SIGKILL);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    WAIT(count(a, TE_PCQ_LOCAL) == 4 && count(a, TE_PCQ_PEER_DOWN) == 1);
+    ck_assert_msg(now_s() - t0 < 2.0, "noticed after %.3f s", now_s() - t0);
+    ck_assert_int_eq(count_status(a, TE_PCQ_LOCAL, -ECONNRESET), 4);
+    post1(a, op_write(p, smr, src, 8, ci.base, ci.rkey, 0, 0, 9));
+    WAIT(count(a, TE_PCQ_LOCAL) == 5);
+    ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 9)->status, -ECONNRESET);
+    close(to_child);
+    close(from_child);
+}
+END_TEST
+
+START_TEST(test_cross_process_killed_mid_stream)
+{
+    ck_assert_int_eq(env_start(&envs[0], NOKV), 0);
+    int to_child, from_child;
+    pid_t pid = spawn_child(false, &to_child, &from_child);
+    struct nicw *a = nic_open(0, &envs[0], 0, 64);
+    struct child_info ci;
+    ck_assert_int_eq(read_full(from_child, &ci, sizeof(ci), DEADLINE_S), 0);
+    te_plugin_peer p = 0;
+    ck_assert_int_eq(ops->peer_add(a->nic, ci.addr, ci.addr_len, &p), 0);
+    static unsigned char src[65536];
+    te_plugin_mr *smr = reg(a, src, sizeof(src), 0, NULL);
+    int posted = 0;
+    bool killed = false;
+    double t0 = now_s(), tk = 0;
+    while (!killed || count(a, TE_PCQ_LOCAL) < posted) {
+        ck_assert(now_s() - t0 < DEADLINE_S);
+        if (!killed) {
+            struct te_plugin_op o = op_write(p, smr, src, sizeof(src),
+                                             ci.base + XREAD_OFF, ci.rkey, 0, 0,
+                                             (uint64_t)posted);
+            posted += ops->post(a->nic, &o, 1);
+            if (count(a, TE_PCQ_LOCAL) >= 200) {
+                kill(pid, SIGKILL);
+                killed = true;
+                tk = now_s();
+            }
+        }
+        pump();
+    }
+    ck_assert_msg(now_s() - tk < 2.0, "noticed after %.3f s", now_s() - tk);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    WAIT(count(a, TE_PCQ_PEER_DOWN) == 1);
+    ck_assert_int_eq(count(a, TE_PCQ_LOCAL), posted);
+    for (int i = 0; i < posted; i++) {
+        const struct te_plugin_cq_entry *e = find(a, TE_PCQ_LOCAL, (uint64_t)i);
+        ck_assert_ptr_nonnull(e);
+        ck_assert(e->status == 0 || e->status == -ECONNRESET);
+    }
+    ck_assert_int_ge(count_status(a, TE_PCQ_LOCAL, 0), 200);
+    close(to_child);
+    close(from_child);
+}
+END_TEST
+
+static Suite *loopback_suite(void)
+{
+    Suite *s = suite_create("loopback_plugin");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_abi);
+    tcase_add_test(tc, test_devices_and_config);
+    tcase_add_test(tc, test_address);
+    tcase_add_test(tc, test_write_imm);
+    tcase_add_test(tc, test_zero_length_imm);
+    tcase_add_test(tc, test_read);
+    tcase_add_test(tc, test_send_recv);
+    tcase_add_test(tc, test_access_errors);
+    tcase_add_test(tc, test_dereg);
+    tcase_add_test(tc, test_dereg_quiescence);
+    tcase_add_test(tc, test_queue_full);
+    tcase_add_test(tc, test_fault_reorder);
+    tcase_add_test(tc, test_fault_fail_every);
+    tcase_add_test(tc, test_fault_delay);
+    tcase_add_test(tc, test_fault_kill_after);
+    tcase_add_test(tc, test_peer_remove);
+    tcase_add_test(tc, test_target_closed);
+    tcase_add_test(tc, test_self_and_link_cap);
+    tcase_add_test(tc, test_peer_remove_concurrent);
+    tcase_add_test(tc, test_bidirectional_threads);
+    tcase_add_test(tc, test_hostile_connections);
+    suite_add_tcase(s, tc);
+    TCase *xp = tcase_create("cross_process");
+    tcase_add_checked_fixture(xp, setup, teardown);
+    tcase_set_timeout(xp, 60);
+    tcase_add_test(xp, test_cross_process);
+    tcase_add_test(xp, test_cross_process_peer_killed);
+    tcase_add_test(xp, test_cross_process_killed_mid_stream);
+    suite_add_tcase(s, xp);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(loopback_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
