@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages TransferEngine needs to build and test.
+# Installs the Debian 12 packages TransferEngine needs to build and test:
+# every name listed in scripts/deps/*.list (one per line, '#' comments).
 # Idempotent; run as root (or with sudo available).
 set -euo pipefail
-PKGS=(build-essential cmake pkg-config libinih-dev check
-      libfabric-dev libfabric-bin libibverbs-dev rdma-core ibverbs-providers
-      valgrind)
+cd "$(dirname "$0")"
+mapfile -t PKGS < <(cat deps/*.list | sed 's/#.*//' | tr -s ' \t' '\n' | sed '/^$/d' | sort -u)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
     || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all packages present"
+  echo "install-deps: all ${#PKGS[@]} packages present"
   exit 0
 fi
 SUDO=""
