@@ -208,7 +208,11 @@ struct te_plugin_ops {
     int (*nic_open)(te_plugin_ctx *ctx, int idx,
                     const struct te_plugin_nic_attr *attr,
                     te_plugin_nic **out);
-    /** Close a NIC; all its registrations and peers are gone afterwards. */
+    /**
+     * Close a NIC; all its registrations and peers are gone afterwards.
+     * Completions of operations still outstanding are discarded (the core
+     * has already failed their requests itself and never polls again).
+     */
     void (*nic_close)(te_plugin_nic *nic);
 
     /**
@@ -227,7 +231,12 @@ struct te_plugin_ops {
     /** Deregister; returns only when no remote access can still land. */
     int (*mr_dereg)(te_plugin_nic *nic, te_plugin_mr *mr);
 
-    /** Resolve a remote NIC address into a peer handle. */
+    /**
+     * Resolve a remote NIC address into a peer handle. Handles are never 0:
+     * 0 means "unknown sender" in IMM/RECV completions. Must not block for
+     * long (it runs on the worker): start a handshake and finish it in
+     * poll(), queueing or refusing posts to the peer until then.
+     */
     int (*peer_add)(te_plugin_nic *nic, const void *addr, size_t len,
                     te_plugin_peer *out);
     /** Forget a peer; its outstanding ops complete with an error first. */
