@@ -1,0 +1,239 @@
+/* Engine life cycle and API edge cases through the public API, on the
+ * loopback plugin (found through TE_PLUGIN_PATH, set by ctest). */
+#include <check.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "te/te.h"
+
+static te_engine *make(const char *ini)
+{
+    te_config *c = te_config_new();
+    ck_assert_ptr_nonnull(c);
+    if (ini)
+        ck_assert_int_eq(te_config_load_string(c, ini), 0);
+    te_engine *e = NULL;
+    int rc = te_engine_create(c, &e);
+    te_config_free(c);
+    ck_assert_msg(rc == 0, "create: %s", te_last_error());
+    return e;
+}
+
+static int create_err(const char *ini)
+{
+    te_config *c = te_config_new();
+    te_config_load_string(c, ini);
+    te_engine *e = NULL;
+    int rc = te_engine_create(c, &e);
+    te_config_free(c);
+    ck_assert_ptr_null(e);
+    return rc;
+}
+
+START_TEST(defaults)
+{
+    te_engine *e = make(NULL);
+    ck_assert_int_eq(te_engine_group_count(e), 1);
+    ck_assert_int_eq(te_engine_nic_count(e, 0), 1);
+    ck_assert_int_eq(te_engine_nic_count(e, 1), -EINVAL);
+    ck_assert_str_eq(te_engine_plugin_name(e), "loopback");
+    te_nic_info ni;
+    ck_assert_int_eq(te_engine_nic_info(e, 0, 0, &ni), 0);
+    ck_assert_str_eq(ni.name, "lo0");
+    ck_assert_int_eq(te_engine_nic_info(e, 0, 1, &ni), -EINVAL);
+    te_engine_destroy(e);
+    te_engine_destroy(NULL);
+}
+END_TEST
+
+START_TEST(config_errors_name_the_cause)
+{
+    ck_assert_int_eq(create_err("[engine]\nqueue_dept = 3\n"), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(te_last_error(), "qeue_dept") ?
+                          strstr(te_last_error(), "qeue_dept") :
+                          strstr(te_last_error(), "queue_dept"));
+    ck_assert_int_eq(create_err("[engine]\ngroups = two\n"), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(te_last_error(), "groups"));
+    ck_assert_int_eq(create_err("[bogus]\nx = 1\n"), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(te_last_error(), "bogus"));
+    ck_assert_int_eq(create_err("[loopback]\nfault_reordr = 1\n"), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(te_last_error(), "fault_reordr"));
+    ck_assert_int_eq(create_err("[engine]\nplugin = nosuchplugin\n"), -ENOENT);
+    ck_assert_ptr_nonnull(strstr(te_last_error(), "libte-plugin-nosuchplugin.so"));
+    ck_assert_int_eq(create_err("[engine]\ngroups = 2\ngroup_nics = 0,1\n"),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(te_last_error(), "group_nics"));
+    ck_assert_int_eq(create_err("[engine]\nworker_cpus = 0,1\n"), -EINVAL);
+    ck_assert_int_eq(create_err("[engine]\nnics_per_group = 4\n"
+                                "[loopback]\ndevices = 2\n"), -ENODEV);
+    ck_assert_ptr_nonnull(strstr(te_last_error(), "device 2 does not exist"));
+}
+END_TEST
+
+START_TEST(groups_and_layout)
+{
+    te_engine *e = make("[engine]\ngroups = 2\ngroup_nics = \"0,1;3\"\n");
+    ck_assert_int_eq(te_engine_group_count(e), 2);
+    ck_assert_int_eq(te_engine_nic_count(e, 0), 2);
+    ck_assert_int_eq(te_engine_nic_count(e, 1), 1);
+    te_nic_info ni;
+    ck_assert_int_eq(te_engine_nic_info(e, 1, 0, &ni), 0);
+    ck_assert_int_eq(ni.device, 3);
+    te_engine_destroy(e);
+}
+END_TEST
+
+START_TEST(address_and_peers)
+{
+    te_engine *a = make(NULL), *b = make("[engine]\nnics_per_group = 2\n");
+    uint8_t addr[TE_ADDR_MAX];
+    size_t len = 4;
+    ck_assert_int_eq(te_engine_address(b, 0, addr, &len), -ENOSPC);
+    ck_assert_uint_gt(len, 4);
+    len = sizeof(addr);
+    ck_assert_int_eq(te_engine_address(b, 0, addr, &len), 0);
+    te_peer p1, p2;
+    ck_assert_int_eq(te_peer_add(a, 0, addr, len, &p1), 0);
+    ck_assert_int_eq(te_peer_add(a, 0, addr, len, &p2), 0);
+    ck_assert_uint_eq(p1, p2); /* same address, same peer */
+    ck_assert_int_lt(te_peer_add(a, 0, addr, len - 1, &p2), 0);
+    ck_assert_int_lt(te_peer_add(a, 0, addr, 0, &p2), 0);
+    ck_assert_int_eq(te_peer_add(a, 3, addr, len, &p2), -EINVAL);
+    ck_assert_int_eq(te_peer_remove(a, 0, p1), 0);
+    ck_assert_int_eq(te_peer_remove(a, 0, p1), -ENOENT);
+    /* Re-adding after removal gives a new id: ids are never reused. */
+    ck_assert_int_eq(te_peer_add(a, 0, addr, len, &p2), 0);
+    ck_assert_uint_ne(p1, p2);
+    te_engine_destroy(a);
+    te_engine_destroy(b);
+}
+END_TEST
+
+START_TEST(registration_rules)
+{
+    te_engine *e = make(NULL);
+    static uint8_t buf[8192];
+    te_mr *mr;
+    ck_assert_int_eq(te_mr_reg(e, 0, buf, 0, 0, TE_MEM_HOST, &mr), -EINVAL);
+    ck_assert_int_eq(te_mr_reg(e, 0, NULL, 10, 0, TE_MEM_HOST, &mr), -EINVAL);
+    ck_assert_int_eq(te_mr_reg(e, 0, buf, 10, 0x80, TE_MEM_HOST, &mr), -EINVAL);
+    ck_assert_int_eq(te_mr_reg(e, 0, buf, 10, 0, 7, &mr), -EINVAL);
+    ck_assert_int_eq(te_mr_reg(e, 1, buf, 10, 0, TE_MEM_HOST, &mr), -EINVAL);
+    ck_assert_int_eq(te_mr_reg(e, 0, buf, sizeof(buf), TE_MR_REMOTE_WRITE,
+                               TE_MEM_HOST, &mr), 0);
+    te_mr *overlap;
+    ck_assert_int_eq(te_mr_reg(e, 0, buf + 100, 100, TE_MR_REMOTE_READ,
+                               TE_MEM_HOST, &overlap), 0);
+    te_mr_desc d, d2;
+    ck_assert_int_eq(te_mr_describe(mr, &d), 0);
+    ck_assert_int_eq(te_mr_describe(overlap, &d2), 0);
+    ck_assert_uint_eq(d.nic_count, 1);
+    ck_assert_uint_ne(d.nic[0].rkey, d2.nic[0].rkey);
+    ck_assert_ptr_eq(te_mr_addr(mr), buf);
+    ck_assert_uint_eq(te_mr_len(mr), sizeof(buf));
+    uint8_t bytes[TE_DESC_MAX];
+    size_t n = sizeof(bytes);
+    ck_assert_int_eq(te_desc_serialize(&d, bytes, &n), 0);
+    te_mr_desc back;
+    ck_assert_int_eq(te_desc_parse(bytes, n, &back), 0);
+    ck_assert_int_eq(memcmp(&back.nic[0], &d.nic[0], sizeof(d.nic[0])), 0);
+    ck_assert_int_eq(te_mr_dereg(e, overlap), 0);
+    ck_assert_int_eq(te_mr_dereg(e, mr), 0);
+    te_engine_destroy(e);
+}
+END_TEST
+
+START_TEST(poll_and_wait_time_out)
+{
+    te_engine *e = make(NULL);
+    te_completion c;
+    ck_assert_int_eq(te_poll_completions(e, &c, 1, 0), 0);
+    ck_assert_int_eq(te_poll_completions(e, &c, 1, 20), 0);
+    ck_assert_int_eq(te_imm_wait(e, 5, 1, 20), -ETIMEDOUT);
+    ck_assert_ptr_nonnull(strstr(te_last_error(), "0 of 1"));
+    uint64_t banked = 9;
+    int armed = 9;
+    ck_assert_int_eq(te_imm_poll(e, 5, &banked, &armed), 0);
+    ck_assert_uint_eq(banked, 0);
+    ck_assert_int_eq(armed, 0);
+    ck_assert_int_eq(te_poll_completions(e, NULL, 1, 0), -EINVAL);
+    te_engine_destroy(e);
+}
+END_TEST
+
+static atomic_int cancelled, completed;
+static void on_done(const te_completion *c, void *arg)
+{
+    if (c->status == -ECANCELED)
+        atomic_fetch_add(&cancelled, 1);
+    atomic_fetch_add(&completed, 1);
+}
+
+/* Destroying an engine with requests queued completes each of them once
+ * (success or -ECANCELED) before returning. */
+START_TEST(destroy_completes_everything)
+{
+    /* Slow NIC so that requests are still queued at destroy time. */
+    te_engine *a = make("[loopback]\nlink_gbps = 1\n");
+    te_engine *b = make(NULL);
+    size_t sz = 4u << 20;
+    uint8_t *src = calloc(1, sz), *dst = calloc(1, sz);
+    te_mr *smr, *dmr;
+    ck_assert_int_eq(te_mr_reg(a, 0, src, sz, 0, TE_MEM_HOST, &smr), 0);
+    ck_assert_int_eq(te_mr_reg(b, 0, dst, sz, TE_MR_REMOTE_WRITE, TE_MEM_HOST,
+                               &dmr), 0);
+    te_mr_desc d;
+    te_mr_describe(dmr, &d);
+    uint8_t addr[TE_ADDR_MAX];
+    size_t len = sizeof(addr);
+    te_engine_address(b, 0, addr, &len);
+    te_peer p;
+    ck_assert_int_eq(te_peer_add(a, 0, addr, len, &p), 0);
+    atomic_store(&cancelled, 0);
+    atomic_store(&completed, 0);
+    int submitted = 0;
+    for (int i = 0; i < 500; i++) {
+        te_request r = {0};
+        r.op = TE_OP_WRITE;
+        r.u.xfer.peer = p;
+        r.u.xfer.local = smr;
+        r.u.xfer.remote = &d;
+        r.u.xfer.len = sz;
+        r.done = on_done;
+        if (te_submit(a, &r) > 0)
+            submitted++;
+    }
+    ck_assert_int_eq(submitted, 500);
+    ck_assert_int_eq(te_mr_dereg(a, smr), -EBUSY);
+    te_engine_destroy(a); /* registrations released with the engine */
+    ck_assert_int_eq(atomic_load(&completed), submitted);
+    ck_assert_int_gt(atomic_load(&cancelled), 0);
+    te_mr_dereg(b, dmr);
+    te_engine_destroy(b);
+    free(src);
+    free(dst);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("engine");
+    TCase *t = tcase_create("api");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, defaults);
+    tcase_add_test(t, config_errors_name_the_cause);
+    tcase_add_test(t, groups_and_layout);
+    tcase_add_test(t, address_and_peers);
+    tcase_add_test(t, registration_rules);
+    tcase_add_test(t, poll_and_wait_time_out);
+    tcase_add_test(t, destroy_completes_everything);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
