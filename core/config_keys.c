@@ -29,8 +29,8 @@ const struct te_config_key te_engine_keys[] = {
      "requests that may wait in a group's submission queue; te_submit "
      "returns -EAGAIN beyond"},
     {"completion_queue_depth", "65536",
-     "completions of callback-less requests that may wait for "
-     "te_poll_completions"},
+     "initial room for completions of callback-less requests waiting for "
+     "te_poll_completions (the queue grows; nothing is dropped)"},
     {"nic_queue_depth", "0",
      "send queue depth asked of each NIC; 0 = plugin default"},
     {"recv_depth", "64",
@@ -44,6 +44,11 @@ const struct te_config_key te_engine_keys[] = {
      "microseconds an idle worker sleeps between polls after spinning"},
     {"callback_spin_us", "20",
      "microseconds the callback thread spins before blocking"},
+    {"request_timeout_ms", "60000",
+     "default deadline of a request (te_request.timeout_ms = 0); 0 = none"},
+    {"peer_timeout_ms", "10000",
+     "a peer with operations outstanding and no completion from it for this "
+     "long is declared down and its requests fail; 0 = never"},
     {"log_level", "1",
      "0 errors, 1 warnings, 2 info, 3 debug; messages go to stderr"},
     {NULL, NULL, NULL},

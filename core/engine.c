@@ -136,6 +136,8 @@ static int read_settings(const te_config *cfg, struct te_settings *s)
     U32("imm_table_size", 16, 1u << 26, imm_table_size);
     U32("idle_spin_us", 0, 10000000, idle_spin_us);
     U32("idle_sleep_us", 0, 1000000, idle_sleep_us);
+    U32("request_timeout_ms", 0, 1u << 31, request_timeout_ms);
+    U32("peer_timeout_ms", 0, 1u << 31, peer_timeout_ms);
     U32("callback_spin_us", 0, 10000000, callback_spin_us);
     U32("log_level", 0, 3, log_level);
 #undef U32
@@ -203,6 +205,8 @@ static int open_group(struct te_engine *e, struct te_group *g, int index,
     pthread_mutex_init(&g->ctl_lock, NULL);
     pthread_cond_init(&g->ctl_cond, NULL);
     pthread_mutex_init(&g->recv_lock, NULL);
+    pthread_mutex_init(&g->mr_lock, NULL);
+    g->mrs.next = g->mrs.prev = &g->mrs;
     g->peer_cap = TE_MAX_PEERS_PER_GROUP;
     g->peers = calloc(g->peer_cap, sizeof(*g->peers));
     g->subq = te_mpsc_new(e->s.submit_queue_depth);
@@ -285,6 +289,12 @@ static int open_group(struct te_engine *e, struct te_group *g, int index,
 static void close_group(struct te_engine *e, struct te_group *g)
 {
     const struct te_plugin_ops *P = e->plugin.ops;
+    /* Registrations the application did not release. */
+    while (g->mrs.next && g->mrs.next != &g->mrs) {
+        struct te_mr *mr = (struct te_mr *)g->mrs.next;
+        g->mrs.next = mr->link.next;
+        te_mr_release(mr);
+    }
     for (uint32_t i = 0; i < g->nic_count; i++) {
         struct te_nic *n = &g->nics[i];
         if (n->pn) {
@@ -306,6 +316,7 @@ static void close_group(struct te_engine *e, struct te_group *g)
     pthread_mutex_destroy(&g->ctl_lock);
     pthread_cond_destroy(&g->ctl_cond);
     pthread_mutex_destroy(&g->recv_lock);
+    pthread_mutex_destroy(&g->mr_lock);
 }
 
 static void fire_to_callbacks(void *sink, uint32_t imm, te_imm_fn cb,

@@ -43,6 +43,8 @@ struct te_settings {
     uint32_t imm_table_size;
     uint32_t idle_spin_us;
     uint32_t idle_sleep_us;
+    uint32_t request_timeout_ms;
+    uint32_t peer_timeout_ms;
     uint32_t callback_spin_us;
     int log_level;
 };
@@ -56,6 +58,7 @@ struct te_cursor {
     uint32_t imm;
     uint32_t nic;              /* local NIC index */
     uint32_t remaining;        /* ops still to generate */
+    uint32_t inflight;         /* ops posted, completion not yet seen */
     uint32_t index;            /* PAGED: next page index */
     uint32_t step;             /* PAGED: page index stride (NIC count) */
     uint32_t paged;            /* 1: generate pages from req->r.u.paged */
@@ -91,10 +94,14 @@ struct te_peer_entry {
     uint32_t remote_group;
     te_plugin_peer pp[TE_MAX_NICS];    /* per local NIC */
     struct te_peer_queue q[TE_MAX_NICS];
+    /* liveness (worker only): ops posted and not completed per NIC, and
+     * when the peer last made progress on that NIC */
+    uint32_t outstanding[TE_MAX_NICS];
+    uint64_t last_progress_ns[TE_MAX_NICS];
 };
 
-/** Tagged operation context (low 2 bits). */
-#define TE_CTX_REQ 0u
+/** Tagged operation context (low 2 bits): a cursor, a send or a recv slot. */
+#define TE_CTX_CURSOR 0u
 #define TE_CTX_SEND 1u
 #define TE_CTX_RECV 2u
 #define TE_CTX_TAG(c) ((uint32_t)((c) & 3u))
@@ -103,7 +110,7 @@ struct te_peer_entry {
 /** A slot of the per-NIC send or receive slab. */
 struct te_msg_slot {
     struct te_msg_slot *next_free;
-    struct te_req *req;    /* SEND: owning request */
+    struct te_cursor *cursor; /* SEND: the cursor that posted it */
     uint8_t *buf;
     uint32_t nic;
 };
@@ -161,6 +168,9 @@ struct te_group {
     pthread_cond_t ctl_cond;
     struct te_control *ctl_head;
     _Atomic int ctl_pending;
+    /* registrations, released at destroy if the user did not */
+    pthread_mutex_t mr_lock;
+    struct te_link mrs;
     /* receive handler */
     pthread_mutex_t recv_lock;
     te_recv_fn recv_fn;
@@ -171,6 +181,7 @@ struct te_group {
 };
 
 struct te_mr {
+    struct te_link link;     /* group's registration list (mr_lock) */
     struct te_engine *e;
     struct te_group *g;
     uint8_t *addr;
@@ -191,6 +202,8 @@ struct te_req {
     uint64_t ops_total;
     uint64_t ops_done;
     uint64_t ops_skipped;
+    uint64_t deadline_ns;     /* 0 = none */
+    int delivered;            /* completion already handed out */
     int32_t status;
     char reason[96];
     te_mr *mrs[2];            /* registrations referenced (users held) */
@@ -224,6 +237,9 @@ int te_group_control(struct te_group *g, struct te_control *c, int timeout_ms);
 
 /* request.c */
 void te_req_free(struct te_req *q);
+
+/* mr.c: deregister on every NIC and free (already unlinked). */
+int te_mr_release(struct te_mr *mr);
 
 /* engine.c */
 void te_log(const struct te_engine *e, int level, const char *fmt, ...)

@@ -63,6 +63,12 @@ TE_API int te_mr_reg(te_engine *e, int group, void *addr, size_t len,
                            te_strerror(rc), why[0] ? ": " : "", why);
         }
     }
+    pthread_mutex_lock(&g->mr_lock);
+    mr->link.next = &g->mrs;
+    mr->link.prev = g->mrs.prev;
+    g->mrs.prev->next = &mr->link;
+    g->mrs.prev = &mr->link;
+    pthread_mutex_unlock(&g->mr_lock);
     *out = mr;
     return 0;
 }
@@ -76,7 +82,16 @@ TE_API int te_mr_dereg(te_engine *e, te_mr *mr)
     if (users)
         return te_fail(-EBUSY, "te_mr_dereg: %lld requests in flight still "
                        "use this registration", (long long)users);
-    const struct te_plugin_ops *P = e->plugin.ops;
+    pthread_mutex_lock(&mr->g->mr_lock);
+    mr->link.prev->next = mr->link.next;
+    mr->link.next->prev = mr->link.prev;
+    pthread_mutex_unlock(&mr->g->mr_lock);
+    return te_mr_release(mr);
+}
+
+int te_mr_release(struct te_mr *mr)
+{
+    const struct te_plugin_ops *P = mr->e->plugin.ops;
     int first = 0;
     for (uint32_t i = 0; i < mr->g->nic_count; i++) {
         int rc = P->mr_dereg(mr->g->nics[i].pn, mr->pmr[i]);

@@ -289,6 +289,13 @@ typedef struct te_request {
     uint32_t imm;       /**< immediate when TE_F_IMM (and always for BARRIER) */
     int32_t group;      /**< local group submitting */
     te_route route;     /**< NIC routing */
+    /**
+     * Deadline in ms from submission: 0 = engine.request_timeout_ms,
+     * < 0 = none. A request still unfinished then fails with -ETIMEDOUT.
+     * Its local registration stays referenced (te_mr_dereg: -EBUSY) until
+     * the transport has returned every operation it was given.
+     */
+    int32_t timeout_ms;
     uint64_t user_data; /**< returned in the completion */
     te_done_fn done;    /**< callback, or NULL to use te_poll_completions() */
     void *done_arg;     /**< passed to done */

@@ -218,6 +218,126 @@ START_TEST(destroy_completes_everything)
 }
 END_TEST
 
+/* Two engines and a peer from a to b, registered regions of `sz` bytes. */
+struct pair {
+    te_engine *a, *b;
+    uint8_t *src, *dst;
+    te_mr *smr, *dmr;
+    te_mr_desc d;
+    te_peer p;
+};
+
+static void pair_open(struct pair *x, const char *a_ini, size_t sz)
+{
+    x->a = make(a_ini);
+    x->b = make(NULL);
+    x->src = calloc(1, sz);
+    x->dst = calloc(1, sz);
+    ck_assert_int_eq(te_mr_reg(x->a, 0, x->src, sz, 0, TE_MEM_HOST, &x->smr), 0);
+    ck_assert_int_eq(te_mr_reg(x->b, 0, x->dst, sz, TE_MR_REMOTE_WRITE,
+                               TE_MEM_HOST, &x->dmr), 0);
+    te_mr_describe(x->dmr, &x->d);
+    uint8_t addr[TE_ADDR_MAX];
+    size_t len = sizeof(addr);
+    te_engine_address(x->b, 0, addr, &len);
+    ck_assert_int_eq(te_peer_add(x->a, 0, addr, len, &x->p), 0);
+}
+
+static void pair_close(struct pair *x)
+{
+    te_mr_dereg(x->b, x->dmr);
+    te_engine_destroy(x->b);
+    te_engine_destroy(x->a);
+    free(x->src);
+    free(x->dst);
+}
+
+static te_request small_write(struct pair *x, int32_t timeout_ms)
+{
+    te_request r = {0};
+    r.op = TE_OP_WRITE;
+    r.timeout_ms = timeout_ms;
+    r.u.xfer.peer = x->p;
+    r.u.xfer.local = x->smr;
+    r.u.xfer.remote = &x->d;
+    r.u.xfer.len = 64;
+    return r;
+}
+
+/* A request past its deadline fails once with -ETIMEDOUT; its registration
+ * stays busy until the transport gives the operation back. */
+START_TEST(request_deadline)
+{
+    struct pair x;
+    pair_open(&x, "[loopback]\nfault_delay_us = 700000\n"
+                  "[engine]\npeer_timeout_ms = 0\n", 4096);
+    te_request r = small_write(&x, 50);
+    ck_assert_int_gt(te_submit(x.a, &r), 0);
+    te_completion c[2];
+    ck_assert_int_eq(te_poll_completions(x.a, c, 2, 5000), 1);
+    ck_assert_int_eq(c[0].status, -ETIMEDOUT);
+    ck_assert_ptr_nonnull(strstr(c[0].reason, "timed out after 50 ms"));
+    ck_assert_int_eq(te_mr_dereg(x.a, x.smr), -EBUSY);
+    /* The delayed write lands later; no second completion appears. */
+    ck_assert_int_eq(te_poll_completions(x.a, c, 2, 1500), 0);
+    int rc = -EBUSY;
+    for (int i = 0; i < 500 && rc == -EBUSY; i++) {
+        rc = te_mr_dereg(x.a, x.smr);
+        if (rc == -EBUSY)
+            usleep(10000);
+    }
+    ck_assert_int_eq(rc, 0);
+    te_mr_dereg(x.b, x.dmr);
+    te_engine_destroy(x.b);
+    te_engine_destroy(x.a);
+    free(x.src);
+    free(x.dst);
+}
+END_TEST
+
+/* A peer that stops answering is declared down after peer_timeout_ms: its
+ * requests fail, new ones are refused, other peers keep working. */
+START_TEST(silent_peer_declared_down)
+{
+    struct pair x;
+    pair_open(&x, "[loopback]\nfault_delay_us = 3000000\n"
+                  "[engine]\npeer_timeout_ms = 100\n", 4096);
+    te_request r = small_write(&x, -1);
+    ck_assert_int_gt(te_submit(x.a, &r), 0);
+    te_completion c;
+    ck_assert_int_eq(te_poll_completions(x.a, &c, 1, 5000), 1);
+    ck_assert_int_eq(c.status, -ETIMEDOUT);
+    ck_assert_ptr_nonnull(strstr(c.reason, "no completion"));
+    ck_assert_int_eq(te_submit(x.a, &r), -ECONNRESET);
+    /* The same engine still serves another, healthy peer: b adds a. */
+    uint8_t addr[TE_ADDR_MAX];
+    size_t len = sizeof(addr);
+    te_engine_address(x.a, 0, addr, &len);
+    te_peer back;
+    ck_assert_int_eq(te_peer_add(x.b, 0, addr, len, &back), 0);
+    te_mr *bsrc;
+    ck_assert_int_eq(te_mr_reg(x.b, 0, x.dst, 64, 0, TE_MEM_HOST, &bsrc), 0);
+    te_mr *adst;
+    uint8_t *abuf = calloc(1, 64);
+    ck_assert_int_eq(te_mr_reg(x.a, 0, abuf, 64, TE_MR_REMOTE_WRITE,
+                               TE_MEM_HOST, &adst), 0);
+    te_mr_desc ad;
+    te_mr_describe(adst, &ad);
+    te_request w = {0};
+    w.op = TE_OP_WRITE;
+    w.u.xfer.peer = back;
+    w.u.xfer.local = bsrc;
+    w.u.xfer.remote = &ad;
+    w.u.xfer.len = 64;
+    ck_assert_int_gt(te_submit(x.b, &w), 0);
+    ck_assert_int_eq(te_poll_completions(x.b, &c, 1, 5000), 1);
+    ck_assert_int_eq(c.status, 0);
+    te_mr_dereg(x.b, bsrc);
+    pair_close(&x);
+    free(abuf);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("engine");
@@ -230,6 +350,8 @@ int main(void)
     tcase_add_test(t, registration_rules);
     tcase_add_test(t, poll_and_wait_time_out);
     tcase_add_test(t, destroy_completes_everything);
+    tcase_add_test(t, request_deadline);
+    tcase_add_test(t, silent_peer_declared_down);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -1,0 +1,235 @@
+/*
+ * Posting on the worker: cursors wait in per-(NIC, peer) FIFOs; each NIC
+ * keeps a FIFO of the peers that have work, served round-robin, so a peer
+ * whose queue is full never blocks the others (no head-of-line blocking
+ * across peers). Operations are generated lazily from cursors and posted in
+ * batches; what the NIC does not take stays queued.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "te_error.h"
+#include "worker.h"
+
+static void push_active(struct te_nic *n, struct te_peer_queue *pq)
+{
+    pq->active = 1;
+    pq->next_active = NULL;
+    if (!n->active)
+        n->active = pq;
+    else
+        n->active_tail->next_active = pq;
+    n->active_tail = pq;
+}
+
+static struct te_peer_queue *pop_active(struct te_nic *n)
+{
+    struct te_peer_queue *pq = n->active;
+    if (pq) {
+        n->active = pq->next_active;
+        if (!n->active)
+            n->active_tail = NULL;
+        pq->next_active = NULL;
+        pq->active = 0;
+    }
+    return pq;
+}
+
+static void queue_cursor(struct te_nic *n, struct te_peer_queue *pq,
+                         struct te_cursor *c)
+{
+    c->next = NULL;
+    if (pq->tail)
+        pq->tail->next = c;
+    else
+        pq->head = c;
+    pq->tail = c;
+    n->pending_cursors++;
+    if (!pq->active)
+        push_active(n, pq);
+}
+
+void te_post_accept(struct te_engine *e, struct te_group *g, struct turn *t,
+                    struct te_req *q)
+{
+    te_req_track(g, t, q);
+    if (q->ops_total == 0) {
+        te_req_settle(e, t, q);
+        return;
+    }
+    for (uint32_t i = 0; i < q->ncursors; i++) {
+        struct te_cursor *c = &q->cursors[i];
+        if (c->remaining)
+            queue_cursor(&g->nics[c->nic], &c->peer->q[c->nic], c);
+    }
+}
+
+/* Fill op number k of cursor c without consuming it. -EAGAIN when a send
+ * slot is missing. */
+static int fill_op(struct te_group *g, struct te_cursor *c, uint32_t k,
+                   struct te_plugin_op *op)
+{
+    struct te_req *q = c->req;
+    op->kind = c->kind;
+    op->flags = c->flags;
+    op->imm = c->imm;
+    op->reserved = 0;
+    op->peer = c->pp;
+    op->mr = c->lmr ? c->lmr->pmr[c->nic] : NULL;
+    op->context = (uint64_t)(uintptr_t)c | TE_CTX_CURSOR;
+    if (c->paged) {
+        uint32_t j = c->index + k * c->step;
+        const typeof(q->r.u.paged) *p = &q->r.u.paged;
+        op->local_addr = p->src->addr + p->src_off +
+                         p->src_stride * (uint64_t)p->src_idx[j];
+        op->len = p->page_len;
+        op->remote_addr = c->rdesc->nic[c->remote_nic].remote_base +
+                          p->dst_off + p->dst_stride * (uint64_t)p->dst_idx[j];
+        op->rkey = c->rdesc->nic[c->remote_nic].rkey;
+        return 0;
+    }
+    op->local_addr = c->local_addr;
+    op->len = c->len;
+    op->remote_addr = c->remote_addr;
+    op->rkey = c->rkey;
+    if (c->kind == TE_POP_SEND) {
+        struct te_nic *n = &g->nics[c->nic];
+        struct te_msg_slot *s = n->send_free;
+        if (!s)
+            return -EAGAIN;
+        n->send_free = s->next_free;
+        s->cursor = c;
+        memcpy(s->buf, c->local_addr, c->len);
+        op->local_addr = s->buf;
+        op->mr = n->send_mr;
+        op->context = (uint64_t)(uintptr_t)s | TE_CTX_SEND;
+    }
+    return 0;
+}
+
+static void release_send_slot(struct te_nic *n, const struct te_plugin_op *op)
+{
+    if (TE_CTX_TAG(op->context) == TE_CTX_SEND) {
+        struct te_msg_slot *s = TE_CTX_PTR(op->context);
+        s->next_free = n->send_free;
+        n->send_free = s;
+    }
+}
+
+static void drop_head(struct te_nic *n, struct te_peer_queue *pq)
+{
+    pq->head = pq->head->next;
+    if (!pq->head)
+        pq->tail = NULL;
+    n->pending_cursors--;
+}
+
+/* Drop what is left of failed requests' cursors at the head of pq. */
+static void skip_failed(struct te_engine *e, struct turn *t, struct te_nic *n,
+                        struct te_peer_queue *pq)
+{
+    while (pq->head && pq->head->req->status) {
+        struct te_cursor *c = pq->head;
+        struct te_req *q = c->req;
+        q->ops_skipped += c->remaining;
+        c->remaining = 0;
+        drop_head(n, pq);
+        te_req_settle(e, t, q);
+    }
+}
+
+/* Account for `posted` ops taken from the head of pq. */
+static void commit(struct te_group *g, struct turn *t, struct te_nic *n,
+                   struct te_peer_queue *pq, size_t posted)
+{
+    if (!posted)
+        return;
+    struct te_peer_entry *pe = pq->head->peer;
+    uint32_t nic = pq->head->nic;
+    if (pe->outstanding[nic] == 0)
+        pe->last_progress_ns[nic] = t->now_ns;
+    pe->outstanding[nic] += (uint32_t)posted;
+    while (posted) {
+        struct te_cursor *h = pq->head;
+        uint32_t take = posted < h->remaining ? (uint32_t)posted : h->remaining;
+        h->remaining -= take;
+        h->inflight += take;
+        if (h->paged)
+            h->index += take * h->step;
+        posted -= take;
+        if (h->remaining == 0)
+            drop_head(n, pq);
+    }
+    t->did_work = 1;
+}
+
+/* Post from one peer queue until it is empty or the NIC takes no more. */
+static void post_peer(struct te_engine *e, struct te_group *g, struct turn *t,
+                      struct te_nic *n, struct te_peer_queue *pq)
+{
+    struct te_plugin_op ops[TE_POST_BATCH];
+    for (;;) {
+        skip_failed(e, t, n, pq);
+        if (!pq->head)
+            return;
+        size_t cnt = 0;
+        struct te_cursor *c = pq->head;
+        uint32_t k = 0;
+        while (c && cnt < TE_POST_BATCH && !c->req->status) {
+            if (fill_op(g, c, k, &ops[cnt]) == -EAGAIN)
+                break;
+            cnt++;
+            if (++k == c->remaining) {
+                c = c->next;
+                k = 0;
+            }
+        }
+        if (cnt == 0)
+            return; /* out of send slots: retry next turn */
+        int rc = e->plugin.ops->post(n->pn, ops, cnt);
+        size_t posted = rc > 0 ? (size_t)rc : 0;
+        for (size_t i = posted; i < cnt; i++)
+            release_send_slot(n, &ops[i]);
+        commit(g, t, n, pq, posted);
+        if (rc < 0) {
+            /* The plugin refused the first op outright: fail its request
+             * (skip_failed drops it next round) and go on. */
+            te_req_fail(pq->head->req, rc, "post on NIC %s refused: %s: %s",
+                        n->info.name, te_strerror(rc), te_last_error());
+            continue;
+        }
+        if (posted < cnt)
+            return; /* the NIC (or this peer's queue) is full */
+    }
+}
+
+void te_post_nic(struct te_engine *e, struct te_group *g, struct turn *t,
+                 struct te_nic *n)
+{
+    /* One pass over the peers with work. */
+    struct te_peer_queue *first_left = NULL, *pq;
+    while ((pq = pop_active(n)) != NULL) {
+        if (pq == first_left) {
+            push_active(n, pq);
+            break;
+        }
+        post_peer(e, g, t, n, pq);
+        if (pq->head) {
+            push_active(n, pq);
+            if (!first_left)
+                first_left = pq;
+        }
+    }
+}
+
+void te_post_fail_peer(struct te_engine *e, struct te_group *g,
+                       struct turn *t, struct te_peer_entry *pe, int status,
+                       const char *why)
+{
+    for (uint32_t i = 0; i < g->nic_count; i++) {
+        struct te_peer_queue *pq = &pe->q[i];
+        for (struct te_cursor *c = pq->head; c; c = c->next)
+            te_req_fail(c->req, status, "peer %u: %s", pe->id, why);
+        skip_failed(e, t, &g->nics[i], pq);
+    }
+}

@@ -1,0 +1,64 @@
+/*
+ * Shared by the worker's files (worker.c loop, post.c posting, poll.c
+ * completions, outcome.c request outcomes). Everything here runs on a
+ * group's worker thread only.
+ */
+#ifndef TE_CORE_WORKER_H
+#define TE_CORE_WORKER_H
+
+#include "engine_internal.h"
+
+#define TE_POST_BATCH 32
+#define TE_POLL_BATCH 64
+#define TE_SUBMIT_BATCH 64
+#define TE_EVENT_BATCH 128
+
+/* Events gathered during one loop turn, flushed together. */
+struct turn {
+    struct te_cb_event ev[TE_EVENT_BATCH];
+    size_t nev;
+    te_completion cq[TE_EVENT_BATCH];
+    size_t ncq;
+    int did_work;
+    uint64_t now_ns;        /* clock read once per turn */
+    uint64_t next_check_ns; /* next deadline / liveness scan */
+};
+
+uint64_t te_now_ns(void);
+
+/* outcome.c */
+void te_turn_flush(struct te_engine *e, struct turn *t);
+struct te_cb_event *te_turn_event(struct te_engine *e, struct turn *t);
+/* Record the request's first error (later ones are ignored). */
+void te_req_fail(struct te_req *q, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Start tracking an accepted request (in-flight list, deadline). */
+void te_req_track(struct te_group *g, struct turn *t, struct te_req *q);
+/* Hand the completion out now; the request stays tracked until every
+ * operation the transport holds has come back. */
+void te_req_deliver(struct te_engine *e, struct turn *t, struct te_req *q);
+/* If every operation is accounted for: deliver (once) and free. */
+void te_req_settle(struct te_engine *e, struct turn *t, struct te_req *q);
+/* Declare a peer down: fail its queued and in-flight requests. */
+void te_peer_down(struct te_engine *e, struct te_group *g, struct turn *t,
+                  struct te_peer_entry *pe, int status, const char *why);
+/* Request deadlines and peer liveness; cheap unless a scan is due. */
+void te_worker_check(struct te_engine *e, struct te_group *g, struct turn *t);
+
+/* post.c */
+void te_post_accept(struct te_engine *e, struct te_group *g, struct turn *t,
+                    struct te_req *q);
+void te_post_nic(struct te_engine *e, struct te_group *g, struct turn *t,
+                 struct te_nic *n);
+/* Fail the queued (not yet posted) work towards a peer. */
+void te_post_fail_peer(struct te_engine *e, struct te_group *g,
+                       struct turn *t, struct te_peer_entry *pe, int status,
+                       const char *why);
+
+/* poll.c */
+void te_poll_nic(struct te_engine *e, struct te_group *g, struct turn *t,
+                 uint32_t nic);
+void te_repost_recvs(struct te_engine *e, struct te_nic *n);
+te_peer te_peer_of(struct te_group *g, uint32_t nic, te_plugin_peer pp);
+
+#endif
