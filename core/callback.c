@@ -106,16 +106,54 @@ static void run_event(struct te_cb_event *ev)
 
 #define TE_CB_BATCH 64
 
+/* Detach the timers due by now (all of them when `all`); lock held. */
+static struct te_timer *take_due(struct te_callbacks *cb, uint64_t now, int all)
+{
+    struct te_timer *due = NULL, **tail = &due;
+    while (cb->timers && (all || cb->timers->deadline_ns <= now)) {
+        struct te_timer *tm = cb->timers;
+        cb->timers = tm->next;
+        tm->next = NULL;
+        *tail = tm;
+        tail = &tm->next;
+    }
+    return due;
+}
+
+static void run_timers(struct te_timer *due, int at_stop)
+{
+    while (due) {
+        struct te_timer *tm = due;
+        due = tm->next;
+        tm->fn(tm->arg, at_stop);
+        free(tm);
+    }
+}
+
+/* How long the thread may sleep: until the next timer, at most 100 ms. */
+static uint64_t wait_ns(const struct te_callbacks *cb, uint64_t now)
+{
+    uint64_t w = 100000000ull;
+    if (cb->timers) {
+        uint64_t d = cb->timers->deadline_ns;
+        w = d <= now ? 0 : (d - now < w ? d - now : w);
+    }
+    return w;
+}
+
 static void *callback_main(void *arg)
 {
     struct te_callbacks *cb = arg;
     struct te_cb_event batch[TE_CB_BATCH];
     for (;;) {
         pthread_mutex_lock(&cb->events.lock);
+        struct te_timer *due = take_due(cb, now_ns(), 0);
         size_t n = fifo_pop_locked(&cb->events, batch, TE_CB_BATCH);
-        if (n == 0) {
+        if (n == 0 && !due) {
             if (cb->stop) {
+                due = take_due(cb, 0, 1);
                 pthread_mutex_unlock(&cb->events.lock);
+                run_timers(due, 1);
                 break;
             }
             /* Spin briefly (lock released) before sleeping: a callback that
@@ -133,15 +171,14 @@ static void *callback_main(void *arg)
             if (got)
                 continue;
             pthread_mutex_lock(&cb->events.lock);
-            if (cb->events.count == 0 && !cb->stop) {
+            uint64_t w = wait_ns(cb, now_ns());
+            if (cb->events.count == 0 && !cb->stop && w > 0) {
                 cb->events.waiters++;
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_nsec += 100 * 1000 * 1000;
-                if (ts.tv_nsec >= 1000000000) {
-                    ts.tv_sec++;
-                    ts.tv_nsec -= 1000000000;
-                }
+                uint64_t ns = (uint64_t)ts.tv_nsec + w;
+                ts.tv_sec += (time_t)(ns / 1000000000ull);
+                ts.tv_nsec = (long)(ns % 1000000000ull);
                 pthread_cond_timedwait(&cb->events.cond, &cb->events.lock, &ts);
                 cb->events.waiters--;
             }
@@ -149,10 +186,32 @@ static void *callback_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&cb->events.lock);
+        run_timers(due, 0);
         for (size_t i = 0; i < n; i++)
             run_event(&batch[i]);
     }
     return NULL;
+}
+
+int te_callbacks_add_timer(struct te_callbacks *cb, uint64_t deadline_ns,
+                           void (*fn)(void *arg, int at_stop), void *arg)
+{
+    struct te_timer *tm = calloc(1, sizeof(*tm));
+    if (!tm)
+        return -ENOMEM;
+    tm->deadline_ns = deadline_ns;
+    tm->fn = fn;
+    tm->arg = arg;
+    pthread_mutex_lock(&cb->events.lock);
+    struct te_timer **p = &cb->timers;
+    while (*p && (*p)->deadline_ns <= deadline_ns)
+        p = &(*p)->next;
+    tm->next = *p;
+    *p = tm;
+    if (cb->events.waiters)
+        pthread_cond_signal(&cb->events.cond);
+    pthread_mutex_unlock(&cb->events.lock);
+    return 0;
 }
 
 int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us,

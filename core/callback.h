@@ -47,7 +47,17 @@ struct te_fifo {
     int waiters;
 };
 
+/** A one-shot timer run on the callback thread (fn(arg, 0)), or at stop
+ * with fn(arg, 1) if it has not expired by then. */
+struct te_timer {
+    struct te_timer *next;
+    uint64_t deadline_ns; /* CLOCK_MONOTONIC */
+    void (*fn)(void *arg, int at_stop);
+    void *arg;
+};
+
 struct te_callbacks {
+    struct te_timer *timers;   /* sorted by deadline, under events.lock */
     struct te_fifo events;     /* struct te_cb_event */
     struct te_fifo cq;         /* te_completion */
     pthread_t thread;
@@ -69,6 +79,9 @@ int te_cq_push(struct te_callbacks *cb, const te_completion *c, size_t n);
 /** Pop up to max completions, waiting up to timeout_ms for the first. */
 int te_cq_pop(struct te_callbacks *cb, te_completion *out, int max,
               int timeout_ms);
+/** Run fn(arg, 0) on the callback thread at deadline_ns (monotonic). */
+int te_callbacks_add_timer(struct te_callbacks *cb, uint64_t deadline_ns,
+                           void (*fn)(void *arg, int at_stop), void *arg);
 /** True when called from the callback thread. */
 int te_callbacks_on_thread(const struct te_callbacks *cb);
 

@@ -1,6 +1,7 @@
 /* Public ImmCounter, completion-queue and receive-handler entry points. */
 #include <errno.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "engine_internal.h"
@@ -23,6 +24,63 @@ TE_API int te_imm_expect(te_engine *e, uint32_t imm, uint64_t count,
         return te_fail(rc, "te_imm_expect: ImmCounter table full "
                        "(engine.imm_table_size)");
     return rc;
+}
+
+/* A pending deadline of an expectation armed by te_imm_expect_timeout. */
+struct imm_deadline {
+    struct te_engine *e;
+    uint32_t imm;
+    uint64_t epoch;
+    te_imm_fn cb;
+    void *arg;
+};
+
+static void imm_deadline_due(void *p, int at_stop)
+{
+    struct imm_deadline *d = p;
+    /* Only the expectation of this epoch, and only if still unmet: a met
+     * one has fired already, and a later arming is not ours to cancel. */
+    if (te_imm_table_cancel(d->e->imms, d->imm, d->epoch))
+        d->cb(d->imm, at_stop ? -ECANCELED : -ETIMEDOUT, d->arg);
+    free(d);
+}
+
+TE_API int te_imm_expect_timeout(te_engine *e, uint32_t imm, uint64_t count,
+                                 int timeout_ms, te_imm_fn cb, void *arg)
+{
+    te_error_clear();
+    if (!e || !cb || timeout_ms <= 0 || count == 0)
+        return te_fail(-EINVAL, "te_imm_expect_timeout: needs an engine, a "
+                       "callback, count > 0 and timeout_ms > 0 (imm %u)", imm);
+    struct imm_deadline *d = calloc(1, sizeof(*d));
+    if (!d)
+        return te_fail(-ENOMEM, "te_imm_expect_timeout: out of memory");
+    int fired = 0;
+    int rc = te_imm_table_expect_ex(e->imms, imm, count, cb, arg, &d->epoch,
+                                    &fired);
+    if (rc || fired) {
+        free(d);
+        if (rc == -EBUSY)
+            return te_fail(rc, "te_imm_expect_timeout: imm %u already has an "
+                           "armed expectation", imm);
+        return rc;
+    }
+    d->e = e;
+    d->imm = imm;
+    d->cb = cb;
+    d->arg = arg;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t deadline = (uint64_t)ts.tv_sec * 1000000000ull +
+                        (uint64_t)ts.tv_nsec +
+                        (uint64_t)timeout_ms * 1000000ull;
+    rc = te_callbacks_add_timer(&e->cb, deadline, imm_deadline_due, d);
+    if (rc) {
+        te_imm_table_cancel(e->imms, imm, d->epoch);
+        free(d);
+        return te_fail(rc, "te_imm_expect_timeout: out of memory");
+    }
+    return 0;
 }
 
 TE_API int te_imm_poll(te_engine *e, uint32_t imm, uint64_t *banked,

@@ -84,6 +84,7 @@ struct imm_slot {
     uint64_t count; /* armed expectation (lock holders / epoch owner) */
     te_imm_fn cb;
     void *arg;
+    uint64_t epoch; /* arming sequence number (lock holders) */
 };
 _Static_assert(sizeof(struct imm_slot) == 64, "one slot per cache line");
 
@@ -284,6 +285,15 @@ int te_imm_table_arrive(struct te_imm_table *t, uint32_t imm, uint32_t n)
 int te_imm_table_expect(struct te_imm_table *t, uint32_t imm, uint64_t count,
                         te_imm_fn cb, void *arg)
 {
+    return te_imm_table_expect_ex(t, imm, count, cb, arg, NULL, NULL);
+}
+
+int te_imm_table_expect_ex(struct te_imm_table *t, uint32_t imm,
+                           uint64_t count, te_imm_fn cb, void *arg,
+                           uint64_t *epoch, int *fired)
+{
+    if (fired)
+        *fired = 0;
     if (count == 0)
         return te_fail(-EINVAL, "imm expect: count must be > 0 (imm %u)", imm);
     if (count > IMM_COUNT_MAX)
@@ -302,6 +312,9 @@ int te_imm_table_expect(struct te_imm_table *t, uint32_t imm, uint64_t count,
     s->count = count;
     s->cb = cb;
     s->arg = arg;
+    s->epoch++;
+    if (epoch)
+        *epoch = s->epoch;
     atomic_store_explicit(&s->armed, 1, memory_order_relaxed);
     int64_t old = atomic_fetch_sub_explicit(&s->value, (int64_t)count,
                                             memory_order_acq_rel);
@@ -309,6 +322,8 @@ int te_imm_table_expect(struct te_imm_table *t, uint32_t imm, uint64_t count,
         /* Enough banked: consumed by the subtraction; we fire. */
         atomic_store_explicit(&s->armed, 0, memory_order_release);
         slot_unlock(s);
+        if (fired)
+            *fired = 1;
         if (cb && t->fire)
             t->fire(t->sink, imm, cb, arg);
         return 0;
@@ -420,4 +435,35 @@ uint64_t te_imm_table_overflow(const struct te_imm_table *t)
 {
     return atomic_load_explicit(&((struct te_imm_table *)t)->overflow,
                                 memory_order_relaxed);
+}
+
+int te_imm_table_cancel(struct te_imm_table *t, uint32_t imm, uint64_t epoch)
+{
+    struct imm_slot *s = slot_find(t, imm, 0);
+    if (!s)
+        return 0;
+    int disarmed = 0;
+    unsigned spins = 0;
+    slot_lock(s);
+    for (;;) {
+        if (!atomic_load_explicit(&s->armed, memory_order_acquire) ||
+            s->epoch != epoch)
+            break; /* met (and maybe re-armed) or removed already */
+        int64_t v = atomic_load_explicit(&s->value, memory_order_acquire);
+        if (v >= 0) { /* met: hand-off in progress (I3) */
+            backoff(&spins);
+            continue;
+        }
+        /* Give the expectation's count back: arrivals stay banked, and after
+         * this no arrival can cross zero for the cancelled epoch. */
+        if (atomic_compare_exchange_weak_explicit(
+                &s->value, &v, v + (int64_t)s->count, memory_order_acq_rel,
+                memory_order_acquire)) {
+            atomic_store_explicit(&s->armed, 0, memory_order_release);
+            disarmed = 1;
+            break;
+        }
+    }
+    slot_unlock(s);
+    return disarmed;
 }

@@ -39,6 +39,20 @@ int te_imm_table_arrive(struct te_imm_table *t, uint32_t imm, uint32_t n);
 /** See te_imm_expect() in te.h (count > 0, -EBUSY if armed). */
 int te_imm_table_expect(struct te_imm_table *t, uint32_t imm, uint64_t count,
                         te_imm_fn cb, void *arg);
+/**
+ * expect() that also returns the arming's epoch (for te_imm_table_cancel)
+ * and whether it was met at once from banked arrivals (*fired = 1).
+ * epoch and fired may be NULL.
+ */
+int te_imm_table_expect_ex(struct te_imm_table *t, uint32_t imm,
+                           uint64_t count, te_imm_fn cb, void *arg,
+                           uint64_t *epoch, int *fired);
+/**
+ * Disarm the expectation armed as `epoch` if it is still unmet; arrivals so
+ * far stay banked. Returns 1 if it disarmed it (its cb will never fire),
+ * 0 if it was met, removed or replaced meanwhile.
+ */
+int te_imm_table_cancel(struct te_imm_table *t, uint32_t imm, uint64_t epoch);
 /** See te_imm_poll(). Unknown imm: banked 0, not armed, returns 0. */
 int te_imm_table_poll(struct te_imm_table *t, uint32_t imm, uint64_t *banked,
                       int *armed);

@@ -381,6 +381,16 @@ TE_API int te_imm_expect(te_engine *e, uint32_t imm, uint64_t count, te_imm_fn c
                   void *arg);
 
 /**
+ * te_imm_expect() with a deadline: if the expectation is still unmet after
+ * timeout_ms, it is disarmed and cb(imm, -ETIMEDOUT, arg) runs instead
+ * (arrivals so far stay banked; te_imm_poll() shows them). cb runs exactly
+ * once either way; at te_engine_destroy() an unmet one gets -ECANCELED.
+ * cb must not be NULL; timeout_ms > 0.
+ */
+TE_API int te_imm_expect_timeout(te_engine *e, uint32_t imm, uint64_t count,
+                                 int timeout_ms, te_imm_fn cb, void *arg);
+
+/**
  * Current banked arrivals of imm not yet consumed by a met expectation, and
  * whether an expectation is armed (*armed may be NULL).
  */

@@ -338,6 +338,80 @@ START_TEST(silent_peer_declared_down)
 }
 END_TEST
 
+static atomic_int imm_ok, imm_timeout, imm_cancel;
+static void on_imm(uint32_t imm, int status, void *arg)
+{
+    if (status == 0)
+        atomic_fetch_add(&imm_ok, 1);
+    else if (status == -ETIMEDOUT)
+        atomic_fetch_add(&imm_timeout, 1);
+    else if (status == -ECANCELED)
+        atomic_fetch_add(&imm_cancel, 1);
+}
+
+static void barrier_to(struct pair *x, uint32_t imm, int n)
+{
+    te_barrier_dst d = {.peer = x->p, .dst = &x->d};
+    te_request r = {0};
+    r.op = TE_OP_BARRIER;
+    r.imm = imm;
+    r.u.barrier.count = 1;
+    r.u.barrier.dsts = &d;
+    for (int i = 0; i < n; i++)
+        ck_assert_int_gt(te_submit(x->a, &r), 0);
+    te_completion c;
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(te_poll_completions(x->a, &c, 1, 5000), 1);
+        ck_assert_int_eq(c.status, 0);
+    }
+}
+
+static int wait_for(atomic_int *v, int want)
+{
+    for (int i = 0; i < 500 && atomic_load(v) < want; i++)
+        usleep(10000);
+    return atomic_load(v);
+}
+
+/* Expectations with a deadline: met in time (callback once, status 0),
+ * missed (-ETIMEDOUT once, arrivals stay banked), pending at destroy
+ * (-ECANCELED). */
+START_TEST(imm_expect_deadlines)
+{
+    struct pair x;
+    pair_open(&x, NULL, 4096);
+    atomic_store(&imm_ok, 0);
+    atomic_store(&imm_timeout, 0);
+    atomic_store(&imm_cancel, 0);
+    ck_assert_int_eq(te_imm_expect_timeout(x.b, 11, 2, 5000, on_imm, NULL), 0);
+    barrier_to(&x, 11, 2);
+    ck_assert_int_eq(wait_for(&imm_ok, 1), 1);
+    ck_assert_int_eq(te_imm_expect_timeout(x.b, 12, 3, 30, on_imm, NULL), 0);
+    barrier_to(&x, 12, 1);
+    ck_assert_int_eq(wait_for(&imm_timeout, 1), 1);
+    uint64_t banked = 0;
+    int armed = 1;
+    ck_assert_int_eq(te_imm_poll(x.b, 12, &banked, &armed), 0);
+    ck_assert_uint_eq(banked, 1);
+    ck_assert_int_eq(armed, 0);
+    /* Banked arrivals meet a later expectation at once. */
+    ck_assert_int_eq(te_imm_expect_timeout(x.b, 12, 1, 30, on_imm, NULL), 0);
+    ck_assert_int_eq(wait_for(&imm_ok, 2), 2);
+    ck_assert_int_eq(te_imm_expect_timeout(x.b, 13, 1, 0, on_imm, NULL),
+                     -EINVAL);
+    ck_assert_int_eq(te_imm_expect_timeout(x.b, 13, 1, 60000, on_imm, NULL), 0);
+    usleep(100000);
+    ck_assert_int_eq(atomic_load(&imm_ok), 2);
+    ck_assert_int_eq(atomic_load(&imm_timeout), 1);
+    te_mr_dereg(x.b, x.dmr);
+    te_engine_destroy(x.b); /* imm 13 still pending */
+    ck_assert_int_eq(atomic_load(&imm_cancel), 1);
+    te_engine_destroy(x.a);
+    free(x.src);
+    free(x.dst);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("engine");
@@ -352,6 +426,7 @@ int main(void)
     tcase_add_test(t, destroy_completes_everything);
     tcase_add_test(t, request_deadline);
     tcase_add_test(t, silent_peer_declared_down);
+    tcase_add_test(t, imm_expect_deadlines);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -145,6 +145,47 @@ START_TEST(test_rearm_after_fire)
 }
 END_TEST
 
+/* Cancel by epoch: disarms only the unmet arming it names, keeps banked
+ * arrivals, never touches a met or a newer arming. */
+START_TEST(test_cancel_epoch)
+{
+    struct te_imm_table *t = te_imm_table_new(16, direct_fire, NULL);
+    struct rec r1 = {0}, r2 = {0};
+    uint64_t e1 = 0, e2 = 0;
+    int fired = -1;
+    ck_assert_int_eq(te_imm_table_arrive(t, 4, 1), 0);
+    ck_assert_int_eq(te_imm_table_expect_ex(t, 4, 3, rec_cb, &r1, &e1, &fired),
+                     0);
+    ck_assert_int_eq(fired, 0);
+    ck_assert_int_eq(te_imm_table_arrive(t, 4, 1), 0);
+    ck_assert_int_eq(te_imm_table_cancel(t, 4, e1), 1);
+    int armed = 1;
+    ck_assert_uint_eq(banked_of(t, 4, &armed), 2); /* both arrivals kept */
+    ck_assert_int_eq(armed, 0);
+    ck_assert_int_eq(te_imm_table_arrive(t, 4, 5), 0);
+    ck_assert_int_eq(atomic_load(&r1.calls), 0); /* cancelled: never fires */
+    ck_assert_int_eq(te_imm_table_cancel(t, 4, e1), 0); /* twice: no-op */
+    /* Met at once from the bank: fired = 1, a cancel afterwards is a no-op. */
+    ck_assert_int_eq(te_imm_table_expect_ex(t, 4, 7, rec_cb, &r2, &e2, &fired),
+                     0);
+    ck_assert_int_eq(fired, 1);
+    ck_assert_int_eq(atomic_load(&r2.calls), 1);
+    ck_assert_int_eq(te_imm_table_cancel(t, 4, e2), 0);
+    /* A stale epoch does not disarm a newer arming. */
+    uint64_t e3 = 0;
+    ck_assert_int_eq(te_imm_table_expect_ex(t, 4, 1, rec_cb, &r2, &e3, &fired),
+                     0);
+    ck_assert_uint_ne(e3, e1);
+    ck_assert_int_eq(te_imm_table_cancel(t, 4, e1), 0);
+    banked_of(t, 4, &armed);
+    ck_assert_int_eq(armed, 1);
+    ck_assert_int_eq(te_imm_table_arrive(t, 4, 1), 0);
+    ck_assert_int_eq(atomic_load(&r2.calls), 2);
+    ck_assert_int_eq(te_imm_table_cancel(t, 99, 1), 0); /* unknown imm */
+    te_imm_table_free(t);
+}
+END_TEST
+
 START_TEST(test_busy_and_einval)
 {
     struct te_imm_table *t = te_imm_table_new(16, direct_fire, NULL);
@@ -663,6 +704,7 @@ static Suite *imm_suite(void)
     tcase_add_test(tc, test_exact_count_and_surplus);
     tcase_add_test(tc, test_rearm_after_fire);
     tcase_add_test(tc, test_busy_and_einval);
+    tcase_add_test(tc, test_cancel_epoch);
     tcase_add_test(tc, test_remove);
     tcase_add_test(tc, test_try_take);
     tcase_add_test(tc, test_arrive_n_crossing);
