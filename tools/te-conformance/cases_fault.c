@@ -218,8 +218,76 @@ static int case_peer_death(struct conf *c)
     return CONF_PASS;
 }
 
+/* A remote process is killed in the middle of a stream of writes: every
+ * request to it completes exactly once (most with an error) within the
+ * deadline, and the engine keeps serving the other remotes. Runs last: the
+ * killed remote stays dead. Any plugin; remotes must be processes. */
+static int case_remote_killed(struct conf *c)
+{
+    if (!c->two_process || c->nremotes < 2)
+        return CONF_SKIP;
+    struct remote *victim = &c->rem[c->nremotes - 1], *ok = &c->rem[0];
+    enum { N = 300, SZ = 256 * 1024 };
+    conf_fill(c->src_buf, 0, SZ, 5);
+    int submitted = 0;
+    for (int i = 0; i < N; i++) {
+        te_request q = conf_req(TE_OP_WRITE);
+        q.user_data = (uint64_t)i;
+        q.u.xfer.peer = victim->peer;
+        q.u.xfer.local = c->src;
+        q.u.xfer.remote = &victim->desc;
+        q.u.xfer.remote_off = (uint64_t)(i % 32) * SZ;
+        q.u.xfer.len = SZ;
+        if (conf_submit(c, &q) > 0)
+            submitted++;
+        if (i == N / 3)
+            CHECK_RC(victim->ops->kill(victim));
+    }
+    te_completion *done = calloc(N, sizeof(*done));
+    int rc = conf_wait_completions(c, done, submitted);
+    int failed = 0, dup = 0;
+    char *seen = calloc(N, 1);
+    for (int i = 0; i < submitted && !rc; i++) {
+        failed += done[i].status != 0;
+        if (done[i].user_data >= N || seen[done[i].user_data]++)
+            dup++;
+    }
+    free(done);
+    free(seen);
+    te_completion extra;
+    int more = te_poll_completions(c->e, &extra, 1, 200);
+    victim->ops->close(victim);
+    victim->ops = NULL;
+    c->nremotes--;
+    CHECK(rc == 0, "only some of %d requests completed after the kill: %s",
+          submitted, te_strerror(rc));
+    CHECK(dup == 0 && more == 0, "%d duplicate, %d extra completions", dup,
+          more);
+    CHECK(failed > 0, "no request failed although the remote was killed");
+    /* The survivor still works. */
+    uint32_t imm = conf_imm();
+    te_request q = conf_req(TE_OP_WRITE);
+    q.flags = TE_F_IMM;
+    q.imm = imm;
+    q.u.xfer.peer = ok->peer;
+    q.u.xfer.local = c->src;
+    q.u.xfer.remote = &ok->desc;
+    q.u.xfer.len = SZ;
+    te_completion one;
+    CHECK_RC(conf_run(c, &q, &one));
+    CHECK(one.status == 0, "write to a live remote after the kill: %s",
+          one.reason);
+    CHECK(ok->ops->imm_wait(ok, imm, (uint64_t)te_expected_imms(c->e, &q, 0),
+                            CONF_TIMEOUT_MS) == 0, "imm after the kill");
+    CHECK(conf_expect_remote(ok, 0, SZ, 5, 0) == 0, "payload after the kill");
+    return CONF_PASS;
+}
+
 const struct conf_case conf_cases_fault[] = {
     {"fault_fail_every", "injected failures: reported once, nothing lost",
      case_fail_every},
     {"fault_peer_death", "dead NIC: errors, not hangs", case_peer_death},
+    {"remote_killed", "remote process killed mid-stream: every request "
+     "completes once, the others keep working (last case)",
+     case_remote_killed},
     {NULL, NULL, NULL}};

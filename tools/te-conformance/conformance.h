@@ -40,6 +40,9 @@ struct remote_ops {
     int (*recv_wait)(struct remote *r, void *buf, size_t cap, size_t *len,
                      int *from_known, int timeout_ms);
     void (*close)(struct remote *r);
+    /* Kill the remote abruptly (SIGKILL); NULL where it cannot be done
+     * (a remote in this process). */
+    int (*kill)(struct remote *r);
 };
 
 struct conf {

@@ -111,7 +111,7 @@ static void ip_close(struct remote *r)
 
 static const struct remote_ops inproc_ops = {
     ip_fill, ip_fetch, ip_imm_wait, ip_imm_banked, ip_imm_remove,
-    ip_recv_wait, ip_close};
+    ip_recv_wait, ip_close, NULL};
 
 /* ---------------------------------------------------------- child */
 
@@ -208,9 +208,14 @@ done:
     r->impl = NULL;
 }
 
+static int ch_kill(struct remote *r)
+{
+    return kill(C(r)->pid, SIGKILL) ? -errno : 0;
+}
+
 static const struct remote_ops child_ops = {
     ch_fill, ch_fetch, ch_imm_wait, ch_imm_banked, ch_imm_remove,
-    ch_recv_wait, ch_close};
+    ch_recv_wait, ch_close, ch_kill};
 
 static int open_child(struct conf *c, struct remote *r, uint8_t *addr,
                       size_t *addr_len, te_mr_desc *desc)
