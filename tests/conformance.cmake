@@ -31,3 +31,9 @@ set_tests_properties(demo_inproc demo_twoproc PROPERTIES
   ENVIRONMENT "${TE_CONF_ENV}" TIMEOUT 120 PASS_REGULAR_EXPRESSION "te-demo: OK")
 set_tests_properties(te_info_runs PROPERTIES ENVIRONMENT "${TE_CONF_ENV}"
   TIMEOUT 60 PASS_REGULAR_EXPRESSION "loopback .*ABI 1\\.0.*group 0: 1 NIC")
+
+# Soak: 10^7 operations with reordering, delays and injected failures; every
+# request completes once and every ImmCounter ends exact (tools/te-soak).
+add_test(NAME soak_loopback_1e7 COMMAND te-soak --ops 10000000 --seconds 400)
+set_tests_properties(soak_loopback_1e7 PROPERTIES ENVIRONMENT "${TE_CONF_ENV}"
+  TIMEOUT 600 PASS_REGULAR_EXPRESSION "te-soak: OK" LABELS soak)
