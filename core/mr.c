@@ -103,6 +103,53 @@ int te_mr_release(struct te_mr *mr)
     return first;
 }
 
+TE_API int te_mr_revoke(te_engine *e, te_mr *mr, te_mr_desc *new_desc)
+{
+    te_error_clear();
+    if (!e || !mr || mr->e != e)
+        return te_fail(-EINVAL, "te_mr_revoke: bad engine or registration");
+    int64_t users = atomic_load_explicit(&mr->users, memory_order_acquire);
+    if (users)
+        return te_fail(-EBUSY, "te_mr_revoke: %lld requests in flight still "
+                       "use this registration", (long long)users);
+    const struct te_plugin_ops *P = e->plugin.ops;
+    struct te_group *g = mr->g;
+    te_plugin_mr *fresh[TE_MAX_NICS];
+    struct te_plugin_mr_info info[TE_MAX_NICS];
+    /* New keys first on every NIC, so a failure leaves the old ones valid
+     * and the registration unchanged. */
+    for (uint32_t i = 0; i < g->nic_count; i++) {
+        te_error_clear();
+        int rc = P->mr_reg(g->nics[i].pn, mr->addr, mr->len,
+                           plugin_access(mr->access),
+                           mr->mem_kind == TE_MEM_CUDA ? TE_PMEM_CUDA
+                                                       : TE_PMEM_HOST,
+                           0, &fresh[i], &info[i]);
+        if (rc) {
+            char why[256];
+            snprintf(why, sizeof(why), "%s", te_last_error());
+            for (uint32_t j = 0; j < i; j++)
+                P->mr_dereg(g->nics[j].pn, fresh[j]);
+            return te_fail(rc, "te_mr_revoke: NIC %s: %s%s%s",
+                           g->nics[i].info.name, te_strerror(rc),
+                           why[0] ? ": " : "", why);
+        }
+    }
+    int first = 0;
+    for (uint32_t i = 0; i < g->nic_count; i++) {
+        /* Quiescent: returns when no access with the old key can land. */
+        int rc = P->mr_dereg(g->nics[i].pn, mr->pmr[i]);
+        if (rc && !first)
+            first = te_fail(rc, "te_mr_revoke: NIC %s: old key: %s",
+                            g->nics[i].info.name, te_strerror(rc));
+        mr->pmr[i] = fresh[i];
+        mr->info[i] = info[i];
+    }
+    if (new_desc)
+        te_mr_describe(mr, new_desc);
+    return first;
+}
+
 TE_API void *te_mr_addr(const te_mr *mr)
 {
     return mr ? mr->addr : NULL;

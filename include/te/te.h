@@ -207,6 +207,19 @@ typedef struct te_mr_desc {
 TE_API int te_mr_describe(const te_mr *mr, te_mr_desc *out);
 
 /**
+ * Revoke every remote access granted so far to a registration, without
+ * unregistering it: the region gets new keys on every NIC (the old ones are
+ * deregistered), so descriptors handed out before stop working, and this
+ * returns only when no remote write or read made with an old key can still
+ * land (the plugin's mr_dereg quiescence; docs/architecture.md). Use it to
+ * reuse memory after cancelling a transfer whose writer may still be
+ * sending (e.g. KV pages). Writes with an old descriptor then fail at the
+ * writer with a remote access error. *new_desc (may be NULL) receives the
+ * new descriptor. -EBUSY while local requests still use the registration.
+ */
+TE_API int te_mr_revoke(te_engine *e, te_mr *mr, te_mr_desc *new_desc);
+
+/**
  * Serialize a descriptor to buf (TE_DESC_MAX bytes suffice). *len: buffer
  * size in, bytes written out.
  */

@@ -412,6 +412,32 @@ START_TEST(imm_expect_deadlines)
 }
 END_TEST
 
+/* Revoked keys: writes with the old descriptor fail at the writer with
+ * nothing written; the new descriptor works. */
+START_TEST(revoke_old_descriptors)
+{
+    struct pair x;
+    pair_open(&x, NULL, 4096);
+    memset(x.src, 0xAB, 64);
+    te_mr_desc old = x.d, fresh;
+    ck_assert_int_eq(te_mr_revoke(x.b, x.dmr, &fresh), 0);
+    ck_assert_uint_ne(old.nic[0].rkey, fresh.nic[0].rkey);
+    te_request r = small_write(&x, 0);
+    te_completion c;
+    ck_assert_int_gt(te_submit(x.a, &r), 0); /* r uses the old descriptor */
+    ck_assert_int_eq(te_poll_completions(x.a, &c, 1, 5000), 1);
+    ck_assert_int_eq(c.status, -EACCES);
+    ck_assert_int_eq(x.dst[0], 0);
+    r.u.xfer.remote = &fresh;
+    ck_assert_int_gt(te_submit(x.a, &r), 0);
+    ck_assert_int_eq(te_poll_completions(x.a, &c, 1, 5000), 1);
+    ck_assert_int_eq(c.status, 0);
+    ck_assert_int_eq(x.dst[0], 0xAB);
+    ck_assert_int_eq(te_mr_revoke(x.b, NULL, NULL), -EINVAL);
+    pair_close(&x);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("engine");
@@ -427,6 +453,7 @@ int main(void)
     tcase_add_test(t, request_deadline);
     tcase_add_test(t, silent_peer_declared_down);
     tcase_add_test(t, imm_expect_deadlines);
+    tcase_add_test(t, revoke_old_descriptors);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
