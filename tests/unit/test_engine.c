@@ -438,6 +438,58 @@ START_TEST(revoke_old_descriptors)
 }
 END_TEST
 
+/* Peers with different NIC counts (2 -> 4 and 4 -> 2, 3 -> 1): every shard
+ * lands, and the receiver counts what te_expected_imms() says. */
+START_TEST(asymmetric_nic_counts)
+{
+    static const char *cfgs[][2] = {
+        {"[engine]\nnics_per_group = 2\n", "[engine]\nnics_per_group = 4\n"},
+        {"[engine]\nnics_per_group = 4\n", "[engine]\nnics_per_group = 2\n"},
+        {"[engine]\nnics_per_group = 3\n", NULL},
+    };
+    for (int k = 0; k < 3; k++) {
+        te_engine *a = make(cfgs[k][0]), *b = make(cfgs[k][1]);
+        size_t sz = 1u << 20;
+        uint8_t *src = malloc(sz), *dst = calloc(1, sz);
+        for (size_t i = 0; i < sz; i++)
+            src[i] = (uint8_t)(i * 7 + k);
+        te_mr *smr, *dmr;
+        ck_assert_int_eq(te_mr_reg(a, 0, src, sz, 0, TE_MEM_HOST, &smr), 0);
+        ck_assert_int_eq(te_mr_reg(b, 0, dst, sz, TE_MR_REMOTE_WRITE,
+                                   TE_MEM_HOST, &dmr), 0);
+        te_mr_desc d;
+        te_mr_describe(dmr, &d);
+        ck_assert_uint_eq(d.nic_count, (uint32_t)te_engine_nic_count(b, 0));
+        uint8_t addr[TE_ADDR_MAX];
+        size_t len = sizeof(addr);
+        te_engine_address(b, 0, addr, &len);
+        te_peer p;
+        ck_assert_int_eq(te_peer_add(a, 0, addr, len, &p), 0);
+        te_request r = {0};
+        r.op = TE_OP_WRITE;
+        r.flags = TE_F_IMM;
+        r.imm = 77 + (uint32_t)k;
+        r.u.xfer.peer = p;
+        r.u.xfer.local = smr;
+        r.u.xfer.remote = &d;
+        r.u.xfer.len = sz - 3;
+        int64_t want = te_expected_imms(a, &r, 0);
+        ck_assert_int_eq(want, te_engine_nic_count(a, 0));
+        ck_assert_int_gt(te_submit(a, &r), 0);
+        te_completion c;
+        ck_assert_int_eq(te_poll_completions(a, &c, 1, 5000), 1);
+        ck_assert_msg(c.status == 0, "%s", c.reason);
+        ck_assert_int_eq(te_imm_wait(b, r.imm, (uint64_t)want, 5000), 0);
+        ck_assert_int_eq(memcmp(src, dst, sz - 3), 0);
+        ck_assert_int_eq(dst[sz - 1], 0);
+        te_engine_destroy(a);
+        te_engine_destroy(b);
+        free(src);
+        free(dst);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("engine");
@@ -454,6 +506,7 @@ int main(void)
     tcase_add_test(t, silent_peer_declared_down);
     tcase_add_test(t, imm_expect_deadlines);
     tcase_add_test(t, revoke_old_descriptors);
+    tcase_add_test(t, asymmetric_nic_counts);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
