@@ -44,6 +44,22 @@ const struct te_config_key te_engine_keys[] = {
      "microseconds an idle worker sleeps between polls after spinning"},
     {"callback_spin_us", "20",
      "microseconds the callback thread spins before blocking"},
+    {"topology", "auto",
+     "NIC groups and worker CPUs: auto = one group per GPU with the NICs on "
+     "its PCIe switch (else its NUMA node) and a core of its NUMA node, "
+     "when the plugin's NICs have PCI addresses (virtual NICs use the keys "
+     "below as given); group_nics/worker_cpus entries override per group; "
+     "off = groups, "
+     "nics_per_group, group_nics and worker_cpus exactly as given"},
+    {"sysfs_root", "/sys",
+     "where topology = auto reads the PCI tree, CPUs and NUMA nodes (a "
+     "fixture tree in tests)"},
+    {"nic_include", "",
+     "comma-separated fnmatch patterns on NIC name or PCI address; when set, "
+     "only matching NICs are used (e.g. \"rdmap*\")"},
+    {"nic_exclude", "",
+     "comma-separated fnmatch patterns on NIC name or PCI address of NICs "
+     "never used (e.g. \"mlx5_bond*,irdma*\")"},
     {"request_timeout_ms", "60000",
      "default deadline of a request (te_request.timeout_ms = 0); 0 = none"},
     {"peer_timeout_ms", "10000",

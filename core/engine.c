@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "engine_internal.h"
+#include "layout.h"
 #include "te_error.h"
 
 #define TE_MAX_PEERS_PER_GROUP 1024
@@ -75,37 +76,6 @@ static void host_log(void *ctx, int level, const char *fmt, ...)
 
 /* ------------------------------------------------------- settings */
 
-static int parse_int_list(const char *text, int *out, uint32_t max,
-                          uint32_t *count, const char *what)
-{
-    *count = 0;
-    const char *p = text;
-    while (*p) {
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (!*p)
-            break;
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v > 4095)
-            return te_fail(-EINVAL, "%s = \"%s\": expected non-negative "
-                           "integers separated by ','", what, text);
-        if (*count >= max)
-            return te_fail(-EINVAL, "%s = \"%s\": more than %u entries", what,
-                           text, max);
-        out[(*count)++] = (int)v;
-        p = end;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (*p == ',')
-            p++;
-        else if (*p)
-            return te_fail(-EINVAL, "%s = \"%s\": unexpected '%c'", what,
-                           text, *p);
-    }
-    return 0;
-}
-
 /* Defaults live in one place: the documented key table. */
 static uint64_t te_default_u64(const char *key)
 {
@@ -146,48 +116,6 @@ static int read_settings(const te_config *cfg, struct te_settings *s)
     snprintf(s->plugin_path, sizeof(s->plugin_path), "%s",
              te_config_get_str(cfg, "engine", "plugin_path", ""));
 
-    /* NIC layout: group_nics "0,1;2,3" wins over nics_per_group. */
-    const char *gn = te_config_get_str(cfg, "engine", "group_nics", "");
-    if (gn[0]) {
-        char buf[1024];
-        snprintf(buf, sizeof(buf), "%s", gn);
-        uint32_t g = 0;
-        char *save = NULL;
-        for (char *part = strtok_r(buf, ";", &save); part;
-             part = strtok_r(NULL, ";", &save), g++) {
-            if (g >= s->groups)
-                return te_fail(-EINVAL, "engine.group_nics = \"%s\": lists "
-                               "more groups than engine.groups = %u", gn,
-                               s->groups);
-            if ((rc = parse_int_list(part, s->group_nics[g], TE_MAX_NICS,
-                                     &s->group_nic_count[g],
-                                     "engine.group_nics")))
-                return rc;
-            if (s->group_nic_count[g] == 0)
-                return te_fail(-EINVAL, "engine.group_nics = \"%s\": group %u "
-                               "has no NIC", gn, g);
-        }
-        if (g != s->groups)
-            return te_fail(-EINVAL, "engine.group_nics = \"%s\" lists %u "
-                           "groups but engine.groups = %u", gn, g, s->groups);
-    } else {
-        for (uint32_t g = 0; g < s->groups; g++) {
-            s->group_nic_count[g] = s->nics_per_group;
-            for (uint32_t i = 0; i < s->nics_per_group; i++)
-                s->group_nics[g][i] = (int)(g * s->nics_per_group + i);
-        }
-    }
-    const char *wc = te_config_get_str(cfg, "engine", "worker_cpus", "");
-    uint32_t ncpu = 0;
-    int cpus[64];
-    if ((rc = parse_int_list(wc, cpus, 64, &ncpu, "engine.worker_cpus")))
-        return rc;
-    if (ncpu && ncpu != s->groups)
-        return te_fail(-EINVAL, "engine.worker_cpus = \"%s\" names %u CPUs "
-                       "for %u groups (one per group, or none)", wc, ncpu,
-                       s->groups);
-    for (uint32_t g = 0; g < s->groups; g++)
-        s->worker_cpu[g] = ncpu ? cpus[g] : -1;
     return 0;
 }
 
@@ -423,6 +351,8 @@ TE_API int te_engine_create(const te_config *cfg, te_engine **out)
                      e->plugin.ops->name);
         goto fail_init;
     }
+    if ((rc = te_layout_choose(e, ndev)))
+        goto fail_init;
     e->imms = te_imm_table_new(e->s.imm_table_size, fire_to_callbacks, e);
     if (!e->imms) {
         rc = te_fail(-ENOMEM, "ImmCounter table: out of memory");
@@ -475,6 +405,7 @@ fail_plugin:
     te_plugin_unload(&e->plugin);
 fail_cfg:
     te_config_free(e->cfg);
+    free(e->topo);
     free(e);
     return rc;
 }
@@ -496,6 +427,7 @@ TE_API void te_engine_destroy(te_engine *e)
     e->plugin.ops->fini(e->pctx);
     te_plugin_unload(&e->plugin);
     te_config_free(e->cfg);
+    free(e->topo);
     free(e);
 }
 

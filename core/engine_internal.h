@@ -214,8 +214,13 @@ struct te_req {
     void *extra;              /* copied arrays / message bytes */
 };
 
+struct te_topology;
+
 struct te_engine {
     struct te_settings s;
+    struct te_topology *topo;   /* discovery result (NULL if not run) */
+    int topo_applied;           /* groups came from it */
+    char topo_note[192];        /* what the layout is based on */
     te_config *cfg;
     struct te_loaded_plugin plugin;
     te_plugin_ctx *pctx;

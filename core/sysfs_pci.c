@@ -183,7 +183,7 @@ int te_pci_scan(const char *root, struct te_pci_list *out,
             continue;
         struct te_pci_dev d;
         memset(&d, 0, sizeof(d));
-        if (te_pci_normalize(de->d_name, d.bdf) || strchr(de->d_name, '/')) {
+        if (te_pci_normalize(de->d_name, d.bdf)) {
             te_sysfs_warn(log, "%s: not a PCI address; ignored", entry);
             continue;
         }

@@ -11,9 +11,7 @@
  *     node (unclaimed ones first), split the same way.
  *   - Else any: NICs shared from the whole pool.
  *   - No GPU: one group of every NIC (or the NICs split over engine.groups).
- *   - Worker CPU: on the group's NUMA node, physical cores before SMT
- *     siblings, cpu 0's core last, one core per group while there are free
- *     ones.
+ *   - Worker CPU: topology_cpu.c.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,14 +25,7 @@
 #include "sysfs_pci.h"
 #include "te_error.h"
 #include "topology.h"
-
-int te_topo_cpuset_count(const struct te_topo_cpuset *s)
-{
-    int n = 0;
-    for (int i = 0; i < TE_TOPO_CPU_WORDS; i++)
-        n += __builtin_popcountll(s->w[i]);
-    return n;
-}
+#include "topology_cpu.h"
 
 const char *te_topo_reason_name(int reason)
 {
@@ -57,13 +48,10 @@ struct topo_ctx {
     struct te_cpu_info *ci;
     const struct te_pci_dev *gpudev[TE_TOPO_MAX_GPUS];
     const struct te_pci_dev *nicdev[TE_TOPO_MAX_NICS];
-    int eligible[TE_TOPO_MAX_NICS];
     int claimed[TE_TOPO_MAX_NICS];
     int order[TE_TOPO_MAX_NICS]; /* eligible NICs, PCI order, virtual last */
     int norder;
     /* per GPU: NICs by the rules, before overrides */
-    char used_core[TE_TOPO_MAX_CPUS], used_cpu[TE_TOPO_MAX_CPUS];
-    int cpulist[TE_TOPO_MAX_CPUS];
     int gcount[TE_TOPO_MAX_GPUS];
     int gnics[TE_TOPO_MAX_GPUS][TE_MAX_NICS];
     int greason[TE_TOPO_MAX_GPUS];
@@ -209,7 +197,6 @@ static void read_nics(struct topo_ctx *c, const struct te_topo_nic *nics,
                      pat);
         } else {
             ni->state = TE_TOPO_NIC_UNUSED; /* until a group takes it */
-            c->eligible[i] = 1;
             c->order[c->norder++] = i;
         }
     }
@@ -278,12 +265,12 @@ static void by_switch(struct topo_ctx *c)
             }
             char text[160];
             const char *bridge = c->nicdev[first]->anc[d - 1];
-            if (na == 1)
+            if (m == 1)
                 snprintf(text, sizeof(text), "pcie-switch %s", bridge);
             else
-                snprintf(text, sizeof(text), "pcie-switch %s (%d NIC%s below "
-                         "it shared by %d GPUs, split in PCI order)", bridge, k,
-                         k > 1 ? "s" : "", m);
+                snprintf(text, sizeof(text), "pcie-switch %s, shared by %d "
+                         "GPUs: %d NIC%s split in PCI order", bridge, m, k,
+                         k > 1 ? "s" : "");
             split(c, gpus, m, set, k, TE_TOPO_REASON_SWITCH, text);
         }
     }
@@ -316,8 +303,8 @@ static void by_numa(struct topo_ctx *c)
         if (k == 0)
             continue;
         char text[160];
-        snprintf(text, sizeof(text), "numa %d (no NIC on its PCIe switch%s)",
-                 node, shared ? "; NICs shared with the switch-local groups" : "");
+        snprintf(text, sizeof(text), "numa %d, no NIC on its PCIe switch%s",
+                 node, shared ? "; NICs shared with switch-local groups" : "");
         split(c, gpus, m, pool, k, TE_TOPO_REASON_NUMA, text);
     }
     /* Still nothing: any NIC, unclaimed ones first. */
@@ -336,7 +323,7 @@ static void by_numa(struct topo_ctx *c)
             pool[k++] = c->order[o];
     if (k)
         split(c, gpus, m, pool, k, TE_TOPO_REASON_ANY,
-              "any (no NIC on its PCIe switch or NUMA node)");
+              "any, no NIC on its PCIe switch or NUMA node");
 }
 
 /* ------------------------------------------------------------- groups */
@@ -455,139 +442,20 @@ static int form_groups(struct topo_ctx *c)
             for (int j = 0; j < c->gcount[g]; j++)
                 if (c->gnics[g][j] == i)
                     owner = g;
-        if (owner >= ng)
+        if (owner >= ng) {
+            char gpu[TE_PCI_ADDR_LEN];
+            memcpy(gpu, t->gpus[owner].pci, sizeof(gpu));
             snprintf(ni->note, sizeof(ni->note), "its GPU %s has no group "
-                     "(engine.groups = %d)", t->gpus[owner].pci, ng);
-        else if (owner >= 0)
+                     "(engine.groups = %d)", gpu, ng);
+        } else if (owner >= 0) {
             snprintf(ni->note, sizeof(ni->note), "%s",
                      ov->max_nics ? "beyond engine.nics_per_group"
                                   : "its group's NICs were overridden");
-        else
+        } else {
             snprintf(ni->note, sizeof(ni->note), "no GPU needs it: not below "
                      "a GPU's PCIe switch, and every GPU%s has closer NICs",
                      ni->numa_node >= 0 ? " of its NUMA node" : "");
-    }
-    return 0;
-}
-
-/* --------------------------------------------------------------- CPUs */
-
-static int group_node(const struct te_topology *t, const struct te_topo_group *g)
-{
-    if (g->gpu >= 0 && t->gpus[g->gpu].numa_node >= 0)
-        return t->gpus[g->gpu].numa_node;
-    for (int i = 0; i < g->nic_count; i++)
-        if (t->nics[g->nics[i]].numa_node >= 0)
-            return t->nics[g->nics[i]].numa_node;
-    return -1;
-}
-
-static int pick_cpus(struct topo_ctx *c)
-{
-    struct te_topology *t = c->t;
-    const struct te_topo_overrides *ov = c->ov;
-    const struct te_cpu_info *ci = c->ci;
-    char *used_core = c->used_core, *used_cpu = c->used_cpu;
-    char buf[256];
-    for (int g = 0; g < t->ngroups; g++) {
-        int cpu = ov->n_worker_cpus ? ov->worker_cpus[g] : -1;
-        if (cpu < 0)
-            continue;
-        if (ci->have && !te_topo_cpuset_has(&ci->online, cpu))
-            return te_fail(-EINVAL, "engine.worker_cpus: cpu %d (group %d) is "
-                           "not online under %s (online: %s)", cpu, g,
-                           t->sysfs_root,
-                           te_topo_cpuset_format(&ci->online, buf, sizeof(buf)));
-        struct te_topo_group *gr = &t->groups[g];
-        gr->worker_cpu = cpu;
-        gr->numa_node = ci->node_of[cpu];
-        snprintf(gr->cpu_reason, sizeof(gr->cpu_reason),
-                 "override (engine.worker_cpus)");
-        used_cpu[cpu] = 1;
-        used_core[ci->core_of[cpu]] = 1;
-    }
-    int core0 = te_topo_cpuset_has(&ci->online, 0) ? ci->core_of[0] : -1;
-    int *list = c->cpulist;
-    for (int g = 0; g < t->ngroups; g++) {
-        struct te_topo_group *gr = &t->groups[g];
-        if (ov->n_worker_cpus && ov->worker_cpus[g] >= 0)
-            continue;
-        gr->numa_node = group_node(t, gr);
-        if (!ci->have) {
-            gr->numa_node = -1;
-            snprintf(gr->cpu_reason, sizeof(gr->cpu_reason), "not pinned: no "
-                     "CPU information under %.60s/devices/system/cpu",
-                     t->sysfs_root);
-            continue;
         }
-        struct te_topo_cpuset cand = ci->online;
-        const char *where = "any node";
-        int ni = gr->numa_node >= 0 ? te_cpu_node_index(ci, gr->numa_node) : -1;
-        if (ni >= 0) {
-            struct te_topo_cpuset s;
-            int any = 0;
-            for (int w = 0; w < TE_TOPO_CPU_WORDS; w++) {
-                s.w[w] = ci->node_cpus[ni].w[w] & ci->online.w[w] &
-                         (ov->have_allowed ? ov->allowed.w[w] : ~0ull);
-                any |= s.w[w] != 0;
-            }
-            if (any) {
-                cand = s;
-                where = NULL;
-            }
-        }
-        if (where) {
-            gr->numa_node = -1;
-            int any = 0;
-            if (ov->have_allowed)
-                for (int w = 0; w < TE_TOPO_CPU_WORDS; w++)
-                    any |= (cand.w[w] & ov->allowed.w[w]) != 0;
-            if (any)
-                for (int w = 0; w < TE_TOPO_CPU_WORDS; w++)
-                    cand.w[w] &= ov->allowed.w[w];
-        }
-        /* Order: physical cores, cpu 0's core, then SMT siblings. */
-        int n = 0;
-        for (int rank = 0; rank < 4; rank++)
-            for (int cpu = 0; cpu < TE_TOPO_MAX_CPUS; cpu++) {
-                if (!te_topo_cpuset_has(&cand, cpu))
-                    continue;
-                int r = (ci->core_of[cpu] == cpu ? 0 : 2) +
-                        (ci->core_of[cpu] == core0 ? 1 : 0);
-                if (r == rank)
-                    list[n++] = cpu;
-            }
-        char node_text[32];
-        if (where)
-            snprintf(node_text, sizeof(node_text), "%s", where);
-        else
-            snprintf(node_text, sizeof(node_text), "numa %d", gr->numa_node);
-        int pick = -1;
-        const char *how = NULL;
-        for (int i = 0; i < n && pick < 0; i++)
-            if (!used_core[ci->core_of[list[i]]])
-                pick = list[i], how = ci->core_of[list[i]] == list[i]
-                                          ? "physical core"
-                                          : "physical core (SMT sibling)";
-        for (int i = 0; i < n && pick < 0; i++)
-            if (!used_cpu[list[i]])
-                pick = list[i], how = "SMT sibling of another worker's core "
-                                      "(no free physical core)";
-        if (pick < 0 && n) {
-            pick = list[g % n];
-            how = "shared with another worker (more groups than CPUs)";
-        }
-        if (pick < 0) {
-            snprintf(gr->cpu_reason, sizeof(gr->cpu_reason),
-                     "not pinned: no usable CPU");
-            continue;
-        }
-        gr->worker_cpu = pick;
-        used_cpu[pick] = 1;
-        used_core[ci->core_of[pick]] = 1;
-        snprintf(gr->cpu_reason, sizeof(gr->cpu_reason), "%s, %s%s", node_text,
-                 how, pick == 0 || (core0 >= 0 && ci->core_of[pick] == core0)
-                          ? " (cpu 0's core: nothing else free)" : "");
     }
     return 0;
 }
@@ -684,40 +552,11 @@ int te_topology_discover(const char *sysfs_root, const struct te_topo_nic *nics,
     read_nics(c, nics, nnics);
     by_switch(c);
     by_numa(c);
-    if ((rc = form_groups(c)) || (rc = pick_cpus(c)))
+    if ((rc = form_groups(c)) || (rc = te_topo_pick_cpus(out, ov, ci)))
         goto done;
 done:
     te_pci_free(&c->pci);
     free(ci);
     free(c);
     return rc;
-}
-
-char *te_topo_cpuset_format(const struct te_topo_cpuset *s, char *buf,
-                            size_t len)
-{
-    size_t off = 0;
-    buf[0] = '\0';
-    for (int c = 0; c < TE_TOPO_MAX_CPUS; c++) {
-        if (!te_topo_cpuset_has(s, c))
-            continue;
-        int e = c;
-        while (e + 1 < TE_TOPO_MAX_CPUS && te_topo_cpuset_has(s, e + 1))
-            e++;
-        char part[32];
-        if (e == c)
-            snprintf(part, sizeof(part), "%s%d", off ? "," : "", c);
-        else
-            snprintf(part, sizeof(part), "%s%d-%d", off ? "," : "", c, e);
-        size_t pl = strlen(part);
-        if (off + pl + 4 >= len) {
-            if (len >= 4)
-                snprintf(buf + (off + 4 < len ? off : len - 4), 4, "...");
-            return buf;
-        }
-        memcpy(buf + off, part, pl + 1);
-        off += pl;
-        c = e;
-    }
-    return buf;
 }

@@ -77,12 +77,6 @@ struct te_topo_overrides {
     struct te_topo_cpuset allowed;
 };
 
-/**
- * The [engine] keys this module reads, with defaults and documentation
- * (NULL-terminated), for the key table and conf/transferengine.ini.
- */
-extern const struct te_config_key te_topology_keys[];
-
 /** Defaults: auto, "/sys", no patterns, no explicit lists. */
 void te_topo_overrides_init(struct te_topo_overrides *ov);
 

@@ -15,24 +15,6 @@
 #include "te_error.h"
 #include "topology.h"
 
-const struct te_config_key te_topology_keys[] = {
-    {"topology", "auto",
-     "NIC groups and worker CPUs: auto = one group per GPU with the NICs on "
-     "its PCIe switch (else its NUMA node) and a core of its NUMA node, "
-     "group_nics/worker_cpus entries override per group; off = groups, "
-     "nics_per_group, group_nics and worker_cpus exactly as given"},
-    {"sysfs_root", "/sys",
-     "where topology = auto reads the PCI tree, CPUs and NUMA nodes (a "
-     "fixture tree in tests)"},
-    {"nic_include", "",
-     "comma-separated fnmatch patterns on NIC name or PCI address; when set, "
-     "only matching NICs are used (e.g. \"rdmap*\")"},
-    {"nic_exclude", "",
-     "comma-separated fnmatch patterns on NIC name or PCI address of NICs "
-     "never used (e.g. \"mlx5_bond*,irdma*\")"},
-    {NULL, NULL, NULL},
-};
-
 void te_topo_overrides_init(struct te_topo_overrides *ov)
 {
     memset(ov, 0, sizeof(*ov));

@@ -83,11 +83,18 @@ void te_topology_describe(const struct te_topology *t, FILE *f)
             fprintf(f, "\n");
         }
     }
-    int onpci = 0;
-    for (int i = 0; i < t->nnics; i++)
+    int onpci = 0, virt = 0;
+    for (int i = 0; i < t->nnics; i++) {
         onpci += t->nics[i].pci_found;
-    fprintf(f, "  NICs: %d from the plugin, %d of them found on PCI\n",
-            t->nnics, onpci);
+        virt += !t->nics[i].pci[0];
+    }
+    fprintf(f, "  NICs: %d from the plugin: %d found on PCI", t->nnics, onpci);
+    if (virt)
+        fprintf(f, ", %d virtual (no PCI address)", virt);
+    if (t->nnics - onpci - virt)
+        fprintf(f, ", %d with a PCI address missing from sysfs",
+                t->nnics - onpci - virt);
+    fprintf(f, "\n");
 
     /* What was chosen. */
     for (int g = 0; g < t->ngroups; g++) {

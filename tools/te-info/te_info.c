@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "config.h"
+#include "layout.h"
+#include "topology.h"
 #include "loader.h"
 #include "te/te.h"
 #include "te_error.h"
@@ -18,13 +20,15 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: te-info [--config FILE] [--plugin NAME|PATH] [--plugins]\n"
-        "               [--groups] [--show-config] [--help]\n"
+        "               [--groups] [--topology] [--show-config] [--help]\n"
         "\n"
         "Without a section option, prints everything.\n"
         "  --config FILE     load this INI file (default: $TE_CONFIG if set)\n"
         "  --plugin NAME     use this transport (overrides engine.plugin)\n"
         "  --plugins         list plugins found on the search path\n"
         "  --groups          create an engine and list its NIC groups\n"
+        "  --topology        GPUs, NUMA nodes, CPUs and NICs found, the\n"
+        "                    grouping chosen and why (engine.topology)\n"
         "  --show-config     print every configuration key: effective value,\n"
         "                    default and meaning (also: --config-keys)\n"
         "Search path: $TE_PLUGIN_PATH, engine.plugin_path, then %s.\n",
@@ -91,6 +95,22 @@ static int list_groups(const te_config *cfg)
     return 0;
 }
 
+static int show_topology(const te_config *cfg)
+{
+    te_engine *e;
+    int rc = te_engine_create(cfg, &e);
+    if (rc) {
+        printf("Topology: engine cannot be created: %s\n  %s\n\n",
+               te_strerror(rc), te_last_error());
+        return rc;
+    }
+    printf("Topology\n");
+    te_layout_describe(e, stdout);
+    printf("\n");
+    te_engine_destroy(e);
+    return 0;
+}
+
 static void print_keys(const te_config *cfg, const char *section,
                        const char *const *names, const char *const *defs,
                        const char *const *docs, size_t n)
@@ -144,19 +164,21 @@ int main(int argc, char **argv)
         {"plugins", no_argument, 0, 'P'},
         {"groups", no_argument, 0, 'g'},
         {"show-config", no_argument, 0, 's'},
+        {"topology", no_argument, 0, 't'},
         {"config-keys", no_argument, 0, 's'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *config = getenv("TE_CONFIG");
     const char *plugin = NULL;
-    int want_plugins = 0, want_groups = 0, want_config = 0, o;
-    while ((o = getopt_long(argc, argv, "c:p:Pgsh", opts, NULL)) != -1) {
+    int want_plugins = 0, want_groups = 0, want_config = 0, want_topo = 0, o;
+    while ((o = getopt_long(argc, argv, "c:p:Pgsth", opts, NULL)) != -1) {
         switch (o) {
         case 'c': config = optarg; break;
         case 'p': plugin = optarg; break;
         case 'P': want_plugins = 1; break;
         case 'g': want_groups = 1; break;
         case 's': want_config = 1; break;
+        case 't': want_topo = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -166,8 +188,8 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (!want_plugins && !want_groups && !want_config)
-        want_plugins = want_groups = want_config = 1;
+    if (!want_plugins && !want_groups && !want_config && !want_topo)
+        want_plugins = want_groups = want_config = want_topo = 1;
     te_config *cfg = te_config_new();
     if (!cfg)
         return 1;
@@ -183,6 +205,8 @@ int main(int argc, char **argv)
     if (want_plugins)
         list_plugins(cfg);
     if (want_groups && list_groups(cfg))
+        rc = 1;
+    if (want_topo && show_topology(cfg))
         rc = 1;
     if (want_config)
         show_config(cfg);
