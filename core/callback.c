@@ -162,7 +162,10 @@ static void *callback_main(void *arg)
             uint64_t until = now_ns() + (uint64_t)cb->spin_us * 1000u;
             int got = 0;
             while (now_ns() < until) {
-                if (__atomic_load_n(&cb->events.count, __ATOMIC_RELAXED)) {
+                /* stop too: a long callback_spin_us must not delay
+                 * te_engine_destroy() by that long. */
+                if (__atomic_load_n(&cb->events.count, __ATOMIC_RELAXED) ||
+                    __atomic_load_n(&cb->stop, __ATOMIC_RELAXED)) {
                     got = 1;
                     break;
                 }

@@ -267,18 +267,18 @@ START_TEST(not_found_lists_places)
 {
     only_env("/nonexistent-te-a:/nonexistent-te-b");
     struct te_loaded_plugin p;
-    ck_assert_int_eq(te_plugin_load("efa", "/nonexistent-te-c", &p), -ENOENT);
-    ck_msg_has("plugin \"efa\" not found; tried: "
-               "/nonexistent-te-a/libte-plugin-efa.so (no such file), "
-               "/nonexistent-te-b/libte-plugin-efa.so (no such file), "
-               "/nonexistent-te-c/libte-plugin-efa.so (no such file), ");
-    ck_msg_has("/libte-plugin-efa.so (no such file); set TE_PLUGIN_PATH or "
+    ck_assert_int_eq(te_plugin_load("absent-xyz", "/nonexistent-te-c", &p), -ENOENT);
+    ck_msg_has("plugin \"absent-xyz\" not found; tried: "
+               "/nonexistent-te-a/libte-plugin-absent-xyz.so (no such file), "
+               "/nonexistent-te-b/libte-plugin-absent-xyz.so (no such file), "
+               "/nonexistent-te-c/libte-plugin-absent-xyz.so (no such file), ");
+    ck_msg_has("/libte-plugin-absent-xyz.so (no such file); set TE_PLUGIN_PATH or "
                "engine.plugin_path");
     /* The install directory is last. */
     const char *m = te_last_error();
     const char *c = strstr(m, "/nonexistent-te-c/");
     ck_assert_ptr_nonnull(c);
-    ck_assert_ptr_nonnull(strstr(c + 1, "/libte-plugin-efa.so (no such file); set"));
+    ck_assert_ptr_nonnull(strstr(c + 1, "/libte-plugin-absent-xyz.so (no such file); set"));
 
     /* Nothing set at all: only the install directory is tried. */
     only_env(NULL);
