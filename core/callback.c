@@ -51,7 +51,8 @@ static int fifo_push_locked(struct te_fifo *f, const void *src, size_t n)
         size_t slot = (f->head + f->count) % f->cap;
         memcpy((char *)f->items + slot * f->item_size,
                (const char *)src + i * f->item_size, f->item_size);
-        f->count++;
+        /* Atomic store: callback_main polls count without the lock. */
+        __atomic_store_n(&f->count, f->count + 1, __ATOMIC_RELAXED);
     }
     return 0;
 }
@@ -63,7 +64,7 @@ static size_t fifo_pop_locked(struct te_fifo *f, void *dst, size_t max)
         memcpy((char *)dst + n * f->item_size,
                (char *)f->items + f->head * f->item_size, f->item_size);
         f->head = (f->head + 1) % f->cap;
-        f->count--;
+        __atomic_store_n(&f->count, f->count - 1, __ATOMIC_RELAXED);
         n++;
     }
     return n;

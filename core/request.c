@@ -383,9 +383,12 @@ TE_API int64_t te_submit(te_engine *e, const te_request *r)
         break;
     case TE_OP_PAGED: {
         uint32_t *idx = q->extra;
-        memcpy(idx, r->u.paged.src_idx, r->u.paged.count * sizeof(uint32_t));
-        memcpy(idx + r->u.paged.count, r->u.paged.dst_idx,
-               r->u.paged.count * sizeof(uint32_t));
+        /* count 0 may come with NULL arrays: memcpy(.., NULL, 0) is UB. */
+        if (r->u.paged.count) {
+            memcpy(idx, r->u.paged.src_idx, r->u.paged.count * sizeof(uint32_t));
+            memcpy(idx + r->u.paged.count, r->u.paged.dst_idx,
+                   r->u.paged.count * sizeof(uint32_t));
+        }
         q->r.u.paged.src_idx = idx;
         q->r.u.paged.dst_idx = idx + r->u.paged.count;
         /* Pages are generated on the worker: keep the descriptor, but
