@@ -15,6 +15,8 @@
 #include "side.h"
 
 char **conf_argv;
+/* --remote-wrapper: command prefix for remote children (remote.c). */
+const char *conf_remote_wrapper;
 
 static void usage(FILE *f)
 {
@@ -28,6 +30,11 @@ static void usage(FILE *f)
         "  --two-process        remotes run in child processes (default: in\n"
         "                       this process)\n"
         "  --remotes N          number of remote engines, 1..%d (default 3)\n"
+        "  --remote-wrapper CMD prefix that launches each remote child, split\n"
+        "                       on spaces, e.g. \"ip netns exec te-ns-b\"\n"
+        "  --remote-set SEC.KEY=VALUE  setting applied only in remote\n"
+        "                       children (repeatable), e.g. the source\n"
+        "                       address of their network namespace\n"
         "  --case NAME          run only this case (repeatable)\n"
         "  --list               list the cases and exit\n"
         "  --verbose            print each case's description\n"
@@ -63,14 +70,16 @@ int main(int argc, char **argv)
         {"list", no_argument, 0, 'l'},
         {"verbose", no_argument, 0, 'v'},
         {"serve", required_argument, 0, 'S'},
+        {"remote-wrapper", required_argument, 0, 'W'},
+        {"remote-set", required_argument, 0, 'R'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     static struct conf c;
-    const char *only[64];
-    int nonly = 0, list = 0, serve_fd = -1, o;
+    const char *only[64], *remote_sets[16];
+    int nonly = 0, list = 0, serve_fd = -1, o, nremote_sets = 0;
     char plugin_set[4200] = "";
     c.nremotes = 3;
-    while ((o = getopt_long(argc, argv, "p:c:s:tr:k:lvS:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "p:c:s:tr:k:lvS:W:R:h", opts, NULL)) != -1) {
         switch (o) {
         case 'p':
             snprintf(plugin_set, sizeof(plugin_set), "engine.plugin=%s", optarg);
@@ -89,6 +98,11 @@ int main(int argc, char **argv)
         case 'l': list = 1; break;
         case 'v': c.verbose = 1; break;
         case 'S': serve_fd = atoi(optarg); break;
+        case 'W': conf_remote_wrapper = optarg; break;
+        case 'R':
+            if (nremote_sets < 16)
+                remote_sets[nremote_sets++] = optarg;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -99,6 +113,9 @@ int main(int argc, char **argv)
     }
     if (plugin_set[0])
         c.sets[c.nsets++] = plugin_set;
+    /* A remote child applies --remote-set after everything else. */
+    for (int i = 0; serve_fd >= 0 && i < nremote_sets && c.nsets < 64; i++)
+        c.sets[c.nsets++] = remote_sets[i];
     if (list) {
         for (int s = 0; suites[s]; s++)
             for (const struct conf_case *k = suites[s]; k->name; k++)

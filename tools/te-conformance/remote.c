@@ -16,6 +16,7 @@
 #include "wire_cmd.h"
 
 extern char **conf_argv; /* main.c: our own command line, for --serve */
+extern const char *conf_remote_wrapper; /* main.c: --remote-wrapper */
 
 int cmd_write(int fd, const void *buf, size_t len)
 {
@@ -234,12 +235,29 @@ static int open_child(struct conf *c, struct remote *r, uint8_t *addr,
         int n = 0;
         while (conf_argv[n])
             n++;
-        char **argv = calloc((size_t)n + 3, sizeof(char *));
-        for (int i = 0; i < n; i++)
-            argv[i] = conf_argv[i];
-        argv[n] = "--serve";
-        argv[n + 1] = fdstr;
-        execv("/proc/self/exe", argv);
+        /* --remote-wrapper "ip netns exec ns": its words, then this binary
+         * by its real path (the wrapper's /proc/self/exe is not us). */
+        char *wrap = conf_remote_wrapper ? strdup(conf_remote_wrapper) : NULL;
+        int w = 0;
+        char *words[32], *save = NULL;
+        for (char *t = wrap ? strtok_r(wrap, " ", &save) : NULL; t && w < 31;
+             t = strtok_r(NULL, " ", &save))
+            words[w++] = t;
+        static char exe[4096];
+        ssize_t el = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        exe[el > 0 ? el : 0] = 0;
+        char **argv = calloc((size_t)(n + w) + 3, sizeof(char *));
+        for (int i = 0; i < w; i++)
+            argv[i] = words[i];
+        argv[w] = w ? exe : conf_argv[0];
+        for (int i = 1; i < n; i++)
+            argv[w + i] = conf_argv[i];
+        argv[w + n] = "--serve";
+        argv[w + n + 1] = fdstr;
+        if (w)
+            execvp(argv[0], argv);
+        else
+            execv("/proc/self/exe", argv);
         _exit(127);
     }
     close(sv[1]);

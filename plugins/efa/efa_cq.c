@@ -1,0 +1,268 @@
+/*
+ * poll(): the completion queue to TE_PCQ_* entries. Reading the CQ is also
+ * what moves data (manual progress: the target must poll for writes to it
+ * to land, and shm and tcp copy inbound bytes inside this call).
+ *
+ *  - remote CQ data on a remote write  -> TE_PCQ_IMM (checked before the
+ *    op_context: shm fills it with junk on such entries, measured);
+ *  - our slot, RECV                    -> TE_PCQ_RECV with length and sender;
+ *  - our slot, WRITE/READ/SEND         -> TE_PCQ_LOCAL;
+ *  - an orphan's late completion       -> nothing (it was reported already);
+ *  - every error entry is read with fi_cq_readerr and reported with the
+ *    provider's own text (fi_cq_strerror); connection errors also turn the
+ *    peer down (TE_PCQ_PEER_DOWN, its other ops fail at once).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "efa_internal.h"
+
+
+/* ---------------------------------------------------------------- fifo */
+
+int efa_fifo_init(struct efa_fifo *f, uint32_t cap)
+{
+    uint32_t c = 16;
+    while (c < cap)
+        c *= 2;
+    f->buf = calloc(c, sizeof(*f->buf));
+    f->cap = f->buf ? c : 0;
+    f->head = f->count = 0;
+    return f->buf ? 0 : -ENOMEM;
+}
+
+void efa_fifo_free(struct efa_fifo *f)
+{
+    free(f->buf);
+    memset(f, 0, sizeof(*f));
+}
+
+void efa_cq_push(efa_nic *nic, const struct te_plugin_cq_entry *e)
+{
+    struct efa_fifo *f = &nic->cq_fifo;
+    if (f->count == f->cap) {
+        uint32_t cap = f->cap ? 2 * f->cap : 16;
+        struct te_plugin_cq_entry *b = malloc(cap * sizeof(*b));
+        if (!b) {
+            efa_log(nic->ctx, 0, "%s: out of memory queueing a completion "
+                    "(kind %u)", nic->name, e->kind);
+            return;
+        }
+        for (uint32_t i = 0; i < f->count; i++)
+            b[i] = f->buf[(f->head + i) & (f->cap - 1)];
+        free(f->buf);
+        f->buf = b;
+        f->cap = cap;
+        f->head = 0;
+    }
+    f->buf[(f->head + f->count) & (f->cap - 1)] = *e;
+    f->count++;
+}
+
+/* Hand one entry to the core, keeping the outstanding counts. */
+static void emit(efa_nic *nic, const struct te_plugin_cq_entry *e,
+                 struct te_plugin_cq_entry *out, int *n)
+{
+    if (e->kind == TE_PCQ_LOCAL)
+        nic->tx_out--;
+    else if (e->kind == TE_PCQ_RECV)
+        nic->rx_out--;
+    out[(*n)++] = *e;
+}
+
+static void fifo_drain(efa_nic *nic, struct te_plugin_cq_entry *out, int max,
+                       int *n)
+{
+    struct efa_fifo *f = &nic->cq_fifo;
+    while (*n < max && f->count) {
+        emit(nic, &f->buf[f->head], out, n);
+        f->head = (f->head + 1) & (f->cap - 1);
+        f->count--;
+    }
+}
+
+/* ---------------------------------------------------------------- entries */
+
+static bool conn_error(int err)
+{
+    switch (err) {
+    case FI_ECONNRESET: case FI_ECONNREFUSED: case FI_ECONNABORTED:
+    case FI_ENOTCONN: case FI_EHOSTUNREACH: case FI_ENETDOWN:
+    case FI_ENETUNREACH: case FI_ETIMEDOUT: case EPIPE:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static struct efa_peer *slot_peer(efa_nic *nic, const struct efa_slot *s)
+{
+    return s->peer && s->peer <= nic->npeers ? &nic->peers[s->peer - 1] : NULL;
+}
+
+/* A slot's provider completion arrived; its op is done with `status`. */
+static void finish(efa_nic *nic, struct efa_slot *s, int status, uint64_t len,
+                   fi_addr_t src, struct te_plugin_cq_entry *out, int *n)
+{
+    if (s->state == EFA_SLOT_ORPHAN) {
+        efa_peer_orphan_done(nic, s->peer);
+        efa_slot_free(nic, s);
+        return;
+    }
+    struct te_plugin_cq_entry e = {.status = status, .context = s->context};
+    if (s->kind == TE_POP_RECV) {
+        e.kind = TE_PCQ_RECV;
+        e.len = len;
+        e.peer = efa_peer_of_src(nic, src);
+    } else {
+        struct efa_peer *p = slot_peer(nic, s);
+        e.kind = TE_PCQ_LOCAL;
+        e.peer = p ? p->handle : 0;
+        if (p && p->live_ops)
+            p->live_ops--;
+    }
+    efa_slot_free(nic, s);
+    emit(nic, &e, out, n);
+}
+
+static void on_entry(efa_nic *nic, const struct fi_cq_data_entry *ce,
+                     fi_addr_t src, struct te_plugin_cq_entry *out, int *n)
+{
+    if ((ce->flags & FI_REMOTE_CQ_DATA) && (ce->flags & FI_REMOTE_WRITE)) {
+        struct te_plugin_cq_entry e = {.kind = TE_PCQ_IMM,
+                                       .imm = (uint32_t)ce->data,
+                                       .peer = efa_peer_of_src(nic, src)};
+        emit(nic, &e, out, n);
+        /* FI_RX_CQ_DATA: the data consumed one of our receives; give it
+         * back to the provider (now, or at a later poll if it is full):
+         * the core never sees it. */
+        struct efa_slot *s = nic->rx_cq_data ? efa_slot_of(nic, ce->op_context)
+                                             : NULL;
+        if (s && s->kind == TE_POP_RECV && s->state == EFA_SLOT_LIVE &&
+            efa_recv_repost(nic, s) != 0) {
+            s->repost = 1;
+            nic->reposts_due++;
+        }
+        return;
+    }
+    struct efa_slot *s = efa_slot_of(nic, ce->op_context);
+    if (!s) {
+        efa_log(nic->ctx, 3, "%s: completion without an operation of ours "
+                "(flags 0x%llx)", nic->name, (unsigned long long)ce->flags);
+        return;
+    }
+    finish(nic, s, 0, ce->len, src, out, n);
+}
+
+static const char *kind_name(uint8_t kind)
+{
+    return kind == TE_POP_WRITE ? "WRITE" : kind == TE_POP_READ ? "READ"
+           : kind == TE_POP_SEND ? "SEND" : "RECV";
+}
+
+static int on_error(efa_nic *nic, struct te_plugin_cq_entry *out, int *n)
+{
+    struct fi_cq_err_entry ee;
+    memset(&ee, 0, sizeof(ee));
+    ssize_t rc = fi_cq_readerr(nic->cq, &ee, 0);
+    if (rc != 1)
+        return -1;
+    char pmsg[256] = "";
+    const char *pm = fi_cq_strerror(nic->cq, ee.prov_errno, ee.err_data, pmsg,
+                                    sizeof(pmsg));
+    struct efa_slot *s = efa_slot_of(nic, ee.op_context);
+    if (!s) {
+        /* shm reports the ops of a dead peer this way (context NULL): say
+         * it once, then count. */
+        efa_log(nic->ctx, nic->unmatched_errors++ ? 3 : 1, "%s: error completion without an operation of "
+                "ours (flags 0x%llx, context %p): %s (provider: %s)",
+                nic->name, (unsigned long long)ee.flags, ee.op_context,
+                fi_strerror(ee.err), pm ? pm : "");
+        return 0;
+    }
+    if (s->state == EFA_SLOT_ORPHAN) {
+        finish(nic, s, 0, 0, FI_ADDR_NOTAVAIL, out, n);
+        return 0;
+    }
+    struct efa_peer *p = slot_peer(nic, s);
+    efa_err(nic, "%s%s%llx failed: %s (provider %s: %s, prov_errno %d)",
+            kind_name(s->kind), p ? " to peer 0x" : "",
+            p ? (unsigned long long)p->handle : 0ull, fi_strerror(ee.err),
+            nic->info->fabric_attr->prov_name, pm ? pm : "", ee.prov_errno);
+    int status = efa_errno(ee.err);
+    finish(nic, s, status, ee.len, FI_ADDR_NOTAVAIL, out, n);
+    /* tcp;ofi_rxm reports a lost connection as FI_ECANCELED with the
+     * socket's errno (ENOTCONN) in prov_errno (measured). */
+    if (p && (conn_error(ee.err) ||
+              (nic->prov_errno_is_errno && conn_error(ee.prov_errno)))) {
+        char why[300];
+        snprintf(why, sizeof(why), "%s (provider: %s)", fi_strerror(ee.err),
+                 pm ? pm : "");
+        efa_peer_down(nic, p, -ECONNRESET, why);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- poll */
+
+int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
+{
+    if (!out || max < 0)
+        return -EINVAL;
+    int n = 0;
+    pthread_mutex_lock(&nic->lock);
+    fifo_drain(nic, out, max, &n);
+    if (n == max)
+        goto out;
+    if (nic->pending)
+        efa_peers_resolve(nic);
+    for (uint32_t i = 0; nic->reposts_due && i < nic->nslots; i++) {
+        struct efa_slot *s = &nic->slots[i];
+        if (s->repost && s->state == EFA_SLOT_LIVE &&
+            efa_recv_repost(nic, s) == 0) {
+            s->repost = 0;
+            nic->reposts_due--;
+        }
+    }
+    /* Liveness costs a syscall: look at most every EFA_HK_INTERVAL_NS,
+     * reading the clock every 256 polls. */
+    if ((++nic->hk_polls & 255) == 0) {
+        uint64_t now = efa_now_ns();
+        if (now >= nic->hk_next_ns) {
+            nic->hk_next_ns = now + EFA_HK_INTERVAL_NS;
+            efa_peers_housekeeping(nic);
+            fifo_drain(nic, out, max, &n);
+        }
+    }
+    struct fi_cq_data_entry ce[EFA_POLL_BATCH];
+    fi_addr_t src[EFA_POLL_BATCH];
+    while (n < max) {
+        size_t want = (size_t)(max - n) < EFA_POLL_BATCH ? (size_t)(max - n)
+                                                         : EFA_POLL_BATCH;
+        ssize_t got = nic->source ? fi_cq_readfrom(nic->cq, ce, want, src)
+                                  : fi_cq_read(nic->cq, ce, want);
+        if (got > 0) {
+            for (ssize_t i = 0; i < got; i++)
+                on_entry(nic, &ce[i], nic->source ? src[i] : FI_ADDR_NOTAVAIL,
+                         out, &n);
+            /* Entries that went to the fifo (peer down, reposts). */
+            fifo_drain(nic, out, max, &n);
+            if ((size_t)got < want)
+                break;
+        } else if (got == -FI_EAVAIL) {
+            if (on_error(nic, out, &n) < 0)
+                break;
+            fifo_drain(nic, out, max, &n);
+        } else {
+            if (got != -FI_EAGAIN)
+                efa_log(nic->ctx, 0, "%s: fi_cq_read: %s", nic->name,
+                        fi_strerror((int)-got));
+            break;
+        }
+    }
+out:
+    pthread_mutex_unlock(&nic->lock);
+    return n;
+}

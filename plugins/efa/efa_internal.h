@@ -1,0 +1,349 @@
+/*
+ * efa transport plugin: TransferEngine over libfabric FI_EP_RDM endpoints.
+ * Shared declarations of the plugin's modules (docs/efa.md describes the
+ * mechanism, the measured provider quirks and every configuration key).
+ *
+ * One NIC = one fabric, domain, address vector, completion queue and RDM
+ * endpoint. Writes carry the immediate as remote CQ data; the target's CQ
+ * reports it and poll() turns it into TE_PCQ_IMM. Every libfabric object of
+ * a NIC is touched under the NIC's mutex (the domain runs with
+ * FI_THREAD_DOMAIN), which is also what makes mr_dereg() wait for a
+ * progress call that may be copying into the region (see efa_mr.c).
+ */
+#ifndef EFA_INTERNAL_H
+#define EFA_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "te/plugin.h"
+#include "efa_probe.h"
+
+#define EFA_NAME "efa"
+#define EFA_VERSION "0.1.0"
+
+/* The libfabric API we ask for: the one of the headers we were built with,
+ * so a build never uses more than the installed library offers. */
+#define EFA_FI_VERSION FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION)
+
+#define EFA_MAX_DEVICES 64
+#define EFA_PROV_LEN 16       /* provider name carried in an address */
+#define EFA_RAW_MAX 56        /* endpoint name bytes that fit an address */
+#define EFA_LANDING_LEN 64    /* target of imm-only writes without a key */
+#define EFA_POLL_BATCH 64     /* CQ entries read per fi_cq_read call */
+#define EFA_HK_INTERVAL_NS 2000000ull /* peer liveness checks */
+
+enum efa_tristate { EFA_AUTO = 0, EFA_ON = 1, EFA_OFF = 2 };
+enum efa_av_mode { EFA_AV_FIRST_USE = 0, EFA_AV_AT_ADD = 1 };
+
+/* ------------------------------------------------------------ config */
+
+struct efa_cfg {
+    char provider[64];
+    char node[256];
+    char domain[64];
+    uint32_t devices;        /* 0 = one per distinct fi_info domain */
+    uint32_t queue_depth;    /* 0 = the provider's tx_attr->size */
+    bool require_native_rma;
+    int inject;              /* enum efa_tristate */
+    int completion;          /* enum efa_completion (efa_probe.h) */
+    int av_insert;           /* enum efa_av_mode */
+    int hmem;                /* enum efa_tristate */
+    bool watch_peers;        /* pidfd liveness of same-host peers */
+    uint32_t stall_timeout_ms; /* EAGAIN streak that declares a peer down */
+    uint32_t probe_timeout_ms;
+};
+
+/* ------------------------------------------------------------ context */
+
+/* What the plugin decided for this provider, shown by te-info and logs. */
+struct efa_paths {
+    bool native_rma;          /* RMA executed by the provider, not messages */
+    char rma[256];            /* why native_rma is what it is */
+    uint64_t write_flags;     /* completion flag of writes */
+    bool inject;              /* small writes use fi_inject_write[data] */
+    size_t inject_max;
+    bool key_check;           /* keys carry a check the initiator verifies */
+    bool remote_cq_data_cap;  /* FI_REMOTE_CQ_DATA accepted as a capability */
+    bool source;              /* FI_SOURCE: completions name the sender */
+    bool hmem;                /* FI_HMEM: CUDA registrations */
+    char summary[512];        /* one line, key=value, for logs and te-bench */
+};
+
+struct te_plugin_ctx {
+    struct te_plugin_host host;
+    struct efa_cfg cfg;
+    struct fi_info *infos;               /* fi_getinfo result, owned */
+    struct fi_info *dev[EFA_MAX_DEVICES]; /* distinct domains, into infos */
+    uint32_t ndomains;
+    uint32_t ndev;                       /* devices exposed */
+    struct efa_probe_result probe;
+    struct efa_paths paths;
+    uint64_t host_id;                    /* same-host detection */
+    uint64_t start_time;                 /* this process, /proc/self/stat */
+};
+typedef struct te_plugin_ctx efa_ctx;
+
+/* ------------------------------------------------------------ wire */
+
+#define EFA_ADDR_MAGIC 0x41464554u /* "TEFA" */
+#define EFA_ADDR_VERSION 1u
+#define EFA_AF_KEYCHECK 0x1u       /* rkeys of this NIC carry a check */
+
+/* A NIC address as published by nic_address(): this header, then the
+ * endpoint name from fi_getname(). Host byte order (same-architecture
+ * peers; the core's wire format already refuses foreign engines). */
+struct efa_wire_addr {
+    uint32_t magic;
+    uint8_t version;
+    uint8_t raw_len;
+    uint8_t flags;       /* EFA_AF_* */
+    uint8_t reserved;
+    uint64_t landing_key;  /* key of the NIC's imm-only landing region */
+    uint64_t landing_addr; /* remote address of that region */
+    uint64_t key_secret;   /* input of the rkey check (not a secret) */
+    uint64_t host_id;      /* boot id hash: same host? */
+    uint32_t pid;          /* owner process, for same-host liveness */
+    uint32_t reserved2;
+    uint64_t start_time;   /* owner's start time: guards pid reuse */
+    char prov[EFA_PROV_LEN];
+    uint8_t raw[];
+};
+_Static_assert(sizeof(struct efa_wire_addr) + EFA_RAW_MAX <=
+                   TE_PLUGIN_MAX_ADDR_LEN, "address fits the ABI limit");
+
+/* ------------------------------------------------------------ objects */
+
+enum efa_slot_state { EFA_SLOT_FREE = 0, EFA_SLOT_LIVE, EFA_SLOT_ORPHAN };
+
+/* One operation handed to libfabric; its address is the op context. */
+struct efa_slot {
+    struct fi_context2 fctx; /* first: providers with FI_CONTEXT use it */
+    uint64_t context;        /* the core's */
+    uint32_t peer;           /* peer index + 1; 0 for RECV */
+    uint32_t next_free;
+    uint8_t kind;            /* enum te_plugin_op_kind */
+    uint8_t state;           /* enum efa_slot_state */
+    uint8_t repost;          /* RECV waiting to be posted again */
+    uint8_t reserved;
+    void *buf;               /* RECV: buffer, for a repost (FI_RX_CQ_DATA) */
+    uint64_t len;
+    void *desc;
+};
+
+enum efa_peer_state {
+    EFA_PEER_FREE = 0,
+    EFA_PEER_PENDING, /* added, not yet in the address vector */
+    EFA_PEER_LIVE,
+    EFA_PEER_DOWN,    /* unreachable: posts fail at once */
+    EFA_PEER_REMOVED, /* gone; entry kept while provider ops drain */
+};
+
+struct efa_peer {
+    uint64_t handle;
+    uint8_t state;    /* enum efa_peer_state */
+    uint8_t flags;    /* EFA_AF_* of its address */
+    uint8_t raw_len;
+    uint8_t monitored;
+    fi_addr_t fi_addr;
+    uint8_t raw[EFA_RAW_MAX];
+    uint64_t landing_key, landing_addr, key_secret;
+    uint32_t live_ops;   /* slots LIVE towards it */
+    uint32_t orphans;    /* slots failed early, provider still holds them */
+    int pidfd;           /* same-host liveness, -1 if not monitored */
+    uint32_t pid;
+    uint64_t stall_since_ns; /* first -FI_EAGAIN with nothing in flight */
+};
+
+/* Unbounded FIFO of completions poll() returns before reading the CQ. */
+struct efa_fifo {
+    struct te_plugin_cq_entry *buf;
+    uint32_t cap, head, count;
+};
+
+struct te_plugin_mr {
+    struct fid_mr *mr;
+    void *desc;
+    uint8_t *addr;
+    uint64_t len;
+    uint64_t key;
+    uint32_t access;
+    struct te_plugin_mr *prev, *next; /* the NIC's registrations */
+};
+typedef struct te_plugin_mr efa_mr;
+
+struct te_plugin_nic {
+    efa_ctx *ctx;
+    uint32_t index;
+    char name[64];
+    pthread_mutex_t lock;
+    struct fi_info *info;   /* fi_dupinfo of the device's entry */
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_ep *ep;
+    uint8_t addr[TE_PLUGIN_MAX_ADDR_LEN];
+    size_t addr_len;
+    size_t raw_len;
+
+    /* memory registration */
+    bool virt_addr, mr_local, mr_endpoint, mr_rma_event, prov_key, hmem;
+    bool mint_keys;          /* we choose requested keys (with a check) */
+    uint64_t key_secret;
+    uint32_t key_seq;
+    efa_mr *mrs;             /* open registrations, closed by nic_close */
+    uint8_t *landing;
+    struct fid_mr *landing_mr;
+    uint64_t landing_key;
+
+    /* data path settings (copied from ctx->paths) */
+    uint64_t write_flags;
+    bool use_inject;
+    size_t inject_max;
+    bool rx_cq_data;
+    bool source;
+    bool prov_errno_is_errno; /* tcp family: prov_errno holds the cause */
+
+    /* operation slots */
+    struct efa_slot *slots;
+    uint32_t nslots, free_slot; /* free list head; nslots = none */
+    uint32_t qd, recv_cap;
+    uint32_t tx_out;  /* WRITE/READ/SEND without LOCAL returned yet */
+    uint32_t rx_out;  /* RECVs without completion returned yet */
+
+    /* peers */
+    struct efa_peer *peers;
+    uint32_t npeers, peers_cap, peer_gen;
+    uint32_t pending;         /* peers waiting for fi_av_insert */
+    uint32_t *av_map;         /* fi_addr -> peer index + 1 */
+    size_t av_map_cap;
+
+    struct efa_fifo cq_fifo;
+    uint32_t hk_polls;
+    uint64_t hk_next_ns;
+    uint32_t reposts_due;     /* FI_RX_CQ_DATA receives to post again */
+    uint64_t unmatched_errors; /* error entries with no op context */
+};
+typedef struct te_plugin_nic efa_nic;
+
+/* ------------------------------------------------------- efa_plugin.c */
+
+void efa_err(efa_nic *nic, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void efa_ctx_err(efa_ctx *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void efa_log(efa_ctx *ctx, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+uint64_t efa_now_ns(void);
+uint64_t efa_random64(void);
+/* libfabric error (positive FI_ value) as a negative errno for the core. */
+int efa_errno(int fi_err);
+
+/* ------------------------------------------------------- efa_config.c */
+
+extern const struct te_plugin_config_key efa_config_keys[];
+int efa_config_parse(efa_ctx *ctx);
+
+/* ------------------------------------------------------- efa_fabric.c */
+
+/* fi_getinfo with the plugin's hints; fills ctx->infos/dev/ndomains. */
+int efa_discover(efa_ctx *ctx);
+/* Decide the data paths from the probe; refuse what must be refused. */
+int efa_decide_paths(efa_ctx *ctx);
+/* Is `name` one of the ';'-separated components of a provider name? */
+bool efa_prov_has(const char *prov, const char *name);
+/* NIC name of device idx, e.g. "shm:shm#1" or "efa:rdmap16s27-rdm". */
+void efa_device_name(efa_ctx *ctx, uint32_t idx, char *buf, size_t len);
+int efa_query_device(te_plugin_ctx *ctx, int idx,
+                     struct te_plugin_device_info *info);
+
+/* ---------------------------------------------------------- efa_nic.c */
+
+int efa_nic_open(te_plugin_ctx *ctx, int idx,
+                 const struct te_plugin_nic_attr *attr, te_plugin_nic **out);
+void efa_nic_close(te_plugin_nic *nic);
+int efa_nic_address(te_plugin_nic *nic, void *buf, size_t *len);
+
+/* ----------------------------------------------------------- efa_mr.c */
+
+int efa_mr_reg(te_plugin_nic *nic, void *addr, size_t len, uint32_t access,
+               uint32_t mem_type, int device_id, te_plugin_mr **mr,
+               struct te_plugin_mr_info *info);
+int efa_mr_dereg(te_plugin_nic *nic, te_plugin_mr *mr);
+/* Register a region with the NIC's key policy; caller holds nic->lock. */
+int efa_mr_register_locked(efa_nic *nic, void *addr, size_t len,
+                           uint64_t fi_access, uint32_t mem_type,
+                           int device_id, struct fid_mr **out, uint64_t *key);
+/* The check half of a minted rkey (see docs/efa.md, "Keys"). */
+static inline uint32_t efa_key_check(uint64_t secret, uint32_t seq)
+{
+    uint64_t z = secret ^ ((uint64_t)seq * 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (uint32_t)(z ^ (z >> 31));
+}
+static inline bool efa_key_valid(uint64_t secret, uint64_t key)
+{
+    return (uint32_t)(key >> 32) != 0 &&
+           efa_key_check(secret, (uint32_t)(key >> 32)) == (uint32_t)key;
+}
+
+/* --------------------------------------------------------- efa_peer.c */
+
+int efa_peer_add(te_plugin_nic *nic, const void *addr, size_t len,
+                 te_plugin_peer *out);
+int efa_peer_remove(te_plugin_nic *nic, te_plugin_peer peer);
+static inline struct efa_peer *efa_peer_get(efa_nic *nic, te_plugin_peer h)
+{
+    uint32_t idx = (uint32_t)h;
+    if (idx == 0 || idx > nic->npeers)
+        return NULL;
+    struct efa_peer *p = &nic->peers[idx - 1];
+    return p->handle == h && p->state != EFA_PEER_FREE ? p : NULL;
+}
+/* Insert every pending peer into the address vector (one call). */
+int efa_peers_resolve(efa_nic *nic);
+/* The peer handle of a completion's source address, or 0. */
+te_plugin_peer efa_peer_of_src(efa_nic *nic, fi_addr_t src);
+/* An orphan's late provider completion arrived (efa_cq.c). */
+void efa_peer_orphan_done(efa_nic *nic, uint32_t peer_idx);
+/* Peer unreachable: fail its ops now, report TE_PCQ_PEER_DOWN once. */
+void efa_peer_down(efa_nic *nic, struct efa_peer *p, int status,
+                   const char *why);
+/* Same-host peers whose process died (rate-limited, one poll(2)). */
+void efa_peers_housekeeping(efa_nic *nic);
+void efa_peers_free(efa_nic *nic);
+/* This process's identity for same-host liveness. */
+uint64_t efa_host_id(void);
+uint64_t efa_proc_start_time(uint32_t pid);
+
+/* --------------------------------------------------------- efa_post.c */
+
+int efa_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n);
+int efa_slots_init(efa_nic *nic);
+struct efa_slot *efa_slot_alloc(efa_nic *nic);
+void efa_slot_free(efa_nic *nic, struct efa_slot *s);
+/* The slot behind a provider's op_context, or NULL if it is not one of
+ * ours (shm reports garbage contexts on remote-write entries). */
+struct efa_slot *efa_slot_of(efa_nic *nic, void *op_context);
+/* Post a receive buffer again (FI_RX_CQ_DATA consumed it). */
+int efa_recv_repost(efa_nic *nic, struct efa_slot *s);
+
+/* ----------------------------------------------------------- efa_cq.c */
+
+int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max);
+void efa_cq_push(efa_nic *nic, const struct te_plugin_cq_entry *e);
+int efa_fifo_init(struct efa_fifo *f, uint32_t cap);
+void efa_fifo_free(struct efa_fifo *f);
+
+#endif

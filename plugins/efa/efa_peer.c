@@ -1,0 +1,390 @@
+/*
+ * Peers: parsing remote NIC addresses, the address vector, and liveness.
+ *
+ * peer_add() only records the address (it runs on the worker and must not
+ * block). The address vector insert happens on first use: the first post to
+ * the peer, or the next poll(), whichever comes first; all peers added since
+ * the last poll go in ONE fi_av_insert call, so a group of peers added
+ * together (e.g. every rank of an expert-parallel group) is pre-resolved in
+ * one batch before its first transfer. efa.av_insert = at_add inserts inside
+ * peer_add instead.
+ *
+ * Liveness: providers report a broken connection as error completions
+ * (efa_cq.c turns those into PEER_DOWN), but a dead shm peer never answers
+ * at all. A peer on the same host (same boot id) whose process start time
+ * matches its address is watched with a pidfd; its death fails its
+ * operations at once.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "efa_internal.h"
+
+/* ---------------------------------------------------------- identity */
+
+uint64_t efa_host_id(void)
+{
+    char buf[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(buf, sizeof(buf), f))
+            buf[0] = 0;
+        fclose(f);
+    }
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (const char *p = buf; *p && *p != '\n'; p++)
+        h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    return buf[0] ? h : 0;
+}
+
+uint64_t efa_proc_start_time(uint32_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    /* Field 22 (starttime), counted after the ')' that ends comm. */
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return 0;
+    unsigned long long v = 0;
+    int field = 2;
+    char *save = NULL; /* peer_add runs on several workers at once */
+    for (char *tok = strtok_r(p + 1, " ", &save); tok;
+         tok = strtok_r(NULL, " ", &save))
+        if (++field == 22) {
+            v = strtoull(tok, NULL, 10);
+            break;
+        }
+    return v;
+}
+
+static int pidfd_open_(uint32_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* ---------------------------------------------------------- table */
+
+static int av_map_set(efa_nic *nic, fi_addr_t fa, uint32_t v)
+{
+    if (fa == FI_ADDR_NOTAVAIL)
+        return -EINVAL;
+    if (fa >= nic->av_map_cap) {
+        size_t cap = nic->av_map_cap ? nic->av_map_cap : 64;
+        while (cap <= fa)
+            cap *= 2;
+        uint32_t *m = realloc(nic->av_map, cap * sizeof(*m));
+        if (!m)
+            return -ENOMEM;
+        memset(m + nic->av_map_cap, 0, (cap - nic->av_map_cap) * sizeof(*m));
+        nic->av_map = m;
+        nic->av_map_cap = cap;
+    }
+    nic->av_map[fa] = v;
+    return 0;
+}
+
+te_plugin_peer efa_peer_of_src(efa_nic *nic, fi_addr_t src)
+{
+    if (src == FI_ADDR_NOTAVAIL || src >= nic->av_map_cap || !nic->av_map[src])
+        return 0;
+    struct efa_peer *p = &nic->peers[nic->av_map[src] - 1];
+    return p->state == EFA_PEER_LIVE || p->state == EFA_PEER_DOWN ? p->handle
+                                                                  : 0;
+}
+
+static struct efa_peer *peer_new(efa_nic *nic)
+{
+    for (uint32_t i = 0; i < nic->npeers; i++)
+        if (nic->peers[i].state == EFA_PEER_FREE)
+            return &nic->peers[i];
+    if (nic->npeers == nic->peers_cap) {
+        uint32_t cap = nic->peers_cap ? 2 * nic->peers_cap : 16;
+        struct efa_peer *p = realloc(nic->peers, cap * sizeof(*p));
+        if (!p)
+            return NULL;
+        nic->peers = p;
+        nic->peers_cap = cap;
+    }
+    return &nic->peers[nic->npeers++];
+}
+
+/* Release a peer whose provider operations have all come back. */
+static void peer_release(efa_nic *nic, struct efa_peer *p)
+{
+    if (p->fi_addr != FI_ADDR_NOTAVAIL) {
+        fi_av_remove(nic->av, &p->fi_addr, 1, 0);
+        av_map_set(nic, p->fi_addr, 0);
+    }
+    if (p->pidfd >= 0)
+        close(p->pidfd);
+    memset(p, 0, sizeof(*p));
+    p->state = EFA_PEER_FREE;
+    p->pidfd = -1;
+}
+
+/* ---------------------------------------------------------- add */
+
+static int parse(efa_nic *nic, const void *buf, size_t len,
+                 struct efa_wire_addr *hdr, const uint8_t **raw)
+{
+    if (!buf || len < sizeof(*hdr)) {
+        efa_err(nic, "peer address of %zu bytes is shorter than the %zu-byte "
+                "header", len, sizeof(*hdr));
+        return -EINVAL;
+    }
+    memcpy(hdr, buf, sizeof(*hdr));
+    if (hdr->magic != EFA_ADDR_MAGIC || hdr->version != EFA_ADDR_VERSION) {
+        efa_err(nic, "not an efa plugin address (magic 0x%08x, version %u)",
+                hdr->magic, hdr->version);
+        return -EINVAL;
+    }
+    if (hdr->raw_len > EFA_RAW_MAX || len != sizeof(*hdr) + hdr->raw_len) {
+        efa_err(nic, "peer address length %zu does not match its endpoint "
+                "name of %u bytes", len, hdr->raw_len);
+        return -EINVAL;
+    }
+    char mine[EFA_PROV_LEN + 1] = "", theirs[EFA_PROV_LEN + 1] = "";
+    strncpy(mine, nic->info->fabric_attr->prov_name, EFA_PROV_LEN);
+    memcpy(theirs, hdr->prov, EFA_PROV_LEN);
+    if (strcmp(mine, theirs) != 0) {
+        efa_err(nic, "peer uses libfabric provider '%s', this NIC '%s'",
+                theirs, mine);
+        return -EPROTO;
+    }
+    if (hdr->raw_len != nic->raw_len) {
+        efa_err(nic, "peer endpoint name is %u bytes, ours %zu: another "
+                "address format (e.g. IPv6 vs IPv4)", hdr->raw_len,
+                nic->raw_len);
+        return -EPROTO;
+    }
+    *raw = (const uint8_t *)buf + sizeof(*hdr);
+    return 0;
+}
+
+static void watch(efa_nic *nic, struct efa_peer *p,
+                  const struct efa_wire_addr *a)
+{
+    p->pidfd = -1;
+    if (!nic->ctx->cfg.watch_peers || !a->host_id || a->host_id != nic->ctx->host_id ||
+        a->pid == (uint32_t)getpid() || !a->start_time)
+        return;
+    /* A pid of another pid namespace names another process: only a
+     * matching start time proves it is the peer. */
+    if (efa_proc_start_time(a->pid) != a->start_time)
+        return;
+    int fd = pidfd_open_(a->pid);
+    if (fd < 0)
+        return;
+    if (efa_proc_start_time(a->pid) != a->start_time) {
+        close(fd); /* exited and reused in between */
+        return;
+    }
+    p->pidfd = fd;
+    p->pid = a->pid;
+    p->monitored = 1;
+}
+
+int efa_peer_add(te_plugin_nic *nic, const void *addr, size_t len,
+                 te_plugin_peer *out)
+{
+    struct efa_wire_addr a;
+    const uint8_t *raw;
+    if (!out)
+        return -EINVAL;
+    int rc = parse(nic, addr, len, &a, &raw);
+    if (rc)
+        return rc;
+    struct efa_peer *p = peer_new(nic);
+    if (!p)
+        return -ENOMEM;
+    memset(p, 0, sizeof(*p));
+    uint32_t idx = (uint32_t)(p - nic->peers);
+    p->handle = ((uint64_t)++nic->peer_gen << 32) | (idx + 1);
+    p->state = EFA_PEER_PENDING;
+    p->flags = a.flags;
+    p->fi_addr = FI_ADDR_NOTAVAIL;
+    p->raw_len = a.raw_len;
+    memcpy(p->raw, raw, a.raw_len);
+    p->landing_key = a.landing_key;
+    p->landing_addr = a.landing_addr;
+    p->key_secret = a.key_secret;
+    watch(nic, p, &a);
+    nic->pending++;
+    if (nic->ctx->cfg.av_insert == EFA_AV_AT_ADD) {
+        pthread_mutex_lock(&nic->lock);
+        rc = efa_peers_resolve(nic);
+        pthread_mutex_unlock(&nic->lock);
+        if (rc) {
+            peer_release(nic, &nic->peers[idx]);
+            return rc;
+        }
+    }
+    *out = nic->peers[idx].handle;
+    return 0;
+}
+
+int efa_peers_resolve(efa_nic *nic)
+{
+    if (!nic->pending)
+        return 0;
+    uint32_t n = nic->pending, k = 0;
+    uint8_t *buf = calloc(n, nic->raw_len);
+    fi_addr_t *fa = malloc((size_t)n * sizeof(*fa));
+    uint32_t *who = malloc((size_t)n * sizeof(*who));
+    if (!buf || !fa || !who) {
+        free(buf);
+        free(fa);
+        free(who);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < nic->npeers && k < n; i++)
+        if (nic->peers[i].state == EFA_PEER_PENDING) {
+            memcpy(buf + (size_t)k * nic->raw_len, nic->peers[i].raw,
+                   nic->raw_len);
+            fa[k] = FI_ADDR_NOTAVAIL;
+            who[k++] = i;
+        }
+    int ret = k ? fi_av_insert(nic->av, buf, k, fa, 0, NULL) : 0;
+    int rc = 0;
+    for (uint32_t j = 0; j < k; j++) {
+        struct efa_peer *p = &nic->peers[who[j]];
+        if (fa[j] == FI_ADDR_NOTAVAIL || av_map_set(nic, fa[j], who[j] + 1)) {
+            /* The address itself is bad: its operations fail. */
+            efa_err(nic, "fi_av_insert of a peer address failed (%d of %u "
+                    "inserted): %s", ret, k, fi_strerror(ret < 0 ? -ret
+                                                                 : FI_EINVAL));
+            p->state = EFA_PEER_LIVE;
+            efa_peer_down(nic, p, -EHOSTUNREACH, "address not insertable");
+            rc = -EHOSTUNREACH;
+            continue;
+        }
+        p->fi_addr = fa[j];
+        p->state = EFA_PEER_LIVE;
+    }
+    nic->pending = 0;
+    free(buf);
+    free(fa);
+    free(who);
+    return rc;
+}
+
+/* ---------------------------------------------------------- down, remove */
+
+/* Fail p's operations still held by the provider with status: their slots
+ * become orphans whose late completions are swallowed (exactly once). */
+static void orphan_ops(efa_nic *nic, struct efa_peer *p, int status)
+{
+    uint32_t idx = (uint32_t)(p - nic->peers) + 1;
+    for (uint32_t i = 0; i < nic->nslots && p->live_ops; i++) {
+        struct efa_slot *s = &nic->slots[i];
+        if (s->state != EFA_SLOT_LIVE || s->peer != idx)
+            continue;
+        s->state = EFA_SLOT_ORPHAN;
+        p->live_ops--;
+        p->orphans++;
+        struct te_plugin_cq_entry e = {.kind = TE_PCQ_LOCAL, .status = status,
+                                       .context = s->context,
+                                       .peer = p->handle};
+        efa_cq_push(nic, &e);
+    }
+}
+
+void efa_peer_down(efa_nic *nic, struct efa_peer *p, int status,
+                   const char *why)
+{
+    if (p->state != EFA_PEER_LIVE && p->state != EFA_PEER_PENDING)
+        return;
+    p->state = EFA_PEER_DOWN;
+    orphan_ops(nic, p, status);
+    struct te_plugin_cq_entry e = {.kind = TE_PCQ_PEER_DOWN,
+                                   .status = status, .peer = p->handle};
+    efa_cq_push(nic, &e);
+    efa_log(nic->ctx, 1, "%s: peer 0x%llx is down: %s", nic->name,
+            (unsigned long long)p->handle, why);
+}
+
+int efa_peer_remove(te_plugin_nic *nic, te_plugin_peer h)
+{
+    struct efa_peer *p = efa_peer_get(nic, h);
+    if (!p || p->state == EFA_PEER_REMOVED) {
+        efa_err(nic, "peer_remove: 0x%llx is not a peer", (unsigned long long)h);
+        return -ENOENT;
+    }
+    pthread_mutex_lock(&nic->lock);
+    if (p->state == EFA_PEER_PENDING)
+        nic->pending--;
+    orphan_ops(nic, p, -ECONNABORTED);
+    if (p->orphans == 0)
+        peer_release(nic, p);
+    else
+        p->state = EFA_PEER_REMOVED; /* released when the orphans drain */
+    pthread_mutex_unlock(&nic->lock);
+    return 0;
+}
+
+/* Called by efa_cq.c when an orphan's provider completion finally comes. */
+void efa_peer_orphan_done(efa_nic *nic, uint32_t peer_idx)
+{
+    if (!peer_idx || peer_idx > nic->npeers)
+        return;
+    struct efa_peer *p = &nic->peers[peer_idx - 1];
+    if (p->orphans && --p->orphans == 0 && p->state == EFA_PEER_REMOVED)
+        peer_release(nic, p);
+}
+
+/* ---------------------------------------------------------- liveness */
+
+void efa_peers_housekeeping(efa_nic *nic)
+{
+    struct pollfd fds[64];
+    uint32_t who[64];
+    for (uint32_t i = 0; i < nic->npeers;) {
+        nfds_t n = 0;
+        for (; i < nic->npeers && n < 64; i++) {
+            struct efa_peer *p = &nic->peers[i];
+            if (p->pidfd >= 0 && (p->state == EFA_PEER_LIVE ||
+                                  p->state == EFA_PEER_PENDING)) {
+                fds[n].fd = p->pidfd;
+                fds[n].events = POLLIN;
+                fds[n].revents = 0;
+                who[n++] = i;
+            }
+        }
+        if (!n || poll(fds, n, 0) <= 0)
+            continue;
+        for (nfds_t k = 0; k < n; k++)
+            if (fds[k].revents) {
+                struct efa_peer *p = &nic->peers[who[k]];
+                char why[64];
+                snprintf(why, sizeof(why), "its process %u exited", p->pid);
+                efa_peer_down(nic, p, -ECONNRESET, why);
+            }
+    }
+}
+
+void efa_peers_free(efa_nic *nic)
+{
+    for (uint32_t i = 0; i < nic->npeers; i++)
+        if (nic->peers[i].state != EFA_PEER_FREE && nic->peers[i].pidfd >= 0)
+            close(nic->peers[i].pidfd);
+    free(nic->peers);
+    nic->peers = NULL;
+    nic->npeers = nic->peers_cap = 0;
+}

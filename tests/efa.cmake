@@ -1,0 +1,98 @@
+# Tests of the efa plugin (docs/efa.md) over libfabric's own providers:
+# the whole conformance suite with shm and tcp;ofi_rxm (1 and 2 NICs, two
+# processes), a two-host run across network namespaces, the quirk probe,
+# the refusal of emulated RMA, and the raw libfabric reference benchmark.
+# Included by tests/CMakeLists.txt; everything is skipped when the plugin
+# is not built (no libfabric).
+
+# The probe's unit test exists in every build; it tests something only
+# where libfabric is.
+if(TARGET test_efa_probe AND TARGET te-plugin-efa)
+  pkg_check_modules(TE_EFA_TEST_LIBFABRIC IMPORTED_TARGET libfabric)
+  target_sources(test_efa_probe PRIVATE ${TE_EFA_PROBE_SOURCE})
+  target_include_directories(test_efa_probe PRIVATE
+    ${PROJECT_SOURCE_DIR}/plugins/efa)
+  target_link_libraries(test_efa_probe PRIVATE PkgConfig::TE_EFA_TEST_LIBFABRIC)
+  target_compile_definitions(test_efa_probe PRIVATE TE_EFA_TEST_HAVE_LIBFABRIC)
+  set_tests_properties(test_efa_probe PROPERTIES TIMEOUT 120 LABELS efa)
+endif()
+
+if(NOT TARGET te-plugin-efa)
+  return()
+endif()
+
+set(TE_EFA_ENV "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}")
+# tcp;ofi_rxm picks eth0 unless pinned; tests only ever use 127.0.0.1.
+set(TE_EFA_TCP --set "efa.provider=tcp$<SEMICOLON>ofi_rxm" --set efa.node=127.0.0.1)
+set(TE_EFA_SHM --set efa.provider=shm)
+set(TE_EFA_2NIC --set engine.nics_per_group=2 --set efa.devices=2)
+
+function(te_efa_conformance name)
+  add_test(NAME efa_conformance_${name}
+           COMMAND te-conformance --plugin efa ${ARGN})
+  set_tests_properties(efa_conformance_${name} PROPERTIES
+    ENVIRONMENT "${TE_EFA_ENV}" TIMEOUT 180 LABELS "efa;conformance"
+    PASS_REGULAR_EXPRESSION " 0 failed"
+    FAIL_REGULAR_EXPRESSION "FAIL ")
+endfunction()
+
+# The suite in every mode the issue asks for: two processes, 1 and 2 NICs.
+te_efa_conformance(shm_1nic_twoproc --two-process ${TE_EFA_SHM})
+te_efa_conformance(shm_2nic_twoproc --two-process ${TE_EFA_SHM} ${TE_EFA_2NIC})
+te_efa_conformance(tcp_1nic_twoproc --two-process ${TE_EFA_TCP})
+te_efa_conformance(tcp_2nic_twoproc --two-process ${TE_EFA_TCP} ${TE_EFA_2NIC})
+# Remotes in this process (self-connections, in-process shm).
+te_efa_conformance(shm_2nic_inproc ${TE_EFA_SHM} ${TE_EFA_2NIC})
+# The other paths: no inject, peers inserted inside peer_add, and a killed
+# peer noticed through the provider (tcp: ECANCELED/ENOTCONN, then a stall
+# of -FI_EAGAIN) instead of the same-host pidfd.
+te_efa_conformance(shm_1nic_twoproc_noinject_atadd --two-process ${TE_EFA_SHM}
+  --set efa.inject=off --set efa.av_insert=at_add)
+te_efa_conformance(tcp_1nic_twoproc_nowatch --two-process ${TE_EFA_TCP}
+  --set efa.watch_peers=false --set efa.stall_timeout_ms=1000
+  --set efa.av_insert=at_add)
+
+# Two hosts: network namespaces joined by a veth pair (root needed; the
+# script exits 77 = skipped, with the reason, where they cannot be made).
+add_test(NAME efa_netns_tcp
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/efa/netns.sh ${CMAKE_BINARY_DIR})
+add_test(NAME efa_netns_tcp_2nic
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/efa/netns.sh ${CMAKE_BINARY_DIR}
+                 --set engine.nics_per_group=2 --set efa.devices=2)
+set_tests_properties(efa_netns_tcp efa_netns_tcp_2nic PROPERTIES
+  TIMEOUT 240 LABELS "efa;netns" SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
+  PASS_REGULAR_EXPRESSION " 0 failed"
+  FAIL_REGULAR_EXPRESSION "FAIL ")
+
+# No silent degradation: te-info names the provider and every path, and a
+# provider that emulates RMA is refused when asked (and warned about when
+# not). udp;ofi_rxd is such a provider in Debian's libfabric.
+add_test(NAME efa_info_paths COMMAND te-info --plugin efa --groups)
+set_tests_properties(efa_info_paths PROPERTIES TIMEOUT 60 LABELS efa
+  ENVIRONMENT "${TE_EFA_ENV};TE_EFA_PROVIDER=shm;TE_ENGINE_LOG_LEVEL=2"
+  PASS_REGULAR_EXPRESSION "paths: provider=shm .*rma=native.*completion=transmit.*nic 0: shm:shm")
+add_test(NAME efa_require_native_rma_refuses COMMAND te-info --plugin efa --groups)
+set_tests_properties(efa_require_native_rma_refuses PROPERTIES TIMEOUT 60
+  LABELS efa
+  ENVIRONMENT "${TE_EFA_ENV};TE_EFA_PROVIDER=udp\;ofi_rxd;TE_EFA_NODE=127.0.0.1;TE_EFA_REQUIRE_NATIVE_RMA=true"
+  PASS_REGULAR_EXPRESSION "emulates RMA by messages .*refused because efa.require_native_rma = true")
+add_test(NAME efa_emulated_rma_warns COMMAND te-info --plugin efa --groups)
+set_tests_properties(efa_emulated_rma_warns PROPERTIES TIMEOUT 60 LABELS efa
+  ENVIRONMENT "${TE_EFA_ENV};TE_EFA_PROVIDER=udp\;ofi_rxd;TE_EFA_NODE=127.0.0.1"
+  PASS_REGULAR_EXPRESSION "warning: efa: provider udp;ofi_rxd: RMA is EMULATED")
+# A forced completion level is measured too: delivery completion never
+# completes an imm-only write on shm 1.17, so the plugin refuses it.
+add_test(NAME efa_forced_delivery_refused COMMAND te-info --plugin efa --groups)
+set_tests_properties(efa_forced_delivery_refused PROPERTIES TIMEOUT 60
+  LABELS efa
+  ENVIRONMENT "${TE_EFA_ENV};TE_EFA_PROVIDER=shm;TE_EFA_COMPLETION=delivery"
+  PASS_REGULAR_EXPRESSION "zero-length write with remote CQ data is not delivered and completed with delivery completion")
+
+# The raw libfabric reference (tools/fi-raw-bench) runs and says so in JSON.
+if(TARGET fi-raw-bench)
+  add_test(NAME efa_fi_raw_bench_smoke
+           COMMAND fi-raw-bench --provider shm --mode pingpong,stream
+                   --sizes 8,65536 --iters 200 --warmup 20 --ms 20 --json)
+  set_tests_properties(efa_fi_raw_bench_smoke PROPERTIES TIMEOUT 60
+    LABELS efa PASS_REGULAR_EXPRESSION "\"mode\": \"stream\".*\"gbps\"")
+endif()
