@@ -1,0 +1,222 @@
+/*
+ * mlx5 plugin entry: the ops table, the context, error helpers and the
+ * poll() driver that runs send completions, receive completions and the
+ * connection handshake of one NIC.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mx_internal.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+static void mx_vhost_err(const struct te_plugin_host *h, const char *prefix,
+                         const char *fmt, va_list ap)
+{
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    if (h->set_error)
+        h->set_error(h->host_ctx, "%s%s", prefix, msg);
+    if (h->log)
+        h->log(h->host_ctx, 3, "%s%s", prefix, msg);
+}
+
+void mx_err(mx_nic *nic, const char *fmt, ...)
+{
+    char prefix[80];
+    snprintf(prefix, sizeof(prefix), MX_NAME " %s: ", nic->name);
+    va_list ap;
+    va_start(ap, fmt);
+    mx_vhost_err(&nic->ctx->host, prefix, fmt, ap);
+    va_end(ap);
+}
+
+void mx_ctx_err(mx_ctx *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    mx_vhost_err(&ctx->host, MX_NAME ": ", fmt, ap);
+    va_end(ap);
+}
+
+void mx_log(mx_ctx *ctx, int level, const char *fmt, ...)
+{
+    if (!ctx->host.log)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    ctx->host.log(ctx->host.host_ctx, level, MX_NAME ": %s", msg);
+}
+
+uint64_t mx_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void mx_random_bytes(void *buf, size_t len)
+{
+    unsigned char *p = buf;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = getrandom(p + got, len - got, GRND_NONBLOCK);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    if (got < len) {
+        /* No entropy yet (early boot in a guest): mix what we have. The
+         * secret then only guards against accidents, not attackers. */
+        static _Atomic uint64_t ctr;
+        for (; got < len; got++) {
+            uint64_t x = mx_now_ns() ^ ((uint64_t)getpid() << 32) ^
+                         atomic_fetch_add(&ctr, 0x9e3779b97f4a7c15ull);
+            x ^= x >> 29;
+            x *= 0xbf58476d1ce4e5b9ull;
+            p[got] = (unsigned char)(x >> 56);
+        }
+    }
+}
+
+uint64_t mx_random64(void)
+{
+    uint64_t v = 0;
+    mx_random_bytes(&v, sizeof(v));
+    return v ? v : 1; /* ids are never 0 */
+}
+
+void mx_cq_push(mx_nic *nic, const struct te_plugin_cq_entry *e)
+{
+    if (mx_fifo_push(&nic->cq, e) != 0)
+        mx_log(nic->ctx, 0, "%s: out of memory queueing a completion (kind %u)",
+               nic->name, e->kind);
+}
+
+/* ---------------------------------------------------------------- context */
+
+static int mx_init(const struct te_plugin_host *host, te_plugin_ctx **out)
+{
+    if (!host || !out || host->struct_size < offsetof(struct te_plugin_host, log))
+        return -EINVAL;
+    mx_ctx *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return -ENOMEM;
+    memcpy(&ctx->host, host,
+           host->struct_size < sizeof(ctx->host) ? host->struct_size
+                                                 : sizeof(ctx->host));
+    int rc = mx_config_parse(ctx);
+    if (rc == 0)
+        rc = mx_devices_scan(ctx);
+    if (rc < 0) {
+        free(ctx);
+        return rc;
+    }
+    *out = ctx;
+    return 0;
+}
+
+static void mx_fini(te_plugin_ctx *ctx) { free(ctx); }
+
+static int mx_device_count(te_plugin_ctx *ctx) { return ctx->ndev; }
+
+/* ------------------------------------------------------------------ poll */
+
+static int mx_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
+{
+    if (!out || max < 0)
+        return -EINVAL;
+    int n = 0;
+    while (n < max && nic->cq.count) {
+        out[n++] = *(struct te_plugin_cq_entry *)mx_fifo_at(&nic->cq, 0);
+        mx_fifo_pop(&nic->cq);
+    }
+    /* Alternate which CQ goes first so a flood of send completions cannot
+     * starve the SRQ's refill (and vice versa) when max is small. */
+    nic->recv_first = !nic->recv_first;
+    if (nic->recv_first && n < max)
+        n = mx_recv_progress(nic, out, n, max);
+    if (n < max)
+        n = mx_send_progress(nic, out, n, max, false);
+    if (!nic->recv_first && n < max)
+        n = mx_recv_progress(nic, out, n, max);
+    mx_srq_refill(nic);
+    if (nic->broken) /* QPs in the error state: fail their ops, replace */
+        mx_conn_fix_broken(nic);
+
+    /*
+     * The handshake costs a CQ poll and, for timers, a clock read: while a
+     * connection is being set up do it on every call, otherwise every 64
+     * busy polls or on the first poll after an idle one.
+     */
+    if (nic->connecting || (++nic->hk_polls & 63) == 0 ||
+        nic->hk_polls & 0x80000000u) {
+        nic->hk_polls &= 0x7fffffffu;
+        mx_oob_progress(nic);
+        uint64_t now = mx_now_ns();
+        if (now >= nic->hk_next_ns) {
+            nic->hk_next_ns = now + MX_HK_INTERVAL_NS;
+            if (nic->connecting)
+                mx_conn_timers(nic);
+        }
+        while (n < max && nic->cq.count) {
+            out[n++] = *(struct te_plugin_cq_entry *)mx_fifo_at(&nic->cq, 0);
+            mx_fifo_pop(&nic->cq);
+        }
+    }
+    if (n == 0)
+        nic->hk_polls |= 0x80000000u; /* idle: look at the clock next time */
+    return n;
+}
+
+/* ------------------------------------------------------------ entry point */
+
+static const struct te_plugin_ops mx_ops = {
+    .abi_major = TE_PLUGIN_ABI_MAJOR,
+    .abi_minor = TE_PLUGIN_ABI_MINOR,
+    .struct_size = sizeof(struct te_plugin_ops),
+    .name = MX_NAME,
+    .version = MX_VERSION,
+    .description = "rdma-core ibverbs: RC QPs with RDMA WRITE (with "
+                   "immediate), READ and SEND on any verbs device "
+                   "(ConnectX mlx5_*, soft-RoCE rxe*)",
+    .config_keys = mx_config_keys,
+    .init = mx_init,
+    .fini = mx_fini,
+    .device_count = mx_device_count,
+    .query_device = mx_query_device,
+    .nic_open = mx_nic_open,
+    .nic_close = mx_nic_close,
+    .nic_address = mx_nic_address,
+    .mr_reg = mx_mr_reg,
+    .mr_dereg = mx_mr_dereg,
+    .peer_add = mx_peer_add,
+    .peer_remove = mx_peer_remove,
+    .post = mx_post,
+    .poll = mx_poll,
+};
+
+__attribute__((visibility("default"))) const struct te_plugin_ops *
+te_plugin_entry(uint32_t core_major, uint32_t core_minor, char *err,
+                size_t errlen)
+{
+    if (core_major != TE_PLUGIN_ABI_MAJOR) {
+        if (err && errlen)
+            snprintf(err, errlen,
+                     MX_NAME " plugin speaks plugin ABI %u.%u, core speaks %u.%u",
+                     TE_PLUGIN_ABI_MAJOR, TE_PLUGIN_ABI_MINOR, core_major,
+                     core_minor);
+        return NULL;
+    }
+    return &mx_ops;
+}

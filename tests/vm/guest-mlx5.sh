@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs INSIDE the test guest (tests/vm/mlx5-conformance.sh starts it with
+# run.sh --rxe): the mlx5 plugin on soft-RoCE, everything in one boot.
+#
+#   1. the conformance suite, every case, one remote process, two NICs per
+#      engine (rxe0 and rxe1: sharded and pinned routes on both devices,
+#      each device looping its traffic back inside rxe);
+#   2. its remote_killed case (needs two remote processes): a remote is
+#      SIGKILLed mid-stream; its requests must fail, once each, and the
+#      survivor keep working;
+#   3. te-mlx5-pair: two processes on DIFFERENT devices (rxe0 <-> rxe1), so
+#      RoCEv2 packets cross the veth: plain; with half of the handshake
+#      datagrams lost and half duplicated (netem-ud.sh, 3 runs); and with
+#      all of them lost, where a write must fail at the connect deadline.
+#
+# Engine workers sleep when idle (engine.idle_spin_us) so the processes and
+# the guest kernel share the two emulated CPUs instead of spinning.
+# usage: guest-mlx5.sh BUILD_DIR
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:?usage: guest-mlx5.sh BUILD_DIR}
+conf=$build/tools/te-conformance/te-conformance
+pair=$build/tests/te-mlx5-pair
+export TE_PLUGIN_PATH=$build/plugins
+common=(--plugin mlx5 --two-process
+        --set engine.idle_spin_us=10 --set engine.idle_sleep_us=50
+        --set mlx5.connect_timeout_ms=8000)
+rc=0
+ts() { cut -d' ' -f1 /proc/uptime; }
+step() { # name command...: run, time, remember failure
+  local name=$1 t0 t1
+  shift
+  echo "== $name"
+  t0=$(ts)
+  "$@" || { echo "== FAILED: $name"; rc=1; }
+  t1=$(ts)
+  times+=("$(echo "$t0 $t1" | awk -v n="$name" '{printf "%s %.1f s", n, $2-$1}')")
+}
+times=()
+
+step "conformance (rxe0+rxe1, 1 remote process)" \
+  timeout 240 "$conf" "${common[@]}" --remotes 1 --set engine.nics_per_group=2
+step "conformance remote_killed (2 remote processes)" \
+  timeout 120 "$conf" "${common[@]}" --remotes 2 --case remote_killed
+step "pair rxe0<->rxe1" timeout 60 "$pair"
+"$here/netem-ud.sh" "loss 50% duplicate 50%" || rc=1
+for i in 1 2 3; do
+  step "pair, handshake datagrams 50% lost 50% duplicated ($i)" \
+    timeout 60 "$pair"
+done
+"$here/netem-ud.sh" "loss 100%" || rc=1
+step "pair, every handshake datagram lost: write fails at the deadline" \
+  timeout 60 "$pair" --expect-down --connect-timeout-ms 3000
+"$here/netem-ud.sh" clear
+echo "== guest times:"
+printf '   %s\n' "${times[@]}"
+exit $rc

@@ -1,0 +1,316 @@
+/*
+ * te-mlx5-pair: two engines in two processes on two DIFFERENT verbs devices
+ * (default rxe0 and rxe1 of the test guest), so every packet crosses the
+ * veth between them as real RoCEv2. The conformance suite cannot do this:
+ * its remotes share one configuration, hence one device.
+ *
+ * Both sides add each other at the same moment (a simultaneous open), then
+ * A writes with immediates (0 B .. 1 MiB), reads, sends a message; B writes
+ * back with an immediate over the same QP pair. Every byte is checked.
+ *   --expect-down  the handshake cannot succeed (run.sh's caller drops every
+ *                  handshake datagram): a write must fail within the
+ *                  deadline, not hang.
+ * Public API only. Exit 0 on success.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "te/te.h"
+
+#define REGION (4u << 20)
+#define TIMEOUT_MS 30000
+
+static const uint64_t sizes[] = {0, 1, 4097, (1u << 20) + 3};
+enum { NSIZES = sizeof(sizes) / sizeof(sizes[0]) };
+
+struct hello {
+    uint8_t addr[TE_ADDR_MAX];
+    size_t addr_len;
+    uint8_t desc[TE_DESC_MAX];
+    size_t desc_len;
+};
+
+struct side {
+    const char *name;
+    te_engine *e;
+    uint8_t *buf;
+    te_mr *mr;
+    te_mr_desc remote;
+    te_peer peer;
+    int fd;
+    int got_msg;
+    uint8_t msg[64];
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint8_t pat(uint64_t o, uint32_t seed)
+{
+    uint64_t x = o * 0x9E3779B97F4A7C15ull + seed * 0xD1B54A32D192ED03ull;
+    return (uint8_t)(x >> 56 ^ x >> 23);
+}
+
+static int fail(struct side *s, const char *what, int rc)
+{
+    fprintf(stderr, "te-mlx5-pair %s: %s: %s (%s)\n", s->name, what,
+            te_strerror(rc), te_last_error());
+    return 1;
+}
+
+static int xfer(int fd, void *p, size_t n, int out)
+{
+    uint8_t *b = p;
+    while (n) {
+        ssize_t k = out ? write(fd, b, n) : read(fd, b, n);
+        if (k <= 0)
+            return -EPIPE;
+        b += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static void on_msg(int group, te_peer from, const void *data, size_t len,
+                   void *arg)
+{
+    struct side *s = arg;
+    if (len <= sizeof(s->msg)) {
+        memcpy(s->msg, data, len);
+        __atomic_store_n(&s->got_msg, (int)len + 1, __ATOMIC_RELEASE);
+    }
+}
+
+static int setup(struct side *s, const char *dev, const char *timeout)
+{
+    te_config *cfg = te_config_new();
+    int rc = te_config_set(cfg, "engine", "plugin", "mlx5");
+    if (!rc)
+        rc = te_config_set(cfg, "mlx5", "devices", dev);
+    if (!rc)
+        rc = te_config_set(cfg, "mlx5", "connect_timeout_ms", timeout);
+    if (!rc)
+        rc = te_config_set(cfg, "engine", "idle_spin_us", "10");
+    if (!rc)
+        rc = te_engine_create(cfg, &s->e);
+    te_config_free(cfg);
+    if (rc)
+        return fail(s, "engine", rc);
+    s->buf = aligned_alloc(4096, REGION);
+    memset(s->buf, 0, REGION);
+    if ((rc = te_mr_reg(s->e, 0, s->buf, REGION,
+                        TE_MR_REMOTE_WRITE | TE_MR_REMOTE_READ, TE_MEM_HOST,
+                        &s->mr)) ||
+        (rc = te_set_recv_handler(s->e, 0, on_msg, s)))
+        return fail(s, "register", rc);
+    /* Exchange address and descriptor, then add each other at once. */
+    struct hello me, them;
+    te_mr_desc d;
+    me.addr_len = sizeof(me.addr);
+    me.desc_len = sizeof(me.desc);
+    if ((rc = te_engine_address(s->e, 0, me.addr, &me.addr_len)) ||
+        (rc = te_mr_describe(s->mr, &d)) ||
+        (rc = te_desc_serialize(&d, me.desc, &me.desc_len)))
+        return fail(s, "address", rc);
+    if (xfer(s->fd, &me, sizeof(me), 1) || xfer(s->fd, &them, sizeof(them), 0))
+        return fail(s, "exchange", -EPIPE);
+    if ((rc = te_desc_parse(them.desc, them.desc_len, &s->remote)) ||
+        (rc = te_peer_add(s->e, 0, them.addr, them.addr_len, &s->peer)))
+        return fail(s, "peer_add", rc);
+    return 0;
+}
+
+static int run(struct side *s, te_request *q, te_completion *c)
+{
+    int64_t id;
+    double end = now_s() + TIMEOUT_MS / 1000.0;
+    while ((id = te_submit(s->e, q)) == -EAGAIN && now_s() < end)
+        usleep(100);
+    if (id < 0)
+        return (int)id;
+    int k = te_poll_completions(s->e, c, 1, TIMEOUT_MS);
+    return k == 1 ? 0 : -ETIMEDOUT;
+}
+
+static te_request req(struct side *s, uint32_t op, uint64_t loff,
+                      uint64_t roff, uint64_t len)
+{
+    te_request q;
+    memset(&q, 0, sizeof(q));
+    q.op = op;
+    q.u.xfer.peer = s->peer;
+    q.u.xfer.local = s->mr;
+    q.u.xfer.local_off = loff;
+    q.u.xfer.remote = &s->remote;
+    q.u.xfer.remote_off = roff;
+    q.u.xfer.len = len;
+    return q;
+}
+
+static int side_a(struct side *s)
+{
+    te_completion c;
+    double t0 = now_s();
+    int rc;
+    for (int i = 0; i < NSIZES; i++) {
+        for (uint64_t b = 0; b < sizes[i]; b++)
+            s->buf[b] = pat(b, 10 + (uint32_t)i);
+        te_request q = req(s, TE_OP_WRITE, 0, 0, sizes[i]);
+        q.flags = TE_F_IMM;
+        q.imm = 100 + (uint32_t)i;
+        if ((rc = run(s, &q, &c)) || c.status)
+            return fail(s, "write", rc ? rc : c.status);
+        if (i == 0)
+            printf("te-mlx5-pair: connected and first write done after "
+                   "%.3f s\n", now_s() - t0);
+        char ok;
+        if (xfer(s->fd, &ok, 1, 0) || ok != 'y') /* B checked the bytes */
+            return fail(s, "B's check of the write", -EILSEQ);
+    }
+    /* Read B's second half (B filled it with seed 77). */
+    memset(s->buf, 0, 8192);
+    te_request q = req(s, TE_OP_READ, 0, REGION / 2, 8000);
+    if ((rc = run(s, &q, &c)) || c.status)
+        return fail(s, "read", rc ? rc : c.status);
+    for (uint64_t b = 0; b < 8000; b++)
+        if (s->buf[b] != pat(REGION / 2 + b, 77))
+            return fail(s, "read bytes", -EILSEQ);
+    /* A message. */
+    memset(&q, 0, sizeof(q));
+    q.op = TE_OP_SEND;
+    q.u.send.peer = s->peer;
+    q.u.send.buf = "hello over the veth";
+    q.u.send.len = 20;
+    if ((rc = run(s, &q, &c)) || c.status)
+        return fail(s, "send", rc ? rc : c.status);
+    /* B writes back with an immediate. */
+    if ((rc = te_imm_wait(s->e, 555, 1, TIMEOUT_MS)))
+        return fail(s, "imm from B", rc);
+    for (uint64_t b = 0; b < 65536; b++)
+        if (s->buf[REGION / 2 + b] != pat(b, 99))
+            return fail(s, "B's write", -EILSEQ);
+    printf("te-mlx5-pair: %d writes, a read, a message and a reverse write "
+           "across the devices: OK (%.3f s)\n", NSIZES, now_s() - t0);
+    return 0;
+}
+
+static int side_b(struct side *s)
+{
+    for (uint64_t b = 0; b < REGION / 2; b++)
+        s->buf[REGION / 2 + b] = pat(REGION / 2 + b, 77);
+    for (int i = 0; i < NSIZES; i++) {
+        int rc = te_imm_wait(s->e, 100 + (uint32_t)i, 1, TIMEOUT_MS);
+        char ok = 'y';
+        if (rc) {
+            fail(s, "imm", rc);
+            ok = 'n';
+        }
+        for (uint64_t b = 0; b < sizes[i] && ok == 'y'; b++)
+            if (s->buf[b] != pat(b, 10 + (uint32_t)i))
+                ok = 'n';
+        if (xfer(s->fd, &ok, 1, 1) || ok != 'y')
+            return 1;
+    }
+    double end = now_s() + TIMEOUT_MS / 1000.0;
+    while (!__atomic_load_n(&s->got_msg, __ATOMIC_ACQUIRE) && now_s() < end)
+        usleep(1000);
+    if (s->got_msg != 21 || memcmp(s->msg, "hello over the veth", 20))
+        return fail(s, "message", -EILSEQ);
+    uint8_t *src = s->buf + 8192;
+    for (uint64_t b = 0; b < 65536; b++)
+        src[b] = pat(b, 99);
+    te_request q = req(s, TE_OP_WRITE, 8192, REGION / 2, 65536);
+    q.flags = TE_F_IMM;
+    q.imm = 555;
+    te_completion c;
+    int rc = run(s, &q, &c);
+    if (rc || c.status)
+        return fail(s, "reverse write", rc ? rc : c.status);
+    char done;
+    xfer(s->fd, &done, 1, 0); /* A finished */
+    return 0;
+}
+
+/* The handshake cannot complete: a write fails within the deadline. */
+static int side_a_down(struct side *s)
+{
+    double t0 = now_s();
+    te_request q = req(s, TE_OP_WRITE, 0, 0, 4096);
+    q.flags = TE_F_IMM;
+    q.imm = 7;
+    te_completion c;
+    int rc = run(s, &q, &c);
+    if (rc)
+        return fail(s, "write to an unreachable peer did not complete", rc);
+    if (c.status == 0)
+        return fail(s, "write to an unreachable peer succeeded", -EPROTO);
+    printf("te-mlx5-pair: unreachable peer: write failed after %.3f s: %s\n",
+           now_s() - t0, c.reason);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *da = "rxe0", *db = "rxe1", *tmo = "10000";
+    int expect_down = 0, o;
+    static const struct option opts[] = {{"dev-a", 1, 0, 'a'},
+                                         {"dev-b", 1, 0, 'b'},
+                                         {"connect-timeout-ms", 1, 0, 't'},
+                                         {"expect-down", 0, 0, 'd'},
+                                         {0, 0, 0, 0}};
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'a': da = optarg; break;
+        case 'b': db = optarg; break;
+        case 't': tmo = optarg; break;
+        case 'd': expect_down = 1; break;
+        default:
+            fprintf(stderr, "usage: te-mlx5-pair [--dev-a D] [--dev-b D] "
+                            "[--connect-timeout-ms N] [--expect-down]\n");
+            return 2;
+        }
+    }
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+        return 1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return 1;
+    struct side s = {.name = pid ? "A" : "B", .fd = pid ? sv[0] : sv[1]};
+    int rc = setup(&s, pid ? da : db, tmo);
+    if (!rc)
+        rc = pid ? (expect_down ? side_a_down(&s) : side_a(&s))
+                 : (expect_down ? 0 : side_b(&s));
+    if (pid) {
+        char done = 'x';
+        xfer(s.fd, &done, 1, 1);
+    } else if (expect_down) {
+        char done; /* keep B alive (and unreachable) until A is done */
+        xfer(s.fd, &done, 1, 0);
+    }
+    if (s.e) {
+        if (s.mr)
+            te_mr_dereg(s.e, s.mr);
+        te_engine_destroy(s.e);
+    }
+    free(s.buf);
+    if (pid) {
+        int st = 0;
+        waitpid(pid, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st))
+            rc = 1;
+    }
+    return rc;
+}
