@@ -37,3 +37,12 @@ set_tests_properties(te_info_runs PROPERTIES ENVIRONMENT "${TE_CONF_ENV}"
 add_test(NAME soak_loopback_1e7 COMMAND te-soak --ops 10000000 --seconds 400)
 set_tests_properties(soak_loopback_1e7 PROPERTIES ENVIRONMENT "${TE_CONF_ENV}"
   TIMEOUT 600 PASS_REGULAR_EXPRESSION "te-soak: OK" LABELS soak)
+
+# Peers with different NIC counts (the authors require equal counts).
+te_conformance(loopback_2to4nic_twoproc --two-process
+  --set engine.nics_per_group=2 --remote-set engine.nics_per_group=4)
+te_conformance(loopback_4to1nic_inproc
+  --set engine.nics_per_group=4 --remote-set engine.nics_per_group=1)
+te_conformance(loopback_3to2nic_inproc_reorder
+  --set engine.nics_per_group=3 --remote-set engine.nics_per_group=2
+  --set loopback.fault_reorder=true)

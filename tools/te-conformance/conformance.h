@@ -50,6 +50,7 @@ struct conf {
     const char *config_file;      /* --config, may be NULL */
     const char *sets[64];         /* --set section.key=value, in order */
     int nsets;
+    const char *remote_sets[17];  /* --remote-set, NULL-terminated */
     int two_process;
     int nremotes;
     te_engine *e;          /* the local engine (group 0) */

@@ -113,9 +113,12 @@ int main(int argc, char **argv)
     }
     if (plugin_set[0])
         c.sets[c.nsets++] = plugin_set;
-    /* A remote child applies --remote-set after everything else. */
+    /* A remote child applies --remote-set after everything else; remotes
+     * in this process get them through c.remote_sets. */
     for (int i = 0; serve_fd >= 0 && i < nremote_sets && c.nsets < 64; i++)
         c.sets[c.nsets++] = remote_sets[i];
+    for (int i = 0; serve_fd < 0 && i < nremote_sets; i++)
+        c.remote_sets[i] = remote_sets[i];
     if (list) {
         for (int s = 0; suites[s]; s++)
             for (const struct conf_case *k = suites[s]; k->name; k++)

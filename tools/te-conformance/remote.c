@@ -307,7 +307,14 @@ int conf_remote_open(struct conf *c, int i)
         struct side *s = calloc(1, sizeof(*s));
         r->impl = s;
         r->ops = &inproc_ops;
-        if ((rc = side_open(s, c->cfg)))
+        te_config *rcfg = c->remote_sets[0]
+                              ? conf_config_with(c, c->remote_sets)
+                              : NULL;
+        if (c->remote_sets[0] && !rcfg)
+            return -EINVAL;
+        rc = side_open(s, rcfg ? rcfg : c->cfg);
+        te_config_free(rcfg);
+        if (rc)
             return rc;
         r->desc = s->desc;
         if ((rc = te_engine_address(s->e, 0, addr, &addr_len)))
