@@ -13,8 +13,9 @@
 #   --guest DIR     where the guest image is built and cached
 #                   (default: $TE_VM_DIR, else /tmp/te-vm-$UID)
 # COMMAND runs as root in the host's file system (read-only, with tmpfs on
-# /tmp /run /root: host files there are NOT visible) in the current
-# directory, under bash. The guest has no network card (-nic none): nothing
+# /tmp /run /root) in the current directory, under bash. The source tree and
+# the current directory are shared again at their own paths when they lie
+# under /tmp, /run or /root (a CI checkout in /tmp stays visible). The guest has no network card (-nic none): nothing
 # leaves the machine. Exit 124: timeout; 125: the guest could not run it.
 #
 # Why TCG: the nested hypervisor here only runs specially built kernels
@@ -68,6 +69,31 @@ trap 'rm -rf "$io"' EXIT
   echo
 } > "$io/cmd.sh"
 
+# Directories the tmpfs mounts would hide: shared read-only at their path.
+shares=()
+: > "$io/binds"
+src_root=$(cd "$here/../.." && pwd)
+for d in "$src_root" "$PWD"; do
+  case "$d" in
+    /tmp|/tmp/*|/run|/run/*|/root|/root/*) ;;
+    *) continue ;;
+  esac
+  dup=0
+  for s in "${shares[@]+"${shares[@]}"}"; do
+    case "$d/" in "$s"/*) dup=1 ;; esac
+  done
+  [ "$dup" = 1 ] && continue
+  tag="tebind${#shares[@]}"
+  shares+=("$d")
+  echo "$tag $d" >> "$io/binds"
+done
+share_args=()
+i=0
+for s in "${shares[@]+"${shares[@]}"}"; do
+  share_args+=(-virtfs "local,path=$s,mount_tag=tebind$i,readonly=on,security_model=none,multidevs=remap")
+  i=$((i + 1))
+done
+
 # -nodefaults/-vga none: fewer devices to probe; -no-reboot + panic=-1: a
 # crashed guest ends qemu instead of looping.
 set +e
@@ -78,7 +104,8 @@ timeout --foreground -k 5 "$timeout_s" qemu-system-x86_64 \
   -kernel "$guest/vmlinux" -initrd "$guest/initrd.cpio.gz" \
   -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init" \
   -virtfs "local,path=/,mount_tag=hostroot,readonly=on,security_model=none,multidevs=remap" \
-  -virtfs "local,path=$io,mount_tag=teio,security_model=none"
+  -virtfs "local,path=$io,mount_tag=teio,security_model=none" \
+  "${share_args[@]+"${share_args[@]}"}"
 qrc=$?
 set -e
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
