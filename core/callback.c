@@ -247,7 +247,8 @@ void te_callbacks_stop(struct te_callbacks *cb)
     if (!cb->started)
         return;
     pthread_mutex_lock(&cb->events.lock);
-    cb->stop = 1;
+    /* Atomic store: the spinning callback_main reads stop without the lock. */
+    __atomic_store_n(&cb->stop, 1, __ATOMIC_RELAXED);
     pthread_cond_signal(&cb->events.cond);
     pthread_mutex_unlock(&cb->events.lock);
     pthread_join(cb->thread, NULL);

@@ -209,25 +209,31 @@ static void init_single(struct te_cursor *c, struct te_req *q, uint32_t kind,
                         uint8_t *laddr, uint64_t len, const te_mr_desc *d,
                         uint64_t roff)
 {
-    memset(c, 0, sizeof(*c));
+    /* Every field stored explicitly, no memset: for the 120-byte cursor
+     * GCC emits `rep stos`, whose start-up cost was a third of te_submit()
+     * for a 56-destination scatter (perf). No padding: all fields set. */
+    uint32_t rn = te_shard_remote_nic(nic, pe->remote_nics);
+    int imm = kind == TE_POP_WRITE && (q->r.flags & TE_F_IMM);
+    c->next = NULL;
     c->req = q;
     c->kind = kind;
+    c->flags = imm ? TE_POP_F_IMM : 0;
+    c->imm = imm ? q->r.imm : 0;
     c->nic = nic;
     c->remaining = 1;
-    c->peer = pe;
-    c->pp = pe->pp[nic];
+    c->inflight = 0;
+    c->index = 0;
+    c->step = 0;
+    c->paged = 0;
+    c->remote_nic = rn;
     c->lmr = lmr;
+    c->rdesc = NULL;
+    c->pp = pe->pp[nic];
+    c->peer = pe;
     c->local_addr = laddr;
     c->len = len;
-    c->remote_nic = te_shard_remote_nic(nic, pe->remote_nics);
-    if (d) {
-        c->remote_addr = d->nic[c->remote_nic].remote_base + roff;
-        c->rkey = d->nic[c->remote_nic].rkey;
-    }
-    if (kind == TE_POP_WRITE && (q->r.flags & TE_F_IMM)) {
-        c->flags = TE_POP_F_IMM;
-        c->imm = q->r.imm;
-    }
+    c->remote_addr = d ? d->nic[rn].remote_base + roff : 0;
+    c->rkey = d ? d->nic[rn].rkey : 0;
 }
 
 /* Split one contiguous transfer into k shard cursors starting at cur. */

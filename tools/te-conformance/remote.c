@@ -256,8 +256,8 @@ static int open_child(struct conf *c, struct remote *r, uint8_t *addr,
         argv[w + n + 1] = fdstr;
         if (w)
             execvp(argv[0], argv);
-        else
-            execv("/proc/self/exe", argv);
+        else /* the real path: under valgrind /proc/self/exe is valgrind */
+            execv(exe[0] ? exe : "/proc/self/exe", argv);
         _exit(127);
     }
     close(sv[1]);
@@ -281,6 +281,7 @@ static int open_child(struct conf *c, struct remote *r, uint8_t *addr,
     if (rc)
         return rc;
     struct cmd_addr pa;
+    memset(&pa, 0, sizeof(pa)); /* all of it is sent, not just len bytes */
     pa.len = sizeof(pa.addr);
     if ((rc = te_engine_address(c->e, 0, pa.addr, &pa.len)))
         return rc;
