@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Summarize the runs of tools/te-bench/targets.sh: for every target, the
+median over runs of each run's median (every run is itself a median of
+--reps repetitions), printed as a Markdown table next to the goal of the
+issue. A report, not a test: nothing fails on a slow number.
+
+usage: summarize.py OUTDIR
+"""
+import glob
+import json
+import os
+import statistics
+import sys
+
+
+def load(outdir):
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(outdir, "*.json"))):
+        target = os.path.basename(path).split(".")[0]
+        try:
+            with open(path) as f:
+                runs.setdefault(target, []).append(json.load(f))
+        except ValueError:
+            print("warning: %s is not JSON (run failed?)" % path, file=sys.stderr)
+    return runs
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def results(docs, test, size=None):
+    for d in docs:
+        for r in d["results"]:
+            if r["test"] == test and (size is None or r["size"] == size) and r["ok"]:
+                yield r
+
+
+def ratio(r, kind):
+    for ref in r["references"]:
+        if ref["kind"] == kind:
+            return ref["ratio"]
+    return None
+
+
+def fmt(x, p=3):
+    return "-" if x is None else ("%.*f" % (p, x))
+
+
+def row(name, value, goal, ok, runs, detail=""):
+    status = "-" if ok is None else ("met" if ok else "NOT met")
+    print("| %s | %s | %s | %s | %d | %s |" % (name, value, goal, status, runs, detail))
+
+
+def main():
+    runs = load(sys.argv[1])
+    print("| target | median of runs | goal | status | runs | detail |")
+    print("|---|---|---|---|---|---|")
+    MiB = 1 << 20
+    for tgt, label in (("write_1p", "one process"), ("write_2p", "two processes")):
+        docs = runs.get(tgt, [])
+        for size in (1 * MiB, 4 * MiB, 16 * MiB):
+            rs = list(results(docs, "write", size))
+            m = med([ratio(r, "memcpy") for r in rs])
+            c = med([ratio(r, "cma") for r in rs])
+            g = med([r["gbs"]["median"] for r in rs])
+            row("single write %d MiB, %s" % (size // MiB, label),
+                "%s x memcpy" % fmt(m), ">= 0.90 x memcpy",
+                None if m is None else m >= 0.90, len(docs),
+                "%s GB/s; %s x cma" % (fmt(g, 2), fmt(c)))
+    docs = runs.get("paged_16k", [])
+    for size in (1 * MiB, 4 * MiB, 16 * MiB):
+        rs = list(results(docs, "paged", size))
+        w = med([ratio(r, "write") for r in rs])
+        m = med([ratio(r, "memcpy") for r in rs])
+        row("paged 16 KiB pages, %d MiB total" % (size // MiB),
+            "%s x single write" % fmt(w), ">= 0.90 x single write",
+            None if w is None else w >= 0.90, len(docs), "%s x memcpy" % fmt(m))
+    for tgt, label in (("imm_rate", "one worker (--self)"),
+                       ("imm_rate_2e", "two engines (sender + receiver worker)")):
+        docs = runs.get(tgt, [])
+        rs = list(results(docs, "imm"))
+        m = med([r["mops"]["median"] for r in rs])
+        row("zero-length WriteImm rate, %s" % label, "%s M op/s" % fmt(m, 2),
+            ">= 10 M op/s", None if m is None else m >= 10, len(docs))
+    docs = runs.get("post_56", [])
+    rs = list(results(docs, "post"))
+    p50 = med([r["latency"].get("post_us", {}).get("p50") for r in rs])
+    p99 = med([r["latency"].get("post_us", {}).get("p99") for r in rs])
+    sub = med([r["latency"].get("submit_call_us", {}).get("p50") for r in rs])
+    row("scatter to 56 peers, submit -> all posted", "p50 %s us" % fmt(p50, 2),
+        "p50 <= 4 us", None if p50 is None else p50 <= 4, len(docs),
+        "p99 %s us; te_submit() call p50 %s us" % (fmt(p99, 2), fmt(sub, 2)))
+    docs = runs.get("imm_lat", [])
+    rs = list(results(docs, "immlat"))
+    p50 = med([r["latency"].get("arrival_to_callback_us", {}).get("p50") for r in rs])
+    p99 = med([r["latency"].get("arrival_to_callback_us", {}).get("p99") for r in rs])
+    row("imm arrival -> ImmCounter callback", "p50 %s us, p99 %s us" % (fmt(p50, 2), fmt(p99, 2)),
+        "p50 <= 2 us, p99 <= 10 us",
+        None if p50 is None or p99 is None else (p50 <= 2 and p99 <= 10), len(docs))
+    for tgt, k in (("nics_2", 2), ("nics_4", 4)):
+        docs = runs.get(tgt, [])
+        for test in ("write", "paged"):
+            for size in (1 * MiB, 4 * MiB, 16 * MiB):
+                rs = list(results(docs, test, size))
+                m = med([r["ratio_links"] for r in rs])
+                caps = med([r["link_gbps"] for r in rs])
+                row("%d NICs capped, %s %d MiB" % (k, test, size // MiB),
+                    "%s x sum of caps" % fmt(m), ">= 0.95 x caps",
+                    None if m is None else m >= 0.95, len(docs),
+                    "caps %s Gbps" % fmt(caps, 0))
+
+
+if __name__ == "__main__":
+    main()
