@@ -212,6 +212,7 @@ static int lb_peer_connect_local(lb_nic *nic, const struct lb_addr *a,
         return rc;
     }
     p->shm = shm;
+    p->cap = cap;
     p->map_len = 0;
     p->fd = -1;
     return 0;
@@ -309,6 +310,7 @@ static int lb_peer_connect_remote(lb_nic *nic, const struct lb_addr *a,
         p->pidfd = (int)syscall(SYS_pidfd_open, cred.pid, 0);
     }
     p->shm = shm;
+    p->cap = cap;
     p->map_len = size;
     p->fd = fd;
     return 0;
@@ -356,8 +358,9 @@ int lb_peer_add(te_plugin_nic *nic, const void *addr, size_t len,
         free(p);
         return rc;
     }
-    lb_shm_req_ring(p->shm, &p->req, 1);
-    lb_shm_resp_ring(p->shm, &p->resp, 0);
+    /* Our cap, not shm->cap: the target may have rewritten the header. */
+    lb_shm_req_ring(p->shm, p->cap, &p->req, 1);
+    lb_shm_resp_ring(p->shm, p->cap, &p->resp, 0);
     *out = p->handle;
     return 0;
 }

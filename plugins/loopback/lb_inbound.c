@@ -18,9 +18,9 @@
 
 #include "lb_internal.h"
 
-static int lb_inbound_new(lb_nic *nic, struct lb_shm *shm, size_t map_len,
-                          int fd, uint32_t pid, uint32_t nic_index,
-                          uint64_t nic_id, bool local)
+static int lb_inbound_new(lb_nic *nic, struct lb_shm *shm, uint32_t cap,
+                          size_t map_len, int fd, uint32_t pid,
+                          uint32_t nic_index, uint64_t nic_id, bool local)
 {
     if (nic->nin == nic->in_cap) {
         uint32_t c = nic->in_cap ? nic->in_cap * 2 : 16;
@@ -41,8 +41,8 @@ static int lb_inbound_new(lb_nic *nic, struct lb_shm *shm, size_t map_len,
     in->nic_id = nic_id;
     in->local = local;
     in->peer_gen = nic->peers_gen - 1;
-    lb_shm_req_ring(shm, &in->req, 0);
-    lb_shm_resp_ring(shm, &in->resp, 1);
+    lb_shm_req_ring(shm, cap, &in->req, 0);
+    lb_shm_resp_ring(shm, cap, &in->resp, 1);
     nic->in[nic->nin++] = in;
     return 0;
 }
@@ -85,7 +85,8 @@ void lb_inbound_refresh(lb_nic *nic)
     pthread_mutex_lock(&nic->in_lock);
     for (uint32_t i = 0; i < nic->nin_new; i++) {
         struct lb_shm *shm = nic->in_new[i];
-        if (dead || lb_inbound_new(nic, shm, 0, -1, shm->init_pid,
+        /* In-process channel memory is our own heap: shm->cap is trusted. */
+        if (dead || lb_inbound_new(nic, shm, shm->cap, 0, -1, shm->init_pid,
                                    shm->init_nic_index, shm->init_nic_id,
                                    true) < 0) {
             /* The initiator sees the channel as down and fails its ops. */
@@ -171,6 +172,7 @@ static int lb_hello_recv(lb_nic *nic, int fd)
     struct ucred cred;
     socklen_t cl = sizeof(cred);
     void *map = MAP_FAILED;
+    uint32_t cap = 0;
     if (n != (ssize_t)sizeof(h) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
         why = "malformed hello";
     else if (h.magic != LB_HELLO_MAGIC || h.version != LB_ADDR_VERSION)
@@ -189,10 +191,10 @@ static int lb_hello_recv(lb_nic *nic, int fd)
     else if ((map = mmap(NULL, h.shm_size, PROT_READ | PROT_WRITE, MAP_SHARED,
                          mfd, 0)) == MAP_FAILED)
         why = "cannot map channel memory";
-    else if (lb_shm_check(map, h.shm_size) < 0)
+    else if (lb_shm_check(map, h.shm_size, &cap) < 0)
         why = "corrupt channel memory";
     /* process_vm_* go to the pid the kernel vouches for, not the claimed one. */
-    else if (lb_inbound_new(nic, map, h.shm_size, fd, (uint32_t)cred.pid,
+    else if (lb_inbound_new(nic, map, cap, h.shm_size, fd, (uint32_t)cred.pid,
                             h.nic_index, h.nic_id, false) < 0)
         why = "out of memory";
     if (mfd >= 0)

@@ -128,7 +128,9 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
             break;
         nic->outstanding++;
         nic->wrs_posted++;
-        if (!dead && lb_fault_kill_now(nic)) {
+        /* Fault decisions only when faults are configured: this loop is
+         * the hot path of every benchmark. */
+        if (nic->faults && !dead && lb_fault_kill_now(nic)) {
             if (last)
                 lb_ring_prod_publish(&last->req);
             last = NULL;
@@ -138,11 +140,11 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
         int st = 0;
         if (dead)
             st = -ENETDOWN;
-        else if (lb_fault_fail_now(nic))
+        else if (nic->faults && lb_fault_fail_now(nic))
             st = -EIO;
         else if (p->dead || !p->shm)
             st = -ECONNRESET;
-        else
+        else if (op->len)
             st = lb_local_check(nic, op);
         if (st) {
             lb_fail_now(nic, op, st);
@@ -164,8 +166,8 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
         s->context = op->context;
         s->peer = p->handle;
 
-        if (nic->ctx->cfg.fault_delay_us && !not_before)
-            not_before = lb_now_ns() + nic->ctx->cfg.fault_delay_us * 1000;
+        if (nic->delay_ns && !not_before)
+            not_before = lb_now_ns() + nic->delay_ns;
         *r = (struct lb_req){
             .kind = (uint8_t)op->kind, .flags = (uint8_t)op->flags,
             .imm = op->imm, .slot = idx, .gen = s->gen,
@@ -227,20 +229,36 @@ static void lb_report(lb_nic *nic, const struct lb_peer *p,
     }
 }
 
-/* 1 and *e filled if r completes one of our ops on p. */
-static int lb_complete(lb_nic *nic, struct lb_peer *p, const struct lb_resp *r,
+/*
+ * 1 and *e filled if the response in `entry` completes one of our ops on p.
+ * The entry lives in channel memory that the target (another process across
+ * processes, possibly hostile) may rewrite at any moment: it is copied once
+ * and only the copy is checked and used, so a slot index cannot change
+ * between its bounds check and its use. The status must be 0 or a negative
+ * errno: anything else fails the op with -EPROTO.
+ */
+static int lb_complete(lb_nic *nic, struct lb_peer *p, const void *entry,
                        struct te_plugin_cq_entry *e)
 {
-    if (r->slot >= nic->qd)
+    struct lb_resp r;
+    memcpy(&r, entry, sizeof(r));
+    if (r.slot >= nic->qd)
         return 0;
-    struct lb_slot *s = &nic->slots[r->slot];
-    if (!s->used || s->gen != r->gen || s->peer != p->handle)
+    struct lb_slot *s = &nic->slots[r.slot];
+    if (!s->used || s->gen != r.gen || s->peer != p->handle)
         return 0;
-    *e = (struct te_plugin_cq_entry){.kind = TE_PCQ_LOCAL, .status = r->status,
+    bool bad = r.status > 0 || r.status < -4095;
+    if (bad) {
+        lb_err(nic, "%s to lo%u: the target answered with status %d, which "
+                    "is not 0 or a negative errno; failing the op",
+               lb_kname(s->kind), p->nic_index, (int)r.status);
+        r.status = -EPROTO;
+    }
+    *e = (struct te_plugin_cq_entry){.kind = TE_PCQ_LOCAL, .status = r.status,
                                      .context = s->context};
-    if (r->status)
-        lb_report(nic, p, r, s->kind);
-    lb_slot_free(nic, r->slot);
+    if (r.status && !bad)
+        lb_report(nic, p, &r, s->kind);
+    lb_slot_free(nic, r.slot);
     p->outstanding--;
     return 1;
 }

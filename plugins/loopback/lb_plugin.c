@@ -197,6 +197,8 @@ static int lb_nic_open(te_plugin_ctx *ctx, int idx,
     pthread_mutex_init(&nic->exec_lock, NULL);
     pthread_mutex_init(&nic->in_lock, NULL);
     nic->rng = ctx->cfg.fault_seed ^ (0x9e3779b97f4a7c15ull * (idx + 1));
+    nic->faults = ctx->cfg.fault_fail_every || ctx->cfg.fault_kill_after;
+    nic->delay_ns = ctx->cfg.fault_delay_us * 1000;
     nic->tok_last_ns = lb_now_ns();
 
     int rc = -ENOMEM;

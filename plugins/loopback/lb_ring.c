@@ -22,26 +22,32 @@ void lb_shm_init(struct lb_shm *shm, uint32_t cap, size_t size)
     shm->size = size;
 }
 
-int lb_shm_check(const struct lb_shm *shm, size_t size)
+int lb_shm_check(const struct lb_shm *shm, size_t size, uint32_t *cap_out)
 {
-    if (size < sizeof(*shm) || shm->magic != LB_SHM_MAGIC ||
-        shm->version != LB_SHM_VERSION || shm->cap == 0 ||
-        shm->cap > LB_MAX_QUEUE_DEPTH || (shm->cap & (shm->cap - 1)) ||
-        lb_shm_size(shm->cap) > size)
+    if (size < sizeof(*shm))
         return -EPROTO;
+    /* One read: the value checked is the value used. */
+    uint32_t cap = *(const volatile uint32_t *)&shm->cap;
+    if (shm->magic != LB_SHM_MAGIC || shm->version != LB_SHM_VERSION ||
+        cap == 0 || cap > LB_MAX_QUEUE_DEPTH || (cap & (cap - 1)) ||
+        lb_shm_size(cap) > size)
+        return -EPROTO;
+    *cap_out = cap;
     return 0;
 }
 
-void lb_shm_req_ring(struct lb_shm *shm, struct lb_ring *r, int producer)
+void lb_shm_req_ring(struct lb_shm *shm, uint32_t cap, struct lb_ring *r,
+                     int producer)
 {
-    lb_ring_view(r, &shm->req, (unsigned char *)(shm + 1), shm->cap, producer);
+    lb_ring_view(r, &shm->req, (unsigned char *)(shm + 1), cap, producer);
 }
 
-void lb_shm_resp_ring(struct lb_shm *shm, struct lb_ring *r, int producer)
+void lb_shm_resp_ring(struct lb_shm *shm, uint32_t cap, struct lb_ring *r,
+                      int producer)
 {
     lb_ring_view(r, &shm->resp,
-                 (unsigned char *)(shm + 1) + (size_t)shm->cap * LB_RING_ENTRY,
-                 shm->cap, producer);
+                 (unsigned char *)(shm + 1) + (size_t)cap * LB_RING_ENTRY, cap,
+                 producer);
 }
 
 int lb_fifo_init(struct lb_fifo *f, uint32_t esize, uint32_t cap)
