@@ -297,6 +297,9 @@ struct tb_case {
 };
 
 /* What one case produced. */
+/* Latency series a result row can carry. */
+#define TB_LAT_SERIES 4
+
 struct tb_result_row {
     struct tb_case c;
     char plugin[64];
@@ -316,9 +319,9 @@ struct tb_result_row {
     int ref_threads;
     double link_gbps;        /* sum of the caps of the NICs used, 0 = none */
     /* latency series (us): [0] is the test's main metric */
-    struct tb_samples lat[3];
-    const char *lat_what[3];
-    const char *lat_key[3];      /* JSON name */
+    struct tb_samples lat[TB_LAT_SERIES];
+    const char *lat_what[TB_LAT_SERIES];
+    const char *lat_key[TB_LAT_SERIES]; /* JSON name */
     int probe_used;
     const char *note;
     char settings[1024];     /* per-case engine settings, both sides */

@@ -361,7 +361,7 @@ int main(int argc, char **argv)
         }
     }
     for (int i = 0; i < n; i++)
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < TB_LAT_SERIES; k++)
             tb_samples_free(&rows[i].lat[k]);
     free(rows);
     free(o.config_text);

@@ -154,7 +154,7 @@ void tb_report_row(const struct tb_opts *o, const struct tb_result_row *r,
     if (r->link_gbps > 0)
         fprintf(f, "           link caps: %.1f Gbps in total -> %.3f of the "
                 "caps\n", r->link_gbps, g * 8 / r->link_gbps);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < TB_LAT_SERIES; i++) {
         if (!r->lat_what[i] || !r->lat[i].n)
             continue;
         fprintf(f, "           %s%s: p50 %.2f  p99 %.2f  p99.9 %.2f us (%zu "
@@ -286,7 +286,7 @@ void tb_report_json(const struct tb_opts *o, struct tb_result_row *rows, int n,
         jstr(f, r->note ? r->note : "");
         fprintf(f, ",\n     \"latency\": {");
         int first = 1;
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < TB_LAT_SERIES; k++) {
             if (!r->lat_key[k])
                 continue;
             fprintf(f, "%s\n       ", first ? "" : ",");
