@@ -81,6 +81,7 @@ struct tb_opts {
     int tune;                       /* latency tests: spinning threads */
     int self;                       /* receiver = the client's own engine */
     int pin;                        /* pin workers and this thread */
+    int spin_wait;                  /* never block waiting for completions */
     /* where */
     int mode;                       /* enum tb_mode */
     char addr[64];
@@ -374,6 +375,8 @@ int tb_remote_checksum(struct tb_session *s, uint32_t engine, uint64_t off,
 /* Completion wait shared by the tests: up to max completions, bounded. */
 int tb_wait_completions(te_engine *e, te_completion *c, int max,
                         uint64_t deadline_ns);
+/* --spin-wait: tb_wait_completions() never blocks (set once by main). */
+extern int tb_spin_wait;
 
 /* The tests. Each fills row (ok, error, samples). */
 void tb_test_bw(struct tb_session *s, struct tb_result_row *row);

@@ -302,6 +302,7 @@ int main(int argc, char **argv)
     }
 
     /* After the server started: it must not inherit this affinity. */
+    tb_spin_wait = o.spin_wait;
     if (o.pin) { /* with the client's worker (see tb_env_open) */
         cpu_set_t set;
         CPU_ZERO(&set);

@@ -84,6 +84,9 @@ void tb_usage(FILE *f)
 "  --pin              pin the client's worker and te-bench's thread to CPU 0\n"
 "                     and a single receiving engine's worker to the last CPU\n"
 "                     (engine.worker_cpus; one group per engine only)\n"
+"  --spin-wait        te-bench's thread busy-polls for completions instead\n"
+"                     of blocking after a short spin (as a latency-bound\n"
+"                     application does; costs a core)\n"
 "\n"
 "Where:\n"
 "  --self             the receiver is the client's own engine (one process,\n"
@@ -113,7 +116,8 @@ void tb_usage(FILE *f)
 "                     (for paged writes and scatters); a list such as\n"
 "                     write,memcpy measures each (the ratio: the first).\n"
 "                     CMD runs through sh once per repetition with {test}\n"
-"                     {size} {chunk} {window} {threads} {ms} replaced; the\n"
+"                     {size} {chunk} {window} {threads} {ms} {region_mib}\n"
+"                     (window x size, MiB rounded up) replaced; the\n"
 "                     last \"<number> GB/s\" it prints is read (else the last\n"
 "                     line starting with a number)\n"
 "\n"
@@ -228,7 +232,7 @@ int tb_opts_parse(int argc, char **argv, struct tb_opts *o)
     enum { O_NOIMM = 256, O_SHUFFLE, O_VERIFY, O_WARMUP, O_REPS, O_REPMS,
            O_MINIT, O_MAXIT, O_LATIT, O_TIMEOUT, O_NOTUNE, O_TWOPROC,
            O_SERVER, O_CLIENT, O_ADDR, O_PORT, O_PROBE, O_REF, O_JSON,
-           O_NOPROG, O_QUIET, O_ROUTE, O_BATCH, O_PAGE, O_NICS, O_PEERS, O_PIN,
+           O_NOPROG, O_QUIET, O_ROUTE, O_BATCH, O_PAGE, O_NICS, O_PEERS, O_PIN, O_SPIN_WAIT,
            O_SELF };
     static const struct option lo[] = {
         {"test", required_argument, 0, 't'},
@@ -251,6 +255,7 @@ int tb_opts_parse(int argc, char **argv, struct tb_opts *o)
         {"timeout", required_argument, 0, O_TIMEOUT},
         {"no-tune", no_argument, 0, O_NOTUNE},
         {"pin", no_argument, 0, O_PIN},
+        {"spin-wait", no_argument, 0, O_SPIN_WAIT},
         {"two-process", no_argument, 0, O_TWOPROC},
         {"self", no_argument, 0, O_SELF},
         {"server", no_argument, 0, O_SERVER},
@@ -373,6 +378,7 @@ int tb_opts_parse(int argc, char **argv, struct tb_opts *o)
             break;
         case O_NOTUNE: o->tune = 0; break;
         case O_PIN: o->pin = 1; break;
+        case O_SPIN_WAIT: o->spin_wait = 1; break;
         case O_TWOPROC: o->mode = TB_M_TWOPROC; break;
         case O_SELF: o->self = 1; break;
         case O_SERVER: o->mode = TB_M_SERVER; break;

@@ -12,7 +12,7 @@
  *
  * command: any program (e.g. the raw libfabric benchmark tools/fi-raw-bench)
  * run once per repetition through /bin/sh with placeholders replaced:
- * {test} {size} {chunk} {window} {threads} {ms}. From its standard output
+ * {test} {size} {chunk} {window} {threads} {ms} {region_mib}. From its standard output
  * the last "<number> GB/s" is read, else the last line starting with a
  * number.
  */
@@ -223,13 +223,19 @@ static void expand(const struct tb_refspec *r, char *out, size_t len)
 {
     struct { const char *k; char v[32]; } vars[] = {
         {"{test}", ""}, {"{size}", ""}, {"{chunk}", ""},
-        {"{window}", ""}, {"{threads}", ""}, {"{ms}", ""}};
+        {"{window}", ""}, {"{threads}", ""}, {"{ms}", ""},
+        {"{region_mib}", ""}};
     snprintf(vars[0].v, 32, "%s", r->test);
     snprintf(vars[1].v, 32, "%llu", (unsigned long long)r->size);
     snprintf(vars[2].v, 32, "%llu", (unsigned long long)r->chunk);
     snprintf(vars[3].v, 32, "%u", r->window);
     snprintf(vars[4].v, 32, "%d", r->threads);
     snprintf(vars[5].v, 32, "%u", r->rep_ms);
+    /* The footprint the transfer cycles over (window slots), in whole MiB
+     * rounded up, so that a raw program can touch the same amount of
+     * memory: cache-resident or not changes bandwidth several-fold. */
+    uint64_t fp = r->size * (r->window ? r->window : 1);
+    snprintf(vars[6].v, 32, "%llu", (unsigned long long)((fp + (1u << 20) - 1) >> 20));
     size_t o = 0;
     for (const char *p = r->kind; *p && o + 1 < len;) {
         int hit = 0;

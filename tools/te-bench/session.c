@@ -295,6 +295,8 @@ int tb_remote_checksum(struct tb_session *s, uint32_t engine, uint64_t off,
     return rc;
 }
 
+int tb_spin_wait;
+
 /*
  * Completions of callback-less requests. A short spin catches the common
  * case cheaply; then block in the engine (the condition variable frees the
@@ -303,11 +305,13 @@ int tb_remote_checksum(struct tb_session *s, uint32_t engine, uint64_t off,
 int tb_wait_completions(te_engine *e, te_completion *c, int max,
                         uint64_t deadline_ns)
 {
-    for (int spin = 0; spin < 64; spin++) {
+    for (int spin = 0; spin < 64 || tb_spin_wait; spin++) {
         int n = te_poll_completions(e, c, max, 0);
         if (n)
             return n;
         tb_cpu_relax();
+        if (tb_spin_wait && (spin & 1023) == 1023 && tb_now_ns() >= deadline_ns)
+            return -ETIMEDOUT;
     }
     for (;;) {
         int n = te_poll_completions(e, c, max, 5);

@@ -53,8 +53,69 @@ def row(name, value, goal, ok, runs, detail=""):
     print("| %s | %s | %s | %s | %d | %s |" % (name, value, goal, status, runs, detail))
 
 
+def load_efa(outdir):
+    """efa-compare.sh output: {(kind, provider, size label): [doc per run]}."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(outdir, "efa_*.json"))):
+        parts = os.path.basename(path).split(".")
+        kind, prov = parts[0], parts[1]
+        label = parts[2] if kind == "efa_raw_stream" else None
+        try:
+            with open(path) as f:
+                out.setdefault((kind, prov, label), []).append(json.load(f))
+        except ValueError:
+            print("warning: %s is not JSON (run failed?)" % path, file=sys.stderr)
+    return out
+
+
+def lat(doc, test, key, field="p50"):
+    for r in doc.get("results", []):
+        if r["test"] == test and r["ok"]:
+            return r["latency"].get(key, {}).get(field)
+    return None
+
+
+def efa_table(outdir):
+    runs = load_efa(outdir)
+    if not runs:
+        return
+    print()
+    print("| provider | size | te-bench (efa plugin) GB/s | raw libfabric GB/s | ratio (median of pairs) | goal | status | runs |")
+    print("|---|---|---|---|---|---|---|---|")
+    sizes = (("64K", 65536), ("1M", 1 << 20), ("8M", 8 << 20))
+    for prov in ("shm", "tcp"):
+        te = runs.get(("efa_te_write", prov, None), [])
+        for label, size in sizes:
+            raw = runs.get(("efa_raw_stream", prov, label), [])
+            tes = [next((r["gbs"]["median"] for r in d["results"]
+                         if r["test"] == "write" and r["size"] == size and r["ok"]), None)
+                   for d in te]
+            raws = [d["results"][0]["GBps"] if d.get("results") else None for d in raw]
+            pairs = [t / r for t, r in zip(tes, raws) if t and r]
+            m = med(pairs)
+            print("| %s | %s | %s | %s | %s | >= 0.95 | %s | %d |" % (
+                prov, label, fmt(med(tes), 2), fmt(med(raws), 2), fmt(m),
+                "-" if m is None else ("met" if m >= 0.95 else "NOT met"), len(pairs)))
+    print()
+    print("| provider | raw one-way p50 (8 B ping-pong) | engine: te_submit -> post() p50 | engine: poll() arrival -> callback p50 | engine total | goal | status | runs |")
+    print("|---|---|---|---|---|---|---|---|")
+    for prov in ("shm", "tcp"):
+        raw = [d["results"][0]["lat_us_p50"] for d in runs.get(("efa_raw_pingpong", prov, None), [])
+               if d.get("results")]
+        docs = runs.get(("efa_te_lat", prov, None), [])
+        post = med([lat(d, "post", "post_us") for d in docs])
+        arr = med([lat(d, "immlat", "arrival_to_callback_us") for d in docs])
+        tot = None if post is None or arr is None else post + arr
+        print("| %s | %s us | %s us | %s us | %s us | <= 1 us added | %s | %d |" % (
+            prov, fmt(med(raw), 2), fmt(post, 2), fmt(arr, 2), fmt(tot, 2),
+            "-" if tot is None else ("met" if tot <= 1 else "NOT met"), len(docs)))
+
+
 def main():
     runs = load(sys.argv[1])
+    if not any(not k.startswith("efa_") for k in runs):
+        efa_table(sys.argv[1])
+        return
     print("| target | median of runs | goal | status | runs | detail |")
     print("|---|---|---|---|---|---|")
     MiB = 1 << 20
@@ -112,6 +173,7 @@ def main():
                     "%s x sum of caps" % fmt(m), ">= 0.95 x caps",
                     None if m is None else m >= 0.95, len(docs),
                     "caps %s Gbps" % fmt(caps, 0))
+    efa_table(sys.argv[1])
 
 
 if __name__ == "__main__":
