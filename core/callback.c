@@ -1,5 +1,8 @@
 /* Callback thread, event FIFO and completion queue (see callback.h). */
+#define _GNU_SOURCE /* pthread_setaffinity_np */
 #include "callback.h"
+
+#include <sched.h>
 
 #include <errno.h>
 #include <stdlib.h>
@@ -218,7 +221,7 @@ int te_callbacks_add_timer(struct te_callbacks *cb, uint64_t deadline_ns,
     return 0;
 }
 
-int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us,
+int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us, int cpu,
                        uint32_t cq_initial)
 {
     memset(cb, 0, sizeof(*cb));
@@ -239,6 +242,12 @@ int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us,
     }
     cb->thread_id = cb->thread;
     cb->started = 1;
+    if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        cb->pin_error = pthread_setaffinity_np(cb->thread, sizeof(set), &set);
+    }
     return 0;
 }
 

@@ -65,9 +65,12 @@ struct te_callbacks {
     int stop;                  /* under events.lock */
     uint32_t spin_us;
     pthread_t thread_id;       /* to detect calls from a callback */
+    int pin_error;             /* errno of pinning to the asked CPU, or 0 */
 };
 
-int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us,
+/** Start the callback thread; cpu >= 0 pins it there (the engine logs
+ *  and goes on unpinned where the CPU cannot be used). */
+int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us, int cpu,
                        uint32_t cq_initial);
 /** Run every queued event, then stop the thread and free the queues. */
 void te_callbacks_stop(struct te_callbacks *cb);

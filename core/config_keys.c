@@ -44,6 +44,10 @@ const struct te_config_key te_engine_keys[] = {
      "microseconds an idle worker sleeps between polls after spinning"},
     {"callback_spin_us", "20",
      "microseconds the callback thread spins before blocking"},
+    {"callback_cpu", "",
+     "CPU to pin the callback thread to; empty = not pinned (a latency-bound "
+     "application with a spinning callback thread gives it a core of its "
+     "own)"},
     {"topology", "auto",
      "NIC groups and worker CPUs: auto = one group per GPU with the NICs on "
      "its PCIe switch (else its NUMA node) and a core of its NUMA node, "

@@ -111,6 +111,17 @@ static int read_settings(const te_config *cfg, struct te_settings *s)
     U32("callback_spin_us", 0, 10000000, callback_spin_us);
     U32("log_level", 0, 3, log_level);
 #undef U32
+    const char *cc = te_config_get_str(cfg, "engine", "callback_cpu", "");
+    s->callback_cpu = -1;
+    if (*cc) {
+        char *end;
+        long cpu = strtol(cc, &end, 10);
+        if (end == cc || *end || cpu < 0 || cpu >= CPU_SETSIZE)
+            return te_fail(-EINVAL, "engine.callback_cpu = \"%s\": not a CPU "
+                           "number (0..%d, or empty for not pinned)", cc,
+                           CPU_SETSIZE - 1);
+        s->callback_cpu = (int)cpu;
+    }
     snprintf(s->plugin, sizeof(s->plugin), "%s",
              te_config_get_str(cfg, "engine", "plugin", "loopback"));
     snprintf(s->plugin_path, sizeof(s->plugin_path), "%s",
@@ -359,11 +370,16 @@ TE_API int te_engine_create(const te_config *cfg, te_engine **out)
         goto fail_init;
     }
     if ((rc = te_callbacks_start(&e->cb, e->s.callback_spin_us,
+                                 e->s.callback_cpu,
                                  e->s.completion_queue_depth))) {
         rc = te_fail(rc, "cannot start the callback thread: %s",
                      te_strerror(rc));
         goto fail_imms;
     }
+    if (e->cb.pin_error)
+        te_log(e, 1, "cannot pin the callback thread to CPU %d "
+               "(engine.callback_cpu): %s; it runs unpinned",
+               e->s.callback_cpu, strerror(e->cb.pin_error));
     e->groups = calloc(e->s.groups, sizeof(*e->groups));
     if (!e->groups) {
         rc = te_fail(-ENOMEM, "out of memory");

@@ -46,6 +46,7 @@ struct te_settings {
     uint32_t request_timeout_ms;
     uint32_t peer_timeout_ms;
     uint32_t callback_spin_us;
+    int callback_cpu;                /* -1 = not pinned */
     int log_level;
 };
 

@@ -98,7 +98,7 @@ static int validate(te_engine *e, struct te_group *g, const te_request *r,
                     uint32_t k, struct req_layout *lay)
 {
     const char *what = op_name(r->op);
-    struct te_peer_entry *pe;
+    struct te_peer_entry *pe = NULL; /* set by check_peer before any use */
     int rc;
     memset(lay, 0, sizeof(*lay));
     switch (r->op) {

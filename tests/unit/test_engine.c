@@ -1,6 +1,10 @@
 /* Engine life cycle and API edge cases through the public API, on the
  * loopback plugin (found through TE_PLUGIN_PATH, set by ctest). */
+#define _GNU_SOURCE /* pthread_getaffinity_np */
 #include <check.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -67,6 +71,9 @@ START_TEST(config_errors_name_the_cause)
                      -EINVAL);
     ck_assert_ptr_nonnull(strstr(te_last_error(), "group_nics"));
     ck_assert_int_eq(create_err("[engine]\nworker_cpus = 0,1\n"), -EINVAL);
+    ck_assert_int_eq(create_err("[engine]\ncallback_cpu = first\n"), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(te_last_error(), "engine.callback_cpu"));
+    ck_assert_int_eq(create_err("[engine]\ncallback_cpu = -1\n"), -EINVAL);
     ck_assert_int_eq(create_err("[engine]\nnics_per_group = 4\n"
                                 "[loopback]\ndevices = 2\n"), -ENODEV);
     ck_assert_ptr_nonnull(strstr(te_last_error(), "device 2 does not exist"));
@@ -415,6 +422,43 @@ START_TEST(imm_expect_deadlines)
 }
 END_TEST
 
+/* engine.callback_cpu: request callbacks run on a thread allowed on that
+ * CPU only. */
+static cpu_set_t seen_affinity;
+static atomic_int seen_done;
+
+static void on_done_affinity(const te_completion *c, void *arg)
+{
+    (void)arg;
+    ck_assert_int_eq(c->status, 0);
+    pthread_getaffinity_np(pthread_self(), sizeof(seen_affinity),
+                           &seen_affinity);
+    atomic_store(&seen_done, 1);
+}
+
+START_TEST(callback_thread_pinned)
+{
+    int cpu = (int)sysconf(_SC_NPROCESSORS_ONLN) - 1;
+    char ini[64];
+    snprintf(ini, sizeof(ini), "[engine]\ncallback_cpu = %d\n", cpu);
+    struct pair x;
+    pair_open(&x, ini, 4096);
+    atomic_store(&seen_done, 0);
+    te_request r = {0};
+    r.op = TE_OP_WRITE;
+    r.u.xfer.peer = x.p;
+    r.u.xfer.local = x.smr;
+    r.u.xfer.remote = &x.d;
+    r.u.xfer.len = 64;
+    r.done = on_done_affinity;
+    ck_assert_int_gt(te_submit(x.a, &r), 0);
+    ck_assert_int_eq(wait_for(&seen_done, 1), 1);
+    ck_assert_int_eq(CPU_COUNT(&seen_affinity), 1);
+    ck_assert(CPU_ISSET(cpu, &seen_affinity));
+    pair_close(&x);
+}
+END_TEST
+
 /* Revoked keys: writes with the old descriptor fail at the writer with
  * nothing written; the new descriptor works. */
 START_TEST(revoke_old_descriptors)
@@ -508,6 +552,7 @@ int main(void)
     tcase_add_test(t, request_deadline);
     tcase_add_test(t, silent_peer_declared_down);
     tcase_add_test(t, imm_expect_deadlines);
+    tcase_add_test(t, callback_thread_pinned);
     tcase_add_test(t, revoke_old_descriptors);
     tcase_add_test(t, asymmetric_nic_counts);
     suite_add_tcase(s, t);
