@@ -44,6 +44,15 @@ const struct te_config_key te_engine_keys[] = {
      "microseconds an idle worker sleeps between polls after spinning"},
     {"callback_spin_us", "20",
      "microseconds the callback thread spins before blocking"},
+    {"shard_min_bytes", "0",
+     "WRITE and READ requests shorter than this go whole on one NIC of the "
+     "route (rotating from request to request) instead of being split over "
+     "all of them: 1 immediate instead of k; 0 = always split "
+     "(docs/sharding.md)"},
+    {"shard_by_speed", "true",
+     "split WRITE/READ bytes in proportion to the NICs' link speeds when the "
+     "NICs of a group differ (and all report a speed); false = equal "
+     "shards"},
     {"callback_cpu", "",
      "CPU to pin the callback thread to; empty = not pinned (a latency-bound "
      "application with a spinning callback thread gives it a core of its "

@@ -111,6 +111,13 @@ static int read_settings(const te_config *cfg, struct te_settings *s)
     U32("callback_spin_us", 0, 10000000, callback_spin_us);
     U32("log_level", 0, 3, log_level);
 #undef U32
+    if ((rc = te_config_get_bool(cfg, "engine", "shard_by_speed", 1,
+                                 &s->shard_by_speed)))
+        return rc;
+    if ((rc = te_config_get_u64(cfg, "engine", "shard_min_bytes",
+                                te_default_u64("shard_min_bytes"), 0,
+                                1ull << 40, &s->shard_min_bytes)))
+        return rc;
     const char *cc = te_config_get_str(cfg, "engine", "callback_cpu", "");
     s->callback_cpu = -1;
     if (*cc) {
@@ -222,6 +229,16 @@ static int open_group(struct te_engine *e, struct te_group *g, int index,
             n->recv_repost[n->recv_to_post++] = &n->recv_slots[s];
         }
     }
+    /* Weighted shards only where every NIC knows its speed and they
+     * differ: equal NICs keep the plain equal split. */
+    int known = 1, differ = 0;
+    for (uint32_t i = 0; i < g->nic_count; i++) {
+        g->shard_weight[i] = g->nics[i].info.link_gbps;
+        known &= g->shard_weight[i] != 0;
+        differ |= g->shard_weight[i] != g->shard_weight[0];
+    }
+    g->shard_weights = e->s.shard_by_speed && known && differ
+                           ? g->shard_weight : NULL;
     return 0;
 }
 

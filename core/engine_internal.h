@@ -47,6 +47,8 @@ struct te_settings {
     uint32_t peer_timeout_ms;
     uint32_t callback_spin_us;
     int callback_cpu;                /* -1 = not pinned */
+    uint64_t shard_min_bytes;        /* smaller WRITE/READ: one NIC */
+    int shard_by_speed;              /* weight shards by NIC link speed */
     int log_level;
 };
 
@@ -155,6 +157,10 @@ struct te_group {
     int index;
     uint32_t nic_count;
     struct te_nic nics[TE_MAX_NICS];
+    /* Shard weights (NIC link speeds) when the NICs differ, else NULL. */
+    const uint64_t *shard_weights;
+    uint64_t shard_weight[TE_MAX_NICS];
+    _Atomic uint32_t whole_rr;  /* NIC rotation of unsharded small requests */
     struct te_group_addr addr;
     pthread_t worker;
     int worker_started;

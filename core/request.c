@@ -243,9 +243,14 @@ static uint32_t shard_cursors(struct te_req *q, struct te_cursor *cur,
                               uint64_t loff, const te_mr_desc *d,
                               uint64_t roff, uint64_t len)
 {
+    /* Weights are those of the NICs the shards go on (first..first+k-1);
+     * a request pinned to one NIC (k = 1) needs none. */
+    struct te_group *g = q->g;
+    const uint64_t *w = k > 1 && g->shard_weights ? g->shard_weights + first
+                                                  : NULL;
     for (uint32_t i = 0; i < k; i++) {
         uint64_t soff, slen;
-        te_shard_range(len, k, i, &soff, &slen);
+        te_shard_range_weighted(len, w, k, i, &soff, &slen);
         init_single(&cur[i], q, kind, first + i, pe, lmr,
                     lmr->addr + loff + soff, slen, d, roff + soff);
     }
@@ -360,6 +365,13 @@ TE_API int64_t te_submit(te_engine *e, const te_request *r)
         return te_fail(-EINVAL, "%s: route names NIC %u but group %d has %u "
                        "NICs", op_name(r->op), r->route.nic, g->index,
                        g->nic_count);
+    if (te_shard_keep_whole(r, e->s.shard_min_bytes, k)) {
+        /* Whole on one NIC, rotating so that small requests still use
+         * every NIC of the route. */
+        first += atomic_fetch_add_explicit(&g->whole_rr, 1,
+                                           memory_order_relaxed) % k;
+        k = 1;
+    }
     struct req_layout lay;
     int rc = validate(e, g, r, k, &lay);
     if (rc)
@@ -443,7 +455,7 @@ TE_API int64_t te_expected_imms(te_engine *e, const te_request *r,
         return te_fail(-EINVAL, "te_expected_imms: group %d out of range",
                        r->group);
     int64_t n = te_shard_expected_imms(r, e->groups[r->group].nic_count,
-                                       target);
+                                       e->s.shard_min_bytes, target);
     if (n < 0)
         return te_fail((int)n, "te_expected_imms: bad route or target %u",
                        target);

@@ -39,12 +39,58 @@ void te_shard_range(uint64_t len, uint32_t k, uint32_t i, uint64_t *off,
     *slen = end - start;
 }
 
+static uint64_t align_up(uint64_t x)
+{
+    return (x + TE_SHARD_ALIGN - 1) / TE_SHARD_ALIGN * TE_SHARD_ALIGN;
+}
+
+/* Start of shard i of the weighted split (i == k: len). */
+static uint64_t weighted_start(uint64_t len, const uint64_t *w, uint32_t k,
+                               uint32_t i)
+{
+    if (i == 0)
+        return 0;
+    if (i >= k)
+        return len;
+    unsigned __int128 before = 0, total = 0;
+    for (uint32_t j = 0; j < k; j++) {
+        total += w[j];
+        if (j < i)
+            before += w[j];
+    }
+    uint64_t start = (uint64_t)((unsigned __int128)len * before / total);
+    start = align_up(start);
+    return start > len ? len : start;
+}
+
+void te_shard_range_weighted(uint64_t len, const uint64_t *w, uint32_t k,
+                             uint32_t i, uint64_t *off, uint64_t *slen)
+{
+    if (!w) {
+        te_shard_range(len, k, i, off, slen);
+        return;
+    }
+    uint64_t a = weighted_start(len, w, k, i);
+    uint64_t b = weighted_start(len, w, k, i + 1);
+    *off = a;
+    *slen = b > a ? b - a : 0;
+}
+
+int te_shard_keep_whole(const te_request *req, uint64_t min_bytes, uint32_t k)
+{
+    return k > 1 && min_bytes && req->route.kind == TE_ROUTE_SHARD &&
+           (req->op == TE_OP_WRITE || req->op == TE_OP_READ) &&
+           req->u.xfer.len < min_bytes;
+}
+
 int64_t te_shard_expected_imms(const te_request *req, uint32_t local_nics,
-                               uint32_t target)
+                               uint64_t min_bytes, uint32_t target)
 {
     uint32_t first, k;
     if (te_shard_nics(&req->route, local_nics, &first, &k))
         return -EINVAL;
+    if (te_shard_keep_whole(req, min_bytes, k))
+        k = 1;
     int imm = (req->flags & TE_F_IMM) != 0;
     switch (req->op) {
     case TE_OP_WRITE:

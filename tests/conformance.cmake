@@ -22,6 +22,16 @@ te_conformance(loopback_2nic_twoproc_reorder --two-process
   --set engine.nics_per_group=2 --set loopback.fault_reorder=true
   --set loopback.fault_seed=11)
 
+# Routing policies (docs/sharding.md): NICs of different speeds (weighted
+# shards) and small requests kept whole, with reordering; in this process
+# and across processes.
+te_conformance(loopback_4nic_inproc_weighted_whole
+  --set engine.nics_per_group=4 --set engine.shard_min_bytes=128K
+  --set loopback.link_gbps=100,25,50,25 --set loopback.fault_reorder=true)
+te_conformance(loopback_4nic_twoproc_weighted_whole --two-process
+  --set engine.nics_per_group=4 --set engine.shard_min_bytes=128K
+  --set loopback.link_gbps=100,25,50,25)
+
 # The main job and the tools run and say what they should.
 add_test(NAME demo_inproc COMMAND te-demo --layers 4 --pages 64 --page-kib 16)
 add_test(NAME demo_twoproc COMMAND te-demo --two-process --layers 4 --pages 64

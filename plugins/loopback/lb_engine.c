@@ -267,7 +267,7 @@ int lb_target_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
                                                       : LB_BATCH;
     uint32_t nb = 0, nin = nic->nin;
     uint64_t now = 0, bytes = 0;
-    bool capped = nic->ctx->cfg.link_gbps != 0, link_full = false;
+    bool capped = nic->link_gbps != 0, link_full = false;
     struct lb_inbound *touched[LB_BATCH];
     uint32_t ntouched = 0;
     struct lb_work *batch = nic->batch;

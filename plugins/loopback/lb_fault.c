@@ -19,7 +19,9 @@ const struct te_plugin_config_key lb_config_keys[] = {
      "queue_depth of nic_open overrides it"},
     {"link_gbps", "0",
      "bandwidth cap of each virtual NIC in Gbit/s, charged on the bytes it "
-     "moves as a target (WRITE/SEND into it, READ out of it); 0 = uncapped"},
+     "moves as a target (WRITE/SEND into it, READ out of it); 0 = uncapped; "
+     "a comma list gives NIC i entry i mod count (e.g. \"8,2\": lo0 8, "
+     "lo1 2, lo2 8, ...), also reported as each NIC's link speed"},
     {"fault_seed", "1", "seed of every random fault decision (reordering)"},
     {"fault_reorder", "false",
      "targets execute the requests of one poll, and initiators return the "
@@ -94,6 +96,52 @@ static int lb_cfg_bool(lb_ctx *ctx, const char *key, bool def, bool *out)
     return -EINVAL;
 }
 
+/* link_gbps: one value, or a comma list (NIC i: entry i mod count). */
+static int lb_cfg_speeds(lb_ctx *ctx, struct lb_cfg *c)
+{
+    const char *v = ctx->host.config_get
+                        ? ctx->host.config_get(ctx->host.host_ctx, "link_gbps")
+                        : NULL;
+    c->n_link_gbps = 1;
+    c->link_gbps_list[0] = 0;
+    if (v) {
+        const char *s = v;
+        uint32_t n = 0;
+        for (;;) {
+            while (*s == ' ' || *s == '\t')
+                s++;
+            char *end = NULL;
+            errno = 0;
+            unsigned long long x = (*s >= '0' && *s <= '9') ? strtoull(s, &end, 10) : 0;
+            if (!end || errno || x > 1000000 || n == LB_MAX_LINK_SPEEDS) {
+                lb_ctx_err(ctx, "invalid value '%s' for key link_gbps: expected "
+                                "Gbit/s in [0, 1000000], or a comma list of at "
+                                "most %d of them", v, LB_MAX_LINK_SPEEDS);
+                return -EINVAL;
+            }
+            c->link_gbps_list[n++] = x;
+            while (*end == ' ' || *end == '\t')
+                end++;
+            if (*end == 0)
+                break;
+            if (*end != ',') {
+                lb_ctx_err(ctx, "invalid value '%s' for key link_gbps: "
+                                "unexpected '%c'", v, *end);
+                return -EINVAL;
+            }
+            s = end + 1;
+        }
+        c->n_link_gbps = n;
+    }
+    c->link_gbps = c->link_gbps_list[0];
+    return 0;
+}
+
+uint64_t lb_link_gbps(const lb_ctx *ctx, int idx)
+{
+    return ctx->cfg.link_gbps_list[(uint32_t)idx % ctx->cfg.n_link_gbps];
+}
+
 int lb_config_parse(lb_ctx *ctx)
 {
     struct lb_cfg *c = &ctx->cfg;
@@ -101,7 +149,7 @@ int lb_config_parse(lb_ctx *ctx)
     int rc;
     if ((rc = lb_cfg_u64(ctx, "devices", 8, 1, LB_MAX_DEVICES, &devices)) ||
         (rc = lb_cfg_u64(ctx, "queue_depth", 1024, 1, LB_MAX_QUEUE_DEPTH, &qd)) ||
-        (rc = lb_cfg_u64(ctx, "link_gbps", 0, 0, 1000000, &c->link_gbps)) ||
+        (rc = lb_cfg_speeds(ctx, c)) ||
         (rc = lb_cfg_u64(ctx, "fault_seed", 1, 0, UINT64_MAX, &c->fault_seed)) ||
         (rc = lb_cfg_bool(ctx, "fault_reorder", false, &c->fault_reorder)) ||
         (rc = lb_cfg_u64(ctx, "fault_delay_us", 0, 0, 60000000,
@@ -186,7 +234,7 @@ void lb_nic_kill(lb_nic *nic)
 
 bool lb_link_admit(lb_nic *nic, uint64_t len)
 {
-    uint64_t gbps = nic->ctx->cfg.link_gbps;
+    uint64_t gbps = nic->link_gbps;
     if (!gbps || !len)
         return true;
     if (nic->tokens <= 0) {

@@ -176,10 +176,15 @@ static inline void lb_fifo_pop(struct lb_fifo *f)
 
 /* ------------------------------------------------------------------ objects */
 
+/* Most entries of loopback.link_gbps (NIC i uses entry i mod count). */
+#define LB_MAX_LINK_SPEEDS 64
+
 struct lb_cfg {
     uint32_t devices;
     uint32_t queue_depth;
-    uint64_t link_gbps;
+    uint64_t link_gbps;      /* the first entry of link_gbps_list */
+    uint64_t link_gbps_list[LB_MAX_LINK_SPEEDS]; /* NIC i: entry i mod n */
+    uint32_t n_link_gbps;
     uint64_t fault_seed;
     bool fault_reorder;
     uint64_t fault_delay_us;
@@ -322,6 +327,7 @@ struct te_plugin_nic {
     uint32_t hk_polls;
 
     /* ---- faults */
+    uint64_t link_gbps; /* this NIC's cap (loopback.link_gbps), 0 = none */
     bool faults;        /* fault_fail_every or fault_kill_after set: the
                            per-op fault checks run only then */
     uint64_t delay_ns;  /* fault_delay_us in ns, 0 = none */
@@ -447,5 +453,7 @@ bool lb_fault_kill_now(lb_nic *nic);
 void lb_nic_kill(lb_nic *nic);
 /* link_gbps token bucket: may the target execute len more bytes now? */
 bool lb_link_admit(lb_nic *nic, uint64_t len);
+/* Link speed (and cap) of virtual NIC idx, Gbit/s; 0 = uncapped. */
+uint64_t lb_link_gbps(const lb_ctx *ctx, int idx);
 
 #endif

@@ -124,7 +124,7 @@ static int lb_query_device(te_plugin_ctx *ctx, int idx,
     memset(&d, 0, sizeof(d));
     snprintf(d.name, sizeof(d.name), "lo%d", idx);
     d.numa_node = -1;
-    d.link_gbps = ctx->cfg.link_gbps;
+    d.link_gbps = lb_link_gbps(ctx, idx);
     d.max_inline = 0;
     d.queue_depth = ctx->cfg.queue_depth;
     d.max_msg_size = LB_MAX_MSG_SIZE;
@@ -199,6 +199,7 @@ static int lb_nic_open(te_plugin_ctx *ctx, int idx,
     nic->rng = ctx->cfg.fault_seed ^ (0x9e3779b97f4a7c15ull * (idx + 1));
     nic->faults = ctx->cfg.fault_fail_every || ctx->cfg.fault_kill_after;
     nic->delay_ns = ctx->cfg.fault_delay_us * 1000;
+    nic->link_gbps = lb_link_gbps(ctx, idx);
     nic->tok_last_ns = lb_now_ns();
 
     int rc = -ENOMEM;

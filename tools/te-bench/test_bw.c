@@ -358,7 +358,8 @@ void tb_test_bw(struct tb_session *s, struct tb_result_row *row)
     snprintf(row->plugin, sizeof(row->plugin), "%s", b.env.ready.plugin);
     row->nics_used = o->route_pin >= 0 ? 1 : b.env.nics;
     /* Caps are charged where bytes land: one capped target NIC per used
-     * (engine, remote NIC) pair; caps are assumed equal per NIC. */
+     * (engine, remote NIC) pair: the average cap times the NICs used
+     * (exact when every NIC is used, as with --nics = the group). */
     if (b.env.ready.link_gbps_sum && b.env.ready.nic_count) {
         double per = (double)b.env.ready.link_gbps_sum / b.env.ready.nic_count;
         uint32_t r = b.env.ready.nic_count, k = (uint32_t)row->nics_used;
