@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -58,16 +60,28 @@ static void fh_err(void *c, const char *fmt, ...)
     e->nerr++;
 }
 
+/* Every message the plugin logged, for tests that check a refusal is
+ * logged (LB_TEST_VERBOSE also prints them). */
+static char log_text[8192];
+static size_t log_len;
+
 static void fh_log(void *c, int level, const char *fmt, ...)
 {
-    if (!getenv("LB_TEST_VERBOSE"))
-        return;
+    (void)c;
+    char line[512];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "[log %d] ", level);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
+    size_t n = strlen(line);
+    if (log_len + n + 2 < sizeof(log_text)) {
+        memcpy(log_text + log_len, line, n);
+        log_len += n;
+        log_text[log_len++] = '\n';
+        log_text[log_len] = 0;
+    }
+    if (getenv("LB_TEST_VERBOSE"))
+        fprintf(stderr, "[log %d] %s\n", level, line);
 }
 
 static void *dl;
@@ -1169,6 +1183,65 @@ START_TEST(test_bidirectional_threads)
 }
 END_TEST
 
+/*
+ * Peer authentication: the NIC id in a loopback address is 64 random bits
+ * and the only secret a connecting process must present. A process that
+ * found the socket (abstract names are listed in /proc/net/unix) but not
+ * the address sends a well-formed hello with a wrong id: it is refused
+ * and logged before any channel memory is mapped. Mirrors struct lb_hello
+ * of plugins/loopback/lb_internal.h (protocol version 1).
+ */
+START_TEST(test_stranger_refused)
+{
+    two_nics(NOKV, 0);
+    struct nicw *b = &W[1];
+    unsigned char addr[TE_PLUGIN_MAX_ADDR_LEN];
+    size_t alen = sizeof(addr);
+    ck_assert_int_eq(ops->nic_address(b->nic, addr, &alen), 0);
+    const char *name = (const char *)addr + alen - 40;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path + 1, name, strlen(name));
+    socklen_t sl = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sl), 0);
+    struct {
+        uint32_t magic, version, pid, nic_index;
+        uint64_t nic_id, target_nic_id, shm_size;
+    } h = {0x4c484c54u, 1, (uint32_t)getpid(), 0, 12345, 0, 1u << 16};
+    uint64_t real_id;
+    memcpy(&real_id, addr + 16, sizeof(real_id)); /* lb_addr.nic_id */
+    h.target_nic_id = real_id ^ 0x5a5a5a5a00000001ull; /* a guess */
+    int mfd = memfd_create("stranger", MFD_ALLOW_SEALING);
+    ck_assert_int_ge(mfd, 0);
+    ck_assert_int_eq(ftruncate(mfd, (off_t)h.shm_size), 0);
+    ck_assert_int_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL), 0);
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } cm;
+    struct iovec iov = {&h, sizeof(h)};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
+                         .msg_control = cm.buf, .msg_controllen = sizeof(cm.buf)};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &mfd, sizeof(int));
+    log_len = 0;
+    log_text[0] = 0;
+    ck_assert_int_eq(sendmsg(fd, &msg, 0), (ssize_t)sizeof(h));
+    close(mfd);
+    pump_for(0.05);
+    char ch;
+    struct pollfd pf = {fd, POLLIN, 0};
+    ck_assert_int_eq(poll(&pf, 1, 1000), 1);
+    ck_assert_int_eq(recv(fd, &ch, 1, MSG_DONTWAIT), 0); /* closed by b */
+    close(fd);
+    ck_assert_msg(strstr(log_text, "rejected a connection: hello meant for "
+                                   "another NIC"), "log: %s", log_text);
+}
+END_TEST
+
 /* Garbage on a NIC's socket is refused; the NIC keeps working. */
 START_TEST(test_hostile_connections)
 {
@@ -1490,6 +1563,7 @@ static Suite *loopback_suite(void)
     tcase_add_test(tc, test_peer_remove_concurrent);
     tcase_add_test(tc, test_bidirectional_threads);
     tcase_add_test(tc, test_hostile_connections);
+    tcase_add_test(tc, test_stranger_refused);
     suite_add_tcase(s, tc);
     TCase *xp = tcase_create("cross_process");
     tcase_add_checked_fixture(xp, setup, teardown);

@@ -162,14 +162,14 @@ def main():
     row("imm arrival -> ImmCounter callback", "p50 %s us, p99 %s us" % (fmt(p50, 2), fmt(p99, 2)),
         "p50 <= 2 us, p99 <= 10 us",
         None if p50 is None or p99 is None else (p50 <= 2 and p99 <= 10), len(docs))
-    for tgt, k in (("nics_2", 2), ("nics_4", 4)):
+    for tgt, k in (("nics_1", 1), ("nics_2", 2), ("nics_4", 4)):
         docs = runs.get(tgt, [])
         for test in ("write", "paged"):
             for size in (1 * MiB, 4 * MiB, 16 * MiB):
                 rs = list(results(docs, test, size))
                 m = med([r["ratio_links"] for r in rs])
                 caps = med([r["link_gbps"] for r in rs])
-                row("%d NICs capped, %s %d MiB" % (k, test, size // MiB),
+                row("%d NIC%s capped, %s %d MiB" % (k, "" if k == 1 else "s", test, size // MiB),
                     "%s x sum of caps" % fmt(m), ">= 0.95 x caps",
                     None if m is None else m >= 0.95, len(docs),
                     "caps %s Gbps" % fmt(caps, 0))

@@ -17,7 +17,7 @@ OUT=$2
 RUNS=${3:-5}
 shift 2
 if [ $# -gt 0 ]; then shift; fi
-TARGETS=${*:-"write_1p write_2p paged_16k imm_rate imm_rate_2e post_56 imm_lat nics_2 nics_4"}
+TARGETS=${*:-"write_1p write_2p paged_16k imm_rate imm_rate_2e post_56 imm_lat nics_1 nics_2 nics_4"}
 PREFIX=${TB_PREFIX:-}
 mkdir -p "$OUT"
 
@@ -30,6 +30,7 @@ args_for() {
     imm_rate_2e) echo "--test imm --size 0 --imm-batch 1024" ;;
     post_56)   echo "--test post --peers 56 --size 0" ;;
     imm_lat)   echo "--test immlat" ;;
+    nics_1)    echo "--test write,paged --size 1M,4M,16M --nics 1 --set loopback.link_gbps=8 --reference none" ;;
     nics_2)    echo "--test write,paged --size 1M,4M,16M --nics 2 --set loopback.link_gbps=8 --reference none" ;;
     nics_4)    echo "--test write,paged --size 1M,4M,16M --nics 4 --set loopback.link_gbps=8 --reference none" ;;
     *) echo "unknown target $1" >&2; exit 2 ;;

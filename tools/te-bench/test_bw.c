@@ -161,7 +161,7 @@ static double run_rep(struct bw *b, struct tb_samples *lat)
          * naps left the target idle 19% of the time at 1 MiB, window 16).
          * Short operations spin, then block. */
         int n = te_poll_completions(b->env.e, cq, 64, 0);
-        if (n == 0 && counted > 8 && inflight > 3) {
+        if (n == 0 && counted > 8 && inflight > 3 && !o->spin_wait) {
             uint64_t per = (tb_now_ns() - t_start) / counted;
             uint64_t nap = per * (inflight / 4);
             if (nap > 1000000)
