@@ -43,6 +43,8 @@
  * target idle 19% of the time at 1 MiB writes, 16 in flight).
  */
 #define LB_BATCH_BYTES (1u << 20)
+/* Ops of one post() whose ring lines are prefetched before posting. */
+#define LB_PREFETCH_OPS 64
 /* Housekeeping (sockets, peer liveness) runs at most this often. */
 #define LB_HK_INTERVAL_NS 1000000ull
 
