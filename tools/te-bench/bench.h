@@ -362,6 +362,13 @@ struct tb_env_req {
     uint32_t recv_mode;
     struct tb_sets client_sets, server_sets;
 };
+/* Zero *er and fill the fields every test sets: the case's test, the
+ * number of receiving engines, their region and its access, and the case's
+ * --nics on both sides. */
+void tb_env_req_init(struct tb_env_req *er, const struct tb_case *c,
+                     uint32_t engines, uint64_t region, uint32_t access);
+/* Open the case's engines as r asks; r's setting lists are freed (on
+ * success and failure alike). */
 int tb_env_open(struct tb_session *s, struct tb_env_req *r, struct tb_env *env,
                 char *err, size_t errlen);
 void tb_env_close(struct tb_session *s, struct tb_env *env);

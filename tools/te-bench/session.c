@@ -66,8 +66,34 @@ int tb_session_hello(struct tb_session *s)
     return 0;
 }
 
+void tb_env_req_init(struct tb_env_req *er, const struct tb_case *c,
+                     uint32_t engines, uint64_t region, uint32_t access)
+{
+    memset(er, 0, sizeof(*er));
+    er->test = c->test;
+    er->engines = engines;
+    er->region = region;
+    er->access = access;
+    if (c->nics) {
+        tb_sets_add(&er->client_sets, "engine.nics_per_group=%u", c->nics);
+        tb_sets_add(&er->server_sets, "engine.nics_per_group=%u", c->nics);
+    }
+}
+
+static int env_open(struct tb_session *s, struct tb_env_req *r,
+                    struct tb_env *env, char *err, size_t errlen);
+
 int tb_env_open(struct tb_session *s, struct tb_env_req *r, struct tb_env *env,
                 char *err, size_t errlen)
+{
+    int rc = env_open(s, r, env, err, errlen);
+    tb_sets_free(&r->client_sets);
+    tb_sets_free(&r->server_sets);
+    return rc;
+}
+
+static int env_open(struct tb_session *s, struct tb_env_req *r,
+                    struct tb_env *env, char *err, size_t errlen)
 {
     const struct tb_opts *o = s->o;
     memset(env, 0, sizeof(*env));

@@ -308,25 +308,16 @@ void tb_test_bw(struct tb_session *s, struct tb_result_row *row)
     const struct tb_case *c = &row->c;
     uint64_t total = (uint64_t)c->window * c->size;
     struct tb_env_req er;
-    memset(&er, 0, sizeof(er));
-    er.test = c->test;
-    er.engines = c->test == TB_T_SCATTER ? c->peers : 1;
-    if (c->test == TB_T_SCATTER) {
+    if (c->test == TB_T_SCATTER)
         b.slice = c->size / c->peers;
-        er.region = (uint64_t)c->window * b.slice;
-    } else {
-        er.region = total;
-    }
-    er.access = c->test == TB_T_READ ? TE_MR_REMOTE_READ : TE_MR_REMOTE_WRITE;
-    if (c->nics) {
-        tb_sets_add(&er.client_sets, "engine.nics_per_group=%u", c->nics);
-        tb_sets_add(&er.server_sets, "engine.nics_per_group=%u", c->nics);
-    }
+    tb_env_req_init(&er, c, c->test == TB_T_SCATTER ? c->peers : 1,
+                    c->test == TB_T_SCATTER ? (uint64_t)c->window * b.slice
+                                            : total,
+                    c->test == TB_T_READ ? TE_MR_REMOTE_READ
+                                         : TE_MR_REMOTE_WRITE);
     if (c->test == TB_T_SCATTER) /* peers idle most of the time: sleep */
         tb_sets_add(&er.server_sets, "engine.idle_spin_us=20");
     int rc = tb_env_open(s, &er, &b.env, b.err, sizeof(b.err));
-    tb_sets_free(&er.client_sets);
-    tb_sets_free(&er.server_sets);
     if (!rc) {
         b.buf = tb_alloc(total);
         b.req = calloc(c->window, sizeof(*b.req));

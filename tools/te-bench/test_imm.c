@@ -29,18 +29,8 @@ void tb_test_imm(struct tb_session *s, struct tb_result_row *row)
     if (region < 4096)
         region = 4096;
     struct tb_env_req er;
-    memset(&er, 0, sizeof(er));
-    er.test = c->test;
-    er.engines = 1;
-    er.region = region;
-    er.access = TE_MR_REMOTE_WRITE;
-    if (c->nics) {
-        tb_sets_add(&er.client_sets, "engine.nics_per_group=%u", c->nics);
-        tb_sets_add(&er.server_sets, "engine.nics_per_group=%u", c->nics);
-    }
+    tb_env_req_init(&er, c, 1, region, TE_MR_REMOTE_WRITE);
     int rc = tb_env_open(s, &er, &env, err, sizeof(err));
-    tb_sets_free(&er.client_sets);
-    tb_sets_free(&er.server_sets);
     uint8_t *buf = NULL;
     te_mr *mr = NULL;
     uint32_t *idx = NULL;

@@ -35,16 +35,8 @@ void tb_test_immlat(struct tb_session *s, struct tb_result_row *row)
     int probe = tb_probe_find(o->probe, ppath, sizeof(ppath)) == 0;
     struct tb_env env;
     struct tb_env_req er;
-    memset(&er, 0, sizeof(er));
-    er.test = c->test;
-    er.engines = 1;
-    er.region = 4096;
-    er.access = TE_MR_REMOTE_WRITE;
+    tb_env_req_init(&er, c, 1, 4096, TE_MR_REMOTE_WRITE);
     er.server_probe = probe;
-    if (c->nics) {
-        tb_sets_add(&er.client_sets, "engine.nics_per_group=%u", c->nics);
-        tb_sets_add(&er.server_sets, "engine.nics_per_group=%u", c->nics);
-    }
     if (o->tune) {
         /* The callback thread spins; the workers sleep when idle, so that
          * on a small machine the spinning callback thread keeps a core
@@ -55,8 +47,6 @@ void tb_test_immlat(struct tb_session *s, struct tb_result_row *row)
         tb_sets_add(&er.client_sets, "engine.idle_spin_us=0");
     }
     int rc = tb_env_open(s, &er, &env, err, sizeof(err));
-    tb_sets_free(&er.client_sets);
-    tb_sets_free(&er.server_sets);
     uint8_t *buf = NULL;
     te_mr *mr = NULL;
     uint64_t *t_sub = calloc(o->lat_iters, sizeof(*t_sub));

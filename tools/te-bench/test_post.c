@@ -39,16 +39,9 @@ void tb_test_post(struct tb_session *s, struct tb_result_row *row)
     uint64_t region = c->size * c->peers < 4096 ? 4096 : c->size * c->peers;
     struct tb_env env;
     struct tb_env_req er;
-    memset(&er, 0, sizeof(er));
-    er.test = c->test;
-    er.engines = c->peers;
-    er.region = c->size < 4096 ? 4096 : c->size;
-    er.access = TE_MR_REMOTE_WRITE;
+    tb_env_req_init(&er, c, c->peers, c->size < 4096 ? 4096 : c->size,
+                    TE_MR_REMOTE_WRITE);
     er.client_probe = probe;
-    if (c->nics) {
-        tb_sets_add(&er.client_sets, "engine.nics_per_group=%u", c->nics);
-        tb_sets_add(&er.server_sets, "engine.nics_per_group=%u", c->nics);
-    }
     long last_cpu = sysconf(_SC_NPROCESSORS_ONLN) - 1;
     if (o->tune) {
         tb_sets_add(&er.client_sets, "engine.idle_spin_us=10000000");
@@ -66,8 +59,6 @@ void tb_test_post(struct tb_session *s, struct tb_result_row *row)
     tb_sets_add(&er.server_sets, "engine.idle_sleep_us=1000");
     tb_sets_add(&er.server_sets, "engine.callback_spin_us=0");
     int rc = tb_env_open(s, &er, &env, err, sizeof(err));
-    tb_sets_free(&er.client_sets);
-    tb_sets_free(&er.server_sets);
     uint8_t *buf = NULL;
     te_mr *mr = NULL;
     te_scatter_dst *d = calloc(c->peers, sizeof(*d));

@@ -88,24 +88,14 @@ void tb_test_send(struct tb_session *s, struct tb_result_row *row)
     char err[512] = "";
     struct tb_env env;
     struct tb_env_req er;
-    memset(&er, 0, sizeof(er));
-    er.test = c->test;
-    er.engines = 1;
-    er.region = 4096;
-    er.access = TE_MR_REMOTE_WRITE;
+    tb_env_req_init(&er, c, 1, 4096, TE_MR_REMOTE_WRITE);
     er.recv_mode = 1;
     uint64_t msz = c->size < 4096 ? 4096 : c->size;
     tb_sets_add(&er.client_sets, "engine.max_msg_size=%llu",
                 (unsigned long long)msz);
     tb_sets_add(&er.server_sets, "engine.max_msg_size=%llu",
                 (unsigned long long)msz);
-    if (c->nics) {
-        tb_sets_add(&er.client_sets, "engine.nics_per_group=%u", c->nics);
-        tb_sets_add(&er.server_sets, "engine.nics_per_group=%u", c->nics);
-    }
     int rc = tb_env_open(s, &er, &env, err, sizeof(err));
-    tb_sets_free(&er.client_sets);
-    tb_sets_free(&er.server_sets);
     uint8_t *msg = calloc(1, msz);
     if (!rc && !msg) {
         rc = -ENOMEM;
