@@ -280,11 +280,20 @@ static void expand(te_engine *e, struct te_group *g, struct te_req *q,
                         r->u.paged.src, NULL, r->u.paged.page_len,
                         &q->descs[0], 0);
             c[i].paged = 1;
-            c[i].index = i;
-            c[i].step = k;
             c[i].rdesc = &q->descs[0];
-            c[i].remaining = r->u.paged.count > i
-                                 ? (r->u.paged.count - i + k - 1) / k : 0;
+            if (k > 1 && g->shard_weights) {
+                /* NICs of different speeds: a block of pages each, in
+                 * proportion to the speeds (docs/sharding.md). */
+                te_shard_pages_weighted(r->u.paged.count,
+                                        g->shard_weights + first, k, i,
+                                        &c[i].index, &c[i].remaining);
+                c[i].step = 1;
+            } else {
+                c[i].index = i;
+                c[i].step = k;
+                c[i].remaining = r->u.paged.count > i
+                                     ? (r->u.paged.count - i + k - 1) / k : 0;
+            }
         }
         n = k;
         break;

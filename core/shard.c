@@ -39,14 +39,10 @@ void te_shard_range(uint64_t len, uint32_t k, uint32_t i, uint64_t *off,
     *slen = end - start;
 }
 
-static uint64_t align_up(uint64_t x)
-{
-    return (x + TE_SHARD_ALIGN - 1) / TE_SHARD_ALIGN * TE_SHARD_ALIGN;
-}
-
-/* Start of shard i of the weighted split (i == k: len). */
+/* Start of part i of len units split by weights (i == k: len), rounded up
+ * to a multiple of align. */
 static uint64_t weighted_start(uint64_t len, const uint64_t *w, uint32_t k,
-                               uint32_t i)
+                               uint32_t i, uint64_t align)
 {
     if (i == 0)
         return 0;
@@ -59,7 +55,7 @@ static uint64_t weighted_start(uint64_t len, const uint64_t *w, uint32_t k,
             before += w[j];
     }
     uint64_t start = (uint64_t)((unsigned __int128)len * before / total);
-    start = align_up(start);
+    start = (start + align - 1) / align * align;
     return start > len ? len : start;
 }
 
@@ -70,10 +66,19 @@ void te_shard_range_weighted(uint64_t len, const uint64_t *w, uint32_t k,
         te_shard_range(len, k, i, off, slen);
         return;
     }
-    uint64_t a = weighted_start(len, w, k, i);
-    uint64_t b = weighted_start(len, w, k, i + 1);
+    uint64_t a = weighted_start(len, w, k, i, TE_SHARD_ALIGN);
+    uint64_t b = weighted_start(len, w, k, i + 1, TE_SHARD_ALIGN);
     *off = a;
     *slen = b > a ? b - a : 0;
+}
+
+void te_shard_pages_weighted(uint32_t count, const uint64_t *w, uint32_t k,
+                             uint32_t i, uint32_t *first, uint32_t *n)
+{
+    uint64_t a = weighted_start(count, w, k, i, 1);
+    uint64_t b = weighted_start(count, w, k, i + 1, 1);
+    *first = (uint32_t)a;
+    *n = (uint32_t)(b - a);
 }
 
 int te_shard_keep_whole(const te_request *req, uint64_t min_bytes, uint32_t k)

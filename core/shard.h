@@ -37,6 +37,14 @@ void te_shard_range_weighted(uint64_t len, const uint64_t *w, uint32_t k,
                              uint32_t i, uint64_t *off, uint64_t *slen);
 
 /**
+ * Pages of a paged write over k NICs of weights w (all > 0): NIC i sends
+ * the n pages starting at page *first, a contiguous block in proportion to
+ * its weight (equal NICs use te_shard_page_nic's interleaving instead).
+ */
+void te_shard_pages_weighted(uint32_t count, const uint64_t *w, uint32_t k,
+                             uint32_t i, uint32_t *first, uint32_t *n);
+
+/**
  * 1 if req stays whole on one NIC although its route spans k > 1 NICs: a
  * WRITE or READ shorter than min_bytes (engine.shard_min_bytes; 0 = never).
  */

@@ -581,6 +581,35 @@ START_TEST(speed_weighted_and_small_whole)
     ck_assert_msg(c.status == 0, "%s", c.reason);
     ck_assert_int_eq(te_imm_wait(b, 501, 2, 5000), 0);
     ck_assert_int_eq(memcmp(src, dst, sz - 5), 0);
+    /* Paged over the 8:2 NICs: pages in blocks, every page once. */
+    memset(dst, 0, sz);
+    enum { PAGES = 37, PAGE = 4096 };
+    uint32_t si[PAGES], di[PAGES];
+    for (uint32_t j = 0; j < PAGES; j++) {
+        si[j] = j;
+        di[j] = (j * 11) % PAGES; /* a permutation: 11 and 37 are coprime */
+    }
+    te_request pr = {0};
+    pr.op = TE_OP_PAGED;
+    pr.flags = TE_F_IMM;
+    pr.imm = 503;
+    pr.u.paged.peer = p;
+    pr.u.paged.src = smr;
+    pr.u.paged.src_stride = PAGE;
+    pr.u.paged.src_idx = si;
+    pr.u.paged.dst = &d;
+    pr.u.paged.dst_stride = PAGE;
+    pr.u.paged.dst_idx = di;
+    pr.u.paged.page_len = PAGE;
+    pr.u.paged.count = PAGES;
+    ck_assert_int_eq(te_expected_imms(a, &pr, 0), PAGES);
+    ck_assert_int_gt(te_submit(a, &pr), 0);
+    ck_assert_int_eq(te_poll_completions(a, &c, 1, 5000), 1);
+    ck_assert_msg(c.status == 0, "%s", c.reason);
+    ck_assert_int_eq(te_imm_wait(b, 503, PAGES, 5000), 0);
+    for (uint32_t j = 0; j < PAGES; j++)
+        ck_assert_int_eq(memcmp(dst + (size_t)di[j] * PAGE,
+                                src + (size_t)si[j] * PAGE, PAGE), 0);
     /* Four small writes (< 64 KiB): one imm each, every byte lands. */
     memset(dst, 0, sz);
     for (uint32_t i = 0; i < 4; i++) {

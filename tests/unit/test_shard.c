@@ -165,6 +165,30 @@ START_TEST(weighted_ranges)
 }
 END_TEST
 
+/* Weighted page blocks tile [0, count) in order, in proportion. */
+START_TEST(weighted_pages)
+{
+    static const uint64_t w[] = {8, 2, 6};
+    static const uint32_t counts[] = {0, 1, 2, 3, 7, 16, 100, 1000001};
+    for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+        uint32_t next = 0;
+        for (uint32_t i = 0; i < 3; i++) {
+            uint32_t first, n;
+            te_shard_pages_weighted(counts[ci], w, 3, i, &first, &n);
+            ck_assert_uint_eq(first, next);
+            double want = (double)counts[ci] * (double)w[i] / 16.0;
+            ck_assert((double)n <= want + 1 && (double)n + 1 >= want);
+            next = first + n;
+        }
+        ck_assert_uint_eq(next, counts[ci]);
+    }
+    uint32_t first, n;
+    te_shard_pages_weighted(100, w, 2, 0, &first, &n); /* 8:2 */
+    ck_assert_uint_eq(first, 0);
+    ck_assert_uint_eq(n, 80);
+}
+END_TEST
+
 /* engine.shard_min_bytes: shorter WRITE/READ stay whole (one imm). */
 START_TEST(small_requests_stay_whole)
 {
@@ -212,6 +236,7 @@ int main(void)
     tcase_add_test(t, expected_counts);
     tcase_add_test(t, remote_nic_mapping);
     tcase_add_test(t, weighted_ranges);
+    tcase_add_test(t, weighted_pages);
     tcase_add_test(t, small_requests_stay_whole);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
