@@ -41,6 +41,12 @@ set_tests_properties(demo_inproc demo_twoproc PROPERTIES
   ENVIRONMENT "${TE_CONF_ENV}" TIMEOUT 120 PASS_REGULAR_EXPRESSION "te-demo: OK")
 set_tests_properties(te_info_runs PROPERTIES ENVIRONMENT "${TE_CONF_ENV}"
   TIMEOUT 60 PASS_REGULAR_EXPRESSION "loopback .*ABI 1\\.0.*group 0: 1 NIC")
+# te-info says how requests are split: NICs of 8 and 2 Gbit/s, small
+# requests whole (docs/sharding.md).
+add_test(NAME te_info_routing COMMAND te-info --groups)
+set_tests_properties(te_info_routing PROPERTIES TIMEOUT 60
+  ENVIRONMENT "${TE_CONF_ENV};TE_LOOPBACK_LINK_GBPS=8,2;TE_ENGINE_NICS_PER_GROUP=2;TE_ENGINE_SHARD_MIN_BYTES=64K"
+  PASS_REGULAR_EXPRESSION "link 8 Gbps.*link 2 Gbps.*shards: in proportion to link speed; WRITE/READ under 64K bytes whole on one NIC")
 
 # Soak: 10^7 operations with reordering, delays and injected failures; every
 # request completes once and every ImmCounter ends exact (tools/te-soak).

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "config.h"
 #include "layout.h"
@@ -73,18 +74,41 @@ static int list_groups(const te_config *cfg)
     }
     printf("Engine: transport %s, %d group(s)\n", te_engine_plugin_name(e),
            te_engine_group_count(e));
+    const char *by_speed = te_config_get(cfg, "engine", "shard_by_speed");
+    const char *min_bytes = te_config_get(cfg, "engine", "shard_min_bytes");
     for (int g = 0; g < te_engine_group_count(e); g++) {
         printf("  group %d: %d NIC(s)\n", g, te_engine_nic_count(e, g));
+        uint64_t first_speed = 0;
+        int known = 1, differ = 0;
         for (int i = 0; i < te_engine_nic_count(e, g); i++) {
             te_nic_info ni;
             if (te_engine_nic_info(e, g, i, &ni))
                 continue;
+            if (i == 0)
+                first_speed = ni.link_gbps;
+            known &= ni.link_gbps != 0;
+            differ |= ni.link_gbps != first_speed;
             printf("    nic %d: %-12s device %d  numa %d  pci %s  link %s%llu "
                    "Gbps  queue %u\n", i, ni.name, ni.device, ni.numa_node,
                    ni.pci_path[0] ? ni.pci_path : "-",
                    ni.link_gbps ? "" : "uncapped/",
                    (unsigned long long)ni.link_gbps, ni.queue_depth);
         }
+        /* The routing rules of docs/sharding.md as they apply here. */
+        int off = by_speed && (!strcasecmp(by_speed, "false") ||
+                               !strcmp(by_speed, "0") ||
+                               !strcasecmp(by_speed, "no") ||
+                               !strcasecmp(by_speed, "off"));
+        int whole = min_bytes && *min_bytes && strcmp(min_bytes, "0");
+        printf("    shards: %s; %s%s%s\n",
+               !known || !differ ? "equal (the NICs' speeds are equal or "
+                                   "unknown)"
+               : off ? "equal (engine.shard_by_speed = false)"
+                     : "in proportion to link speed",
+               whole ? "WRITE/READ under " : "small requests split like the "
+                                             "rest (engine.shard_min_bytes = 0)",
+               whole ? min_bytes : "",
+               whole ? " bytes whole on one NIC (engine.shard_min_bytes)" : "");
         unsigned char addr[TE_ADDR_MAX];
         size_t len = sizeof(addr);
         if (te_engine_address(e, g, addr, &len) == 0)
