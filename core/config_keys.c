@@ -44,6 +44,11 @@ const struct te_config_key te_engine_keys[] = {
      "microseconds an idle worker sleeps between polls after spinning"},
     {"callback_spin_us", "20",
      "microseconds the callback thread spins before blocking"},
+    {"heartbeat_ms", "1000",
+     "a peer that was written to and has had nothing outstanding on a NIC "
+     "for this long gets a zero-length write (no immediate) at the place the "
+     "last write went; a connection error makes it down, a write that never "
+     "completes is caught by peer_timeout_ms; 0 = never (docs/reliability.md)"},
     {"shard_min_bytes", "0",
      "WRITE and READ requests shorter than this go whole on one NIC of the "
      "route (rotating from request to request) instead of being split over "

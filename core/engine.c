@@ -110,6 +110,7 @@ static int read_settings(const te_config *cfg, struct te_settings *s)
     U32("peer_timeout_ms", 0, 1u << 31, peer_timeout_ms);
     U32("callback_spin_us", 0, 10000000, callback_spin_us);
     U32("log_level", 0, 3, log_level);
+    U32("heartbeat_ms", 0, 1u << 31, heartbeat_ms);
 #undef U32
     if ((rc = te_config_get_bool(cfg, "engine", "shard_by_speed", 1,
                                  &s->shard_by_speed)))

@@ -48,6 +48,7 @@ struct te_settings {
     uint32_t callback_spin_us;
     int callback_cpu;                /* -1 = not pinned */
     uint64_t shard_min_bytes;        /* smaller WRITE/READ: one NIC */
+    uint32_t heartbeat_ms;           /* probe idle peers; 0 = never */
     int shard_by_speed;              /* weight shards by NIC link speed */
     int log_level;
 };
@@ -101,12 +102,19 @@ struct te_peer_entry {
      * when the peer last made progress on that NIC */
     uint32_t outstanding[TE_MAX_NICS];
     uint64_t last_progress_ns[TE_MAX_NICS];
+    /* heartbeat (worker only): where the last WRITE on each local NIC went,
+     * so that an idle peer can be probed with a zero-length write there */
+    uint64_t hb_addr[TE_MAX_NICS];
+    uint64_t hb_rkey[TE_MAX_NICS];
+    uint8_t hb_known[TE_MAX_NICS];
+    uint8_t hb_inflight[TE_MAX_NICS];
 };
 
 /** Tagged operation context (low 2 bits): a cursor, a send or a recv slot. */
 #define TE_CTX_CURSOR 0u
 #define TE_CTX_SEND 1u
 #define TE_CTX_RECV 2u
+#define TE_CTX_HEARTBEAT 3u /* payload: peer id << 8 | local NIC, << 2 */
 #define TE_CTX_TAG(c) ((uint32_t)((c) & 3u))
 #define TE_CTX_PTR(c) ((void *)(uintptr_t)((c) & ~(uint64_t)3u))
 

@@ -186,4 +186,6 @@ void te_worker_check(struct te_engine *e, struct te_group *g, struct turn *t)
         check_deadlines(e, g, t);
     if (e->s.peer_timeout_ms)
         check_peers(e, g, t);
+    if (e->s.heartbeat_ms)
+        te_heartbeat_send(e, g, t);
 }

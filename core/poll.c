@@ -34,6 +34,10 @@ static void on_local(struct te_engine *e, struct te_group *g, struct turn *t,
                      struct te_nic *n, const struct te_plugin_cq_entry *ce)
 {
     struct te_cursor *c;
+    if (TE_CTX_TAG(ce->context) == TE_CTX_HEARTBEAT) {
+        te_heartbeat_done(e, g, t, ce);
+        return;
+    }
     if (TE_CTX_TAG(ce->context) == TE_CTX_SEND) {
         struct te_msg_slot *s = TE_CTX_PTR(ce->context);
         c = s->cursor;

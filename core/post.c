@@ -148,6 +148,17 @@ static void commit(struct te_group *g, struct turn *t, struct te_nic *n,
     uint32_t nic = pq->head->nic;
     if (pe->outstanding[nic] == 0)
         pe->last_progress_ns[nic] = t->now_ns;
+    /* The heartbeat's target: where this write goes (a place the peer
+     * registered for remote writes, with a key valid on that NIC pair). */
+    const struct te_cursor *h0 = pq->head;
+    if (h0->kind == TE_POP_WRITE) {
+        pe->hb_addr[nic] = h0->paged
+                               ? h0->rdesc->nic[h0->remote_nic].remote_base
+                               : h0->remote_addr;
+        pe->hb_rkey[nic] = h0->paged ? h0->rdesc->nic[h0->remote_nic].rkey
+                                     : h0->rkey;
+        pe->hb_known[nic] = 1;
+    }
     pe->outstanding[nic] += (uint32_t)posted;
     while (posted) {
         struct te_cursor *h = pq->head;

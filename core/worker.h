@@ -45,6 +45,12 @@ void te_peer_down(struct te_engine *e, struct te_group *g, struct turn *t,
 /* Request deadlines and peer liveness; cheap unless a scan is due. */
 void te_worker_check(struct te_engine *e, struct te_group *g, struct turn *t);
 
+/* heartbeat.c: probe idle peers (engine.heartbeat_ms) and take the
+ * answers (completions tagged TE_CTX_HEARTBEAT). */
+void te_heartbeat_send(struct te_engine *e, struct te_group *g, struct turn *t);
+void te_heartbeat_done(struct te_engine *e, struct te_group *g, struct turn *t,
+                       const struct te_plugin_cq_entry *ce);
+
 /* post.c */
 void te_post_accept(struct te_engine *e, struct te_group *g, struct turn *t,
                     struct te_req *q);

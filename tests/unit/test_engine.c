@@ -9,6 +9,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "te/te.h"
@@ -636,6 +638,95 @@ START_TEST(speed_weighted_and_small_whole)
 }
 END_TEST
 
+/*
+ * engine.heartbeat_ms: a peer that stops answering while nothing is
+ * outstanding towards it (a process stopped with SIGSTOP: its socket and
+ * pid stay alive, so the transport sees nothing) is found by the heartbeat
+ * plus engine.peer_timeout_ms, and the next request to it fails at submit.
+ * Without heartbeats nothing notices, and that request is accepted.
+ */
+static int64_t submit_after_peer_stops(const char *ini)
+{
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) { /* the peer: an engine with a writable region */
+        close(fds[0]);
+        te_engine *b = make(NULL);
+        static uint8_t dst[4096];
+        te_mr *mr;
+        te_mr_reg(b, 0, dst, sizeof(dst), TE_MR_REMOTE_WRITE, TE_MEM_HOST, &mr);
+        te_mr_desc d;
+        te_mr_describe(mr, &d);
+        uint8_t msg[2 * sizeof(size_t) + TE_ADDR_MAX + TE_DESC_MAX];
+        size_t alen = TE_ADDR_MAX, dlen = TE_DESC_MAX;
+        te_engine_address(b, 0, msg + 2 * sizeof(size_t), &alen);
+        te_desc_serialize(&d, msg + 2 * sizeof(size_t) + alen, &dlen);
+        memcpy(msg, &alen, sizeof(size_t));
+        memcpy(msg + sizeof(size_t), &dlen, sizeof(size_t));
+        if (write(fds[1], msg, sizeof(msg)) != (ssize_t)sizeof(msg))
+            _exit(1);
+        for (int i = 0; i < 600; i++) /* bounded: killed long before */
+            usleep(100000);
+        _exit(0);
+    }
+    close(fds[1]);
+    uint8_t msg[2 * sizeof(size_t) + TE_ADDR_MAX + TE_DESC_MAX];
+    size_t got = 0;
+    while (got < sizeof(msg)) {
+        ssize_t n = read(fds[0], msg + got, sizeof(msg) - got);
+        ck_assert_int_gt(n, 0);
+        got += (size_t)n;
+    }
+    close(fds[0]);
+    size_t alen, dlen;
+    memcpy(&alen, msg, sizeof(size_t));
+    memcpy(&dlen, msg + sizeof(size_t), sizeof(size_t));
+    te_engine *a = make(ini);
+    te_peer p;
+    ck_assert_int_eq(te_peer_add(a, 0, msg + 2 * sizeof(size_t), alen, &p), 0);
+    te_mr_desc d;
+    ck_assert_int_eq(te_desc_parse(msg + 2 * sizeof(size_t) + alen, dlen, &d), 0);
+    static uint8_t src[64];
+    te_mr *smr;
+    ck_assert_int_eq(te_mr_reg(a, 0, src, sizeof(src), 0, TE_MEM_HOST, &smr), 0);
+    te_request r = {0};
+    r.op = TE_OP_WRITE;
+    r.u.xfer.peer = p;
+    r.u.xfer.local = smr;
+    r.u.xfer.remote = &d;
+    r.u.xfer.len = 64;
+    r.timeout_ms = 300;
+    ck_assert_int_gt(te_submit(a, &r), 0);
+    te_completion c;
+    ck_assert_int_eq(te_poll_completions(a, &c, 1, 5000), 1);
+    ck_assert_msg(c.status == 0, "%s", c.reason);
+    kill(child, SIGSTOP); /* alive, silent */
+    usleep(700000);       /* > heartbeat_ms + peer_timeout_ms below */
+    int64_t id = te_submit(a, &r);
+    char why[256];
+    snprintf(why, sizeof(why), "%s", te_last_error());
+    if (id > 0) /* it waits for the stopped peer until its deadline */
+        ck_assert_int_eq(te_poll_completions(a, &c, 1, 5000), 1);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    te_engine_destroy(a);
+    if (id < 0)
+        ck_assert_msg(strstr(why, "heartbeat") || strstr(why, "down"), "%s", why);
+    return id;
+}
+
+START_TEST(heartbeat_finds_silent_peer)
+{
+    ck_assert_int_eq(submit_after_peer_stops("[engine]\nheartbeat_ms = 100\n"
+                                             "peer_timeout_ms = 200\n"),
+                     -ECONNRESET);
+    ck_assert_int_gt(submit_after_peer_stops("[engine]\nheartbeat_ms = 0\n"
+                                             "peer_timeout_ms = 200\n"), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("engine");
@@ -653,6 +744,7 @@ int main(void)
     tcase_add_test(t, imm_expect_deadlines);
     tcase_add_test(t, callback_thread_pinned);
     tcase_add_test(t, speed_weighted_and_small_whole);
+    tcase_add_test(t, heartbeat_finds_silent_peer);
     tcase_add_test(t, revoke_old_descriptors);
     tcase_add_test(t, asymmetric_nic_counts);
     suite_add_tcase(s, t);
