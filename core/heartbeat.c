@@ -44,6 +44,11 @@ static int connection_error(int status)
 void te_heartbeat_send(struct te_engine *e, struct te_group *g, struct turn *t)
 {
     uint64_t idle_ns = (uint64_t)e->s.heartbeat_ms * 1000000ull;
+    /* Scan a quarter period at a time: thousands of peers cost the worker
+     * a scan every few ms otherwise; a probe is at most 1.25 periods late. */
+    if (t->now_ns < t->next_hb_ns)
+        return;
+    t->next_hb_ns = t->now_ns + idle_ns / 4;
     uint32_t np = atomic_load_explicit(&g->peer_count, memory_order_relaxed);
     for (uint32_t p = 0; p < np; p++) {
         struct te_peer_entry *pe = &g->peers[p];

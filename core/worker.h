@@ -22,6 +22,7 @@ struct turn {
     int did_work;
     uint64_t now_ns;        /* clock read once per turn */
     uint64_t next_check_ns; /* next deadline / liveness scan */
+    uint64_t next_hb_ns;    /* next heartbeat scan */
 };
 
 uint64_t te_now_ns(void);
