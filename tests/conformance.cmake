@@ -32,6 +32,11 @@ te_conformance(loopback_4nic_twoproc_weighted_whole --two-process
   --set engine.nics_per_group=4 --set engine.shard_min_bytes=128K
   --set loopback.link_gbps=100,25,50,25)
 
+# Heartbeats every 20 ms (engine.heartbeat_ms): every idle moment of the
+# suite probes peers with zero-length writes; nothing may change.
+te_conformance(loopback_2nic_twoproc_heartbeat --two-process
+  --set engine.nics_per_group=2 --set engine.heartbeat_ms=20)
+
 # The main job and the tools run and say what they should.
 add_test(NAME demo_inproc COMMAND te-demo --layers 4 --pages 64 --page-kib 16)
 add_test(NAME demo_twoproc COMMAND te-demo --two-process --layers 4 --pages 64

@@ -41,6 +41,11 @@ te_efa_conformance(shm_1nic_twoproc --two-process ${TE_EFA_SHM})
 te_efa_conformance(shm_2nic_twoproc --two-process ${TE_EFA_SHM} ${TE_EFA_2NIC})
 te_efa_conformance(tcp_1nic_twoproc --two-process ${TE_EFA_TCP})
 te_efa_conformance(tcp_2nic_twoproc --two-process ${TE_EFA_TCP} ${TE_EFA_2NIC})
+# Heartbeats every 20 ms between and during cases (zero-length writes).
+te_efa_conformance(shm_1nic_twoproc_heartbeat --two-process ${TE_EFA_SHM}
+  --set engine.heartbeat_ms=20)
+te_efa_conformance(tcp_1nic_twoproc_heartbeat --two-process ${TE_EFA_TCP}
+  --set engine.heartbeat_ms=20)
 # Remotes in this process (self-connections, in-process shm).
 te_efa_conformance(shm_2nic_inproc ${TE_EFA_SHM} ${TE_EFA_2NIC})
 # The other paths: no inject, peers inserted inside peer_add, and a killed

@@ -118,9 +118,11 @@ enum te_plugin_op_kind {
 
 /**
  * One operation to post. Lengths may be zero (a zero-length WRITE with
- * TE_POP_F_IMM is an immediate-only write and must still be delivered).
- * The local buffer is always inside a region registered on THIS NIC (mr).
- * remote_addr/rkey come from the remote NIC's mr_reg() outputs.
+ * TE_POP_F_IMM is an immediate-only write and must still be delivered; one
+ * without TE_POP_F_IMM and with mr == NULL is the core's heartbeat, see
+ * docs/plugin-guide.md). A non-empty local buffer is always inside a region
+ * registered on THIS NIC (mr). remote_addr/rkey come from the remote NIC's
+ * mr_reg() outputs.
  */
 struct te_plugin_op {
     uint32_t kind;           /**< enum te_plugin_op_kind */

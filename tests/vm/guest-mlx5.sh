@@ -38,8 +38,11 @@ step() { # name command...: run, time, remember failure
 }
 times=()
 
-step "conformance (rxe0+rxe1, 1 remote process)" \
-  timeout 240 "$conf" "${common[@]}" --remotes 1 --set engine.nics_per_group=2
+# Heartbeats every 50 ms: idle peers between cases are probed with
+# zero-length writes over the verbs path all along.
+step "conformance (rxe0+rxe1, 1 remote process, heartbeats)" \
+  timeout 240 "$conf" "${common[@]}" --remotes 1 --set engine.nics_per_group=2 \
+  --set engine.heartbeat_ms=50
 step "conformance remote_killed (2 remote processes)" \
   timeout 120 "$conf" "${common[@]}" --remotes 2 --case remote_killed
 step "pair rxe0<->rxe1" timeout 60 "$pair"
