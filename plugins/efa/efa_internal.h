@@ -219,6 +219,7 @@ struct te_plugin_nic {
     uint32_t nslots, free_slot; /* free list head; nslots = none */
     uint32_t qd, recv_cap;
     uint32_t tx_out;  /* WRITE/READ/SEND without LOCAL returned yet */
+    struct efa_peer *post_checked; /* peer whose pidfd this post() call read */
     uint32_t rx_out;  /* RECVs without completion returned yet */
 
     /* peers */

@@ -10,6 +10,7 @@
  * so a completion finds its op in O(1) and is reported exactly once.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -197,6 +198,20 @@ static int post_one(efa_nic *nic, const struct te_plugin_op *op)
     }
     if (nic->tx_out >= nic->qd)
         return 0;
+    if (p->state == EFA_PEER_LIVE && p->pidfd >= 0 && p != nic->post_checked) {
+        /* A same-host peer (shm) is entered through a lock that lives in
+         * ITS shared memory: if it was killed holding that lock,
+         * fi_writemsg() would spin forever and the worker with it
+         * (measured: conformance remote_killed hung so under ASan). Ask its
+         * pidfd once per post() call before going in. */
+        nic->post_checked = p;
+        struct pollfd pf = {.fd = p->pidfd, .events = POLLIN};
+        if (poll(&pf, 1, 0) > 0) {
+            char why[64];
+            snprintf(why, sizeof(why), "its process %u exited", p->pid);
+            efa_peer_down(nic, p, -ECONNRESET, why);
+        }
+    }
     if (p->state == EFA_PEER_DOWN) {
         complete_now(nic, op, -ECONNRESET, op->peer);
         return 1;
@@ -274,6 +289,7 @@ int efa_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
     pthread_mutex_lock(&nic->lock);
     if (nic->pending)
         efa_peers_resolve(nic); /* first use */
+    nic->post_checked = NULL;
     size_t i;
     int rc = 0;
     for (i = 0; i < n; i++) {
