@@ -385,6 +385,9 @@ int tb_wait_completions(te_engine *e, te_completion *c, int max,
 /* --spin-wait: tb_wait_completions() never blocks (set once by main). */
 extern int tb_spin_wait;
 
+/* A test's outcome into row: ok, or the error (err, else rc's text). */
+void tb_row_result(struct tb_result_row *row, int rc, const char *err);
+
 /* The tests. Each fills row (ok, error, samples). */
 void tb_test_bw(struct tb_session *s, struct tb_result_row *row);
 void tb_test_imm(struct tb_session *s, struct tb_result_row *row);

@@ -347,3 +347,11 @@ int tb_wait_completions(te_engine *e, te_completion *c, int max,
             return -ETIMEDOUT;
     }
 }
+
+void tb_row_result(struct tb_result_row *row, int rc, const char *err)
+{
+    if (rc)
+        snprintf(row->error, sizeof(row->error), "%s",
+                 err && err[0] ? err : te_strerror(rc));
+    row->ok = !rc;
+}

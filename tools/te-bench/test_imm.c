@@ -148,11 +148,7 @@ void tb_test_imm(struct tb_session *s, struct tb_result_row *row)
             nreq = c->window;
     }
 out:
-    if (rc && !err[0])
-        snprintf(err, sizeof(err), "%s", te_strerror(rc));
-    if (rc)
-        snprintf(row->error, sizeof(row->error), "%s", err);
-    row->ok = !rc;
+    tb_row_result(row, rc, err);
     row->note = "rate of immediates counted by the receiver's ImmCounter";
     if (mr)
         te_mr_dereg(env.e, mr);

@@ -138,11 +138,7 @@ void tb_test_immlat(struct tb_session *s, struct tb_result_row *row)
         free(pairs);
     }
 out:
-    if (rc && !err[0])
-        snprintf(err, sizeof(err), "%s", te_strerror(rc));
-    if (rc)
-        snprintf(row->error, sizeof(row->error), "%s", err);
-    row->ok = !rc;
+    tb_row_result(row, rc, err);
     if (mr)
         te_mr_dereg(env.e, mr);
     tb_env_close(s, &env);

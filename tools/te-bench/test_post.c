@@ -182,11 +182,7 @@ void tb_test_post(struct tb_session *s, struct tb_result_row *row)
     if (pinned)
         pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved);
 out:
-    if (rc && !err[0])
-        snprintf(err, sizeof(err), "%s", te_strerror(rc));
-    if (rc)
-        snprintf(row->error, sizeof(row->error), "%s", err);
-    row->ok = !rc;
+    tb_row_result(row, rc, err);
     if (mr)
         te_mr_dereg(env.e, mr);
     tb_env_close(s, &env);

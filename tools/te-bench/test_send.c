@@ -174,11 +174,7 @@ void tb_test_send(struct tb_session *s, struct tb_result_row *row)
             tb_samples_add(&row->lat[0], (double)(t1 - t0) / 2e3);
     }
 out:
-    if (rc && !err[0])
-        snprintf(err, sizeof(err), "%s", te_strerror(rc));
-    if (rc)
-        snprintf(row->error, sizeof(row->error), "%s", err);
-    row->ok = !rc;
+    tb_row_result(row, rc, err);
     tb_env_close(s, &env);
     free(msg);
 }
