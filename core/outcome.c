@@ -89,6 +89,7 @@ void te_req_deliver(struct te_engine *e, struct turn *t, struct te_req *q)
         snprintf(c->reason, sizeof(c->reason), "%s", q->reason);
     else
         c->reason[0] = 0;
+    memset(c->reserved, 0, sizeof(c->reserved)); /* growth rule: zero */
 }
 
 void te_req_settle(struct te_engine *e, struct turn *t, struct te_req *q)

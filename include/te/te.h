@@ -7,6 +7,24 @@
  *    gives the engine's message for the most recent failure on the calling
  *    thread (e.g. "descriptor truncated: 12 of 40 bytes").
  *  - Handles are opaque; requests and descriptors are plain structs.
+ *  - Public structs can grow without breaking binaries built against an
+ *    older header (the "growth rule", docs/abi.md):
+ *      * te_request starts with `size`, which the caller sets to
+ *        sizeof(te_request) (te_request_init() does). The library reads
+ *        only the caller's `size` bytes and treats fields past them as
+ *        zero, so an older binary keeps working; bytes past the library's
+ *        own layout must be zero (-E2BIG naming the offset otherwise), so a
+ *        newer binary that uses a field this library lacks is refused
+ *        rather than misread (the rule of Linux's openat2/clone3 structs).
+ *      * Structs passed in arrays or embedded in others (te_route,
+ *        te_scatter_dst, te_barrier_dst) have reserved fields that must be
+ *        zero (-EINVAL naming the field otherwise); a later minor version
+ *        gives them a meaning in which zero keeps today's behaviour.
+ *      * Structs the library fills (te_completion, te_nic_info) have
+ *        reserved fields the library sets to zero; a later minor version
+ *        may fill them. Read them only when te_version() says they exist.
+ *    Zero-initialise every public struct (= {0}, memset, te_request_init())
+ *    so that fields unknown to you are zero.
  *  - Nothing blocks forever: every wait takes a timeout.
  *
  * Model: an engine drives one or more NIC groups (typically one per GPU).
@@ -22,6 +40,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,7 +55,7 @@ extern "C" {
 
 /** Library version. */
 #define TE_VERSION_MAJOR 0
-#define TE_VERSION_MINOR 1
+#define TE_VERSION_MINOR 2
 #define TE_VERSION_PATCH 0
 
 /** Most NICs in one group (and entries in a memory descriptor). */
@@ -131,7 +150,7 @@ typedef struct te_nic_info {
     int32_t device;     /**< plugin device index */
     uint64_t link_gbps; /**< 0 if unknown / uncapped */
     uint32_t queue_depth; /**< send queue depth */
-    uint32_t reserved;
+    uint32_t reserved[9]; /**< zero; growth rule (top of this header) */
 } te_nic_info;
 
 /** Describe NIC `nic` of group `group`. */
@@ -253,9 +272,10 @@ enum te_op {
  */
 enum te_route_kind { TE_ROUTE_SHARD = 0, TE_ROUTE_PIN = 1 };
 typedef struct te_route {
-    uint32_t kind; /**< enum te_route_kind */
-    uint32_t nics; /**< SHARD: most NICs to use (0 = all) */
-    uint32_t nic;  /**< PIN: the NIC index */
+    uint32_t kind;     /**< enum te_route_kind */
+    uint32_t nics;     /**< SHARD: most NICs to use (0 = all) */
+    uint32_t nic;      /**< PIN: the NIC index */
+    uint32_t reserved; /**< must be zero (growth rule) */
 } te_route;
 
 /** Scatter split policy. */
@@ -267,16 +287,20 @@ enum te_scatter_split {
 /** One destination of a scatter. */
 typedef struct te_scatter_dst {
     te_peer peer;          /**< destination peer */
+    uint32_t reserved0;    /**< must be zero (growth rule) */
     const te_mr_desc *dst; /**< destination region */
     uint64_t dst_off;      /**< offset into dst */
     uint64_t src_off;      /**< offset into the source registration */
     uint64_t len;          /**< bytes */
+    uint64_t reserved[2];  /**< must be zero (growth rule) */
 } te_scatter_dst;
 
 /** One target of a barrier. */
 typedef struct te_barrier_dst {
     te_peer peer;          /**< target */
+    uint32_t reserved0;    /**< must be zero (growth rule) */
     const te_mr_desc *dst; /**< a region of the target (some NICs need a key) */
+    uint64_t reserved;     /**< must be zero (growth rule) */
 } te_barrier_dst;
 
 /** Completion record (also delivered to callbacks). */
@@ -286,6 +310,7 @@ typedef struct te_completion {
     int32_t status;     /**< 0 or negative errno */
     uint32_t op;        /**< enum te_op */
     char reason[96];    /**< on failure: what went wrong, else "" */
+    uint64_t reserved[4]; /**< zero; growth rule (top of this header) */
 } te_completion;
 
 /** Request completion callback; runs on the engine's callback thread. */
@@ -297,11 +322,12 @@ typedef void (*te_done_fn)(const te_completion *c, void *arg);
  * registrations must stay registered until the request completes.
  */
 typedef struct te_request {
+    /** sizeof(te_request) as the caller was compiled (te_request_init()) */
+    uint32_t size;
     uint32_t op;        /**< enum te_op */
     uint32_t flags;     /**< TE_F_* */
     uint32_t imm;       /**< immediate when TE_F_IMM (and always for BARRIER) */
     int32_t group;      /**< local group submitting */
-    te_route route;     /**< NIC routing */
     /**
      * Deadline in ms from submission: 0 = engine.request_timeout_ms,
      * < 0 = none. A request still unfinished then fails with -ETIMEDOUT.
@@ -309,6 +335,7 @@ typedef struct te_request {
      * the transport has returned every operation it was given.
      */
     int32_t timeout_ms;
+    te_route route;     /**< NIC routing */
     uint64_t user_data; /**< returned in the completion */
     te_done_fn done;    /**< callback, or NULL to use te_poll_completions() */
     void *done_arg;     /**< passed to done */
@@ -352,6 +379,24 @@ typedef struct te_request {
         } send;
     } u;
 } te_request;
+
+/**
+ * Smallest te_request.size the library accepts: the layout of version 0.2,
+ * the first with the growth rule. Later fields are appended after it.
+ */
+#define TE_REQUEST_SIZE_V0_2 152u
+
+/**
+ * Start a request: zero every field (so fields unknown to the caller are
+ * zero) and set size and op. Equivalent to
+ * `te_request r = {.size = sizeof(te_request), .op = op};`.
+ */
+static inline void te_request_init(te_request *r, uint32_t op)
+{
+    memset(r, 0, sizeof(*r));
+    r->size = (uint32_t)sizeof(*r);
+    r->op = op;
+}
 
 /**
  * Submit a request to its group's worker. Never blocks: -EAGAIN when the

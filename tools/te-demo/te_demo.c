@@ -244,8 +244,7 @@ static int prefiller(const struct opts *o, int fd, uint32_t imm_base)
             dst_idx[p] = (uint32_t)((uint64_t)p * 7919 % o->pages);
         }
         te_request r;
-        memset(&r, 0, sizeof(r));
-        r.op = TE_OP_PAGED;
+        te_request_init(&r, TE_OP_PAGED);
         r.flags = TE_F_IMM;
         r.imm = imm_base + l;
         r.u.paged.peer = peer;

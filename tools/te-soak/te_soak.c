@@ -127,7 +127,7 @@ int main(int argc, char **argv)
     double t0 = now_s(), stop_at = t0 + seconds, last_report = t0;
     while (completed < submitted || (submitted < ops && now_s() < stop_at)) {
         while (outstanding < window && submitted < ops && now_s() < stop_at) {
-            te_request r = {0};
+            te_request r = {.size = sizeof(te_request)};
             r.op = TE_OP_WRITE;
             r.flags = TE_F_IMM;
             r.imm = 0x50000u + (uint32_t)(submitted % nimms);
