@@ -15,6 +15,7 @@
 #include "loader.h"
 #include "wire.h"
 #include "imm_counter.h"
+#include "imm_space.h"
 #include "mpsc_queue.h"
 #include "callback.h"
 
@@ -244,6 +245,7 @@ struct te_engine {
     uint32_t ngroups;
     struct te_group *groups;
     struct te_imm_table *imms;
+    struct te_imm_spaces spaces; /* named ranges of imms (imm_space.c) */
     struct te_callbacks cb;
     _Atomic int stopping;
     _Atomic int64_t next_req_id;

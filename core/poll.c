@@ -147,6 +147,8 @@ void te_poll_nic(struct te_engine *e, struct te_group *g, struct turn *t,
             on_local(e, g, t, n, &ce[i]);
             break;
         case TE_PCQ_IMM:
+            if (te_imm_spaces_stale(&e->spaces, ce[i].imm))
+                break; /* a retired life's: counted in its space only */
             if (te_imm_table_arrive(e->imms, ce[i].imm, 1) == -ENOSPC)
                 te_log(e, 0, "ImmCounter table full (engine.imm_table_size "
                        "= %u): arrival of imm %u counted as overflow",

@@ -58,6 +58,11 @@ set_tests_properties(te_info_routing PROPERTIES TIMEOUT 60
 add_test(NAME soak_loopback_1e7 COMMAND te-soak --ops 10000000 --seconds 400)
 set_tests_properties(soak_loopback_1e7 PROPERTIES ENVIRONMENT "${TE_CONF_ENV}"
   TIMEOUT 600 PASS_REGULAR_EXPRESSION "te-soak: OK" LABELS soak)
+# The same with two subsystems on the receiver, each in its own immediate
+# space, using equal indexes: 0 arrivals credited across spaces.
+add_test(NAME soak_loopback_spaces_1e7 COMMAND te-soak --ops 10000000 --seconds 400 --spaces)
+set_tests_properties(soak_loopback_spaces_1e7 PROPERTIES ENVIRONMENT "${TE_CONF_ENV}"
+  TIMEOUT 600 PASS_REGULAR_EXPRESSION "te-soak: OK" LABELS soak)
 
 # Peers with different NIC counts (the authors require equal counts).
 te_conformance(loopback_2to4nic_twoproc --two-process

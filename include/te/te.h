@@ -428,7 +428,9 @@ TE_API int te_poll_completions(te_engine *e, te_completion *out, int max,
 typedef void (*te_imm_fn)(uint32_t imm, int status, void *arg);
 
 /**
- * Expect `count` arrivals of immediate imm (count > 0). Arrivals before this
+ * Expect `count` arrivals of immediate imm (count > 0). -ESTALE when imm is
+ * a value of a retired life or a destroyed immediate space (see below).
+ * Arrivals before this
  * call are banked and count towards it; if enough are banked, cb fires at
  * once (still on the callback thread). When met, `count` arrivals are
  * consumed and the expectation ends (re-arm with another call); surplus
@@ -467,6 +469,101 @@ TE_API int te_imm_wait(te_engine *e, uint32_t imm, uint64_t count, int timeout_m
  * start a fresh count.
  */
 TE_API int te_imm_remove(te_engine *e, uint32_t imm, uint64_t *surplus);
+
+/* ----------------------------------------------------- immediate spaces */
+
+/**
+ * An immediate space: a named range of immediate values reserved for one
+ * subsystem of the process (KV-cache transfer, weight updates, MoE, ...),
+ * so that two subsystems sharing an engine can never count each other's
+ * arrivals (docs/imm-counter.md, "Spaces"). A space has `size` values
+ * (indexes 0..size-1) in each of `lives` lives; te_imm_space_retire() starts
+ * a new life, whose raw values differ from the previous ones, so late
+ * arrivals of an earlier life are counted as stale (reported by
+ * te_imm_space_stats()) and never credited to the current life. Spaces are
+ * receiver-side: hand the raw values (te_imm_space_value()) to the writers.
+ * Raw values outside every space keep working as before.
+ */
+typedef struct te_imm_space te_imm_space;
+
+/** te_imm_space_create() flag: place the space at `base` exactly. */
+#define TE_IMM_SPACE_FIXED 0x1u
+
+/** Defaults of te_imm_space_create(): where spaces are placed. */
+#define TE_IMM_SPACE_REGION_START 0x80000000u
+/** Lives per space when `lives` is 0. */
+#define TE_IMM_SPACE_DEFAULT_LIVES 16u
+/** Most spaces an engine holds at once (live or destroyed-but-quarantined). */
+#define TE_IMM_SPACE_MAX 64
+
+/**
+ * Reserve a space of `size` values (1..2^24) per life and `lives` lives
+ * (0 = TE_IMM_SPACE_DEFAULT_LIVES; a power of two, 2..256): size * lives
+ * consecutive raw values. name (1..31 characters) names it in errors and
+ * logs. Without TE_IMM_SPACE_FIXED the range is chosen at or above
+ * TE_IMM_SPACE_REGION_START (so raw values below 2^31 stay free for code
+ * that does not use spaces) and `base` is ignored; with it the range starts
+ * at `base` (e.g. the same base on every rank of a job). Errors: -EINVAL
+ * (bad size, lives, name or flags), -EADDRINUSE (overlaps the named space),
+ * -ENOSPC (no free range, or TE_IMM_SPACE_MAX spaces).
+ */
+TE_API int te_imm_space_create(te_engine *e, const char *name, uint32_t size,
+                               uint32_t lives, uint32_t flags, uint32_t base,
+                               te_imm_space **out);
+
+/**
+ * The raw immediate of value `index` in the space's current life: use it in
+ * te_request.imm (at the writer) and te_imm_expect()/te_imm_wait()/... (at
+ * this receiver). -ERANGE if index >= size, -ESTALE if the space was
+ * destroyed.
+ */
+TE_API int te_imm_space_value(const te_imm_space *s, uint32_t index,
+                              uint32_t *raw);
+
+/**
+ * Start the next life: every value of the current life is removed from the
+ * ImmCounter (banked arrivals are dropped and counted in
+ * retired_surplus; armed expectations are disarmed and their callbacks
+ * run with -ECANCELED), then the space's values move to the next life's
+ * raw range. Arrivals for any earlier life from then on are counted in
+ * stale_arrivals and never banked. After `lives` retirements the raw
+ * values repeat: a write delayed across that many lives would be counted.
+ * O(size). -ESTALE if destroyed.
+ */
+TE_API int te_imm_space_retire(te_imm_space *s);
+
+/** Counters of a space (te_imm_space_stats()). */
+typedef struct te_imm_space_stats {
+    uint32_t base;            /**< first raw value of the whole range */
+    uint32_t size;            /**< values per life */
+    uint32_t lives;           /**< lives before raw values repeat */
+    uint32_t life;            /**< current life index (0..lives-1) */
+    uint64_t epoch;           /**< retirements so far */
+    uint64_t stale_arrivals;  /**< arrivals for a retired life (not banked) */
+    uint64_t retired_surplus; /**< banked arrivals dropped by retirements */
+    uint64_t reserved[4];     /**< zero; growth rule */
+} te_imm_space_stats;
+
+/** Fill *out. -ESTALE (still filled) if destroyed. */
+TE_API int te_imm_space_stats_get(const te_imm_space *s,
+                                  te_imm_space_stats *out);
+
+/**
+ * The space, if any, that raw value imm belongs to, and the index and life
+ * of imm in it: returns 1 and fills what is non-NULL, 0 when imm is in no
+ * space. For logs and debugging of miscounts.
+ */
+TE_API int te_imm_space_lookup(te_engine *e, uint32_t imm, const char **name,
+                               uint32_t *index, uint32_t *life);
+
+/**
+ * Remove the space: like te_imm_space_retire() for its current life, then
+ * its range stays quarantined (arrivals counted as stale, expectations on
+ * it refused with -ESTALE) until a later te_imm_space_create() needs the
+ * room. The handle stays valid for te_imm_space_stats_get() until
+ * te_engine_destroy(); every other use returns -ESTALE.
+ */
+TE_API int te_imm_space_destroy(te_imm_space *s);
 
 /* --------------------------------------------------------------- messages */
 
