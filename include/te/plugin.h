@@ -149,7 +149,11 @@ enum te_plugin_cq_kind {
 /** One completion. */
 struct te_plugin_cq_entry {
     uint32_t kind;       /**< enum te_plugin_cq_kind */
-    int32_t status;      /**< 0 or negative errno (LOCAL, RECV) */
+    /** 0 or negative errno (LOCAL, RECV). PEER_DOWN: -ESHUTDOWN when the
+     *  peer closed its NIC in order (the core then logs it at info level
+     *  unless requests to it were still running), anything else a failure
+     *  (0 from plugins older than this rule). */
+    int32_t status;
     uint64_t context;    /**< LOCAL/RECV: the op's context */
     uint64_t len;        /**< RECV: bytes received */
     uint32_t imm;        /**< IMM: the immediate value */
