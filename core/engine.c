@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "engine_internal.h"
+#include "paths.h"
 #include "layout.h"
 #include "te_error.h"
 
@@ -130,6 +131,10 @@ static int read_settings(const te_config *cfg, struct te_settings *s)
                            CPU_SETSIZE - 1);
         s->callback_cpu = (int)cpu;
     }
+    if ((rc = te_paths_parse_require(
+             te_config_get_str(cfg, "engine", "require", "any"),
+             &s->require_caps)))
+        return rc;
     snprintf(s->plugin, sizeof(s->plugin), "%s",
              te_config_get_str(cfg, "engine", "plugin", "loopback"));
     snprintf(s->plugin_path, sizeof(s->plugin_path), "%s",
@@ -188,6 +193,8 @@ static int open_group(struct te_engine *e, struct te_group *g, int index,
             return te_fail(rc, "group %d: cannot open NIC %s: %s%s%s", index,
                            n->info.name, te_strerror(rc),
                            te_last_error()[0] ? ": " : "", te_last_error());
+        if ((rc = te_paths_open_nic(e, g, n)))
+            return rc;
         n->addr_len = sizeof(n->addr);
         rc = P->nic_address(n->pn, n->addr, &n->addr_len);
         if (rc)

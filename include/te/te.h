@@ -164,6 +164,65 @@ TE_API int te_engine_nic_info(const te_engine *e, int group, int nic,
  */
 TE_API int te_engine_address(te_engine *e, int group, void *buf, size_t *len);
 
+/* ----------------------------------------------------------------- paths */
+
+/**
+ * Paths: how each kind of operation or registration is carried out on a
+ * NIC, so that nothing degrades silently (docs/paths.md). A path has the
+ * capabilities below; one it should have but lacks (an emulated immediate,
+ * RMA done by messages, device memory staged through the host, a software
+ * transport where a NIC was expected) is a degradation: logged once at
+ * warning level by default, refused under the configuration key
+ * engine.require (te_engine_create() fails, or te_mr_reg() for a memory
+ * kind), with an error naming the capability, the NIC and the path.
+ */
+#define TE_CAP_ZERO_COPY 0x1u     /**< no bounce through a staging buffer */
+#define TE_CAP_NATIVE_IMM 0x2u    /**< immediate carried by the transport */
+#define TE_CAP_NATIVE_RMA 0x4u    /**< one-sided: no target software per op */
+#define TE_CAP_DEVICE_DIRECT 0x8u /**< the NIC reaches device memory itself */
+#define TE_CAP_HARDWARE 0x10u     /**< an RDMA NIC, not a software transport */
+#define TE_CAP_AUTO_PROGRESS 0x20u /**< data moves without the target polling */
+/** engine.require = fast: the capabilities whose loss slows a path down. */
+#define TE_CAP_FAST (TE_CAP_ZERO_COPY | TE_CAP_NATIVE_IMM | TE_CAP_NATIVE_RMA | \
+                     TE_CAP_DEVICE_DIRECT)
+
+/** Kinds of paths (te_path_info.kind). */
+enum te_path_kind {
+    TE_PATH_WRITE = 1,     /**< write without immediate */
+    TE_PATH_WRITE_IMM = 2, /**< write with immediate, barrier */
+    TE_PATH_READ = 3,      /**< read */
+    TE_PATH_SEND = 4,      /**< send/receive */
+    TE_PATH_MEM_HOST = 5,  /**< host memory registration */
+    TE_PATH_MEM_CUDA = 6,  /**< CUDA memory registration */
+};
+
+/** One path of a NIC (te_engine_paths()). */
+typedef struct te_path_info {
+    uint32_t kind;        /**< enum te_path_kind */
+    uint32_t caps;        /**< TE_CAP_* the path has */
+    uint32_t missing;     /**< TE_CAP_* it should have and lacks */
+    uint32_t refused;     /**< missing & engine.require: te_mr_reg refuses it */
+    char text[192];       /**< how the plugin carries it out */
+    uint64_t reserved[4]; /**< zero; growth rule */
+} te_path_info;
+
+/**
+ * The paths of NIC `nic` of group `group`: up to max entries in out;
+ * returns how many the NIC has (possibly more than max), or -errno. A
+ * plugin that does not describe its paths (plugin ABI 1.0) has none.
+ */
+TE_API int te_engine_paths(const te_engine *e, int group, int nic,
+                           te_path_info *out, int max);
+
+/** Name of a path kind ("write", "mem_cuda", ...), "?" if unknown. */
+TE_API const char *te_path_kind_name(uint32_t kind);
+
+/**
+ * Names of the TE_CAP_* bits of caps, comma-separated ("native_rma,
+ * hardware"), into buf; returns buf ("" when caps is 0).
+ */
+TE_API const char *te_cap_names(uint32_t caps, char *buf, size_t len);
+
 /* ----------------------------------------------------------------- peers */
 
 /**
