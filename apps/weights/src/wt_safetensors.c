@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <stddef.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +97,29 @@ static int parse_metadata(json_t *v, te_wt_model *m)
     json_object_foreach(v, k, x) {
         if (!json_is_string(x))
             return wt_fail(-EINVAL, "__metadata__ field '%.64s' is not a string", k);
+    }
+    /* Architecture numbers, when the writer recorded them (te-weights gen
+     * does; Hugging Face files keep them in config.json instead). */
+    static const struct { const char *key; size_t off; } arch[] = {
+        {"num_hidden_layers", offsetof(te_wt_model, layers)},
+        {"hidden_size", offsetof(te_wt_model, hidden)},
+        {"num_attention_heads", offsetof(te_wt_model, heads)},
+        {"num_key_value_heads", offsetof(te_wt_model, kv_heads)},
+        {"head_dim", offsetof(te_wt_model, head_dim)},
+        {"n_routed_experts", offsetof(te_wt_model, experts)},
+        {"num_experts_per_tok", offsetof(te_wt_model, top_k)},
+        {"moe_intermediate_size", offsetof(te_wt_model, moe_inter)},
+        {"intermediate_size", offsetof(te_wt_model, dense_inter)},
+        {"vocab_size", offsetof(te_wt_model, vocab)},
+    };
+    for (size_t i = 0; i < sizeof(arch) / sizeof(arch[0]); i++) {
+        json_t *val = json_object_get(v, arch[i].key);
+        char *end = NULL;
+        unsigned long n = val ? strtoul(json_string_value(val), &end, 10) : 0;
+        if (val && (*end || n > UINT32_MAX))
+            return wt_fail(-EINVAL, "__metadata__ field '%s' = '%.32s' is not a "
+                           "32-bit count", arch[i].key, json_string_value(val));
+        *(uint32_t *)((char *)m + arch[i].off) = (uint32_t)n;
     }
     m->metadata_json = json_dumps(v, JSON_SORT_KEYS | JSON_COMPACT);
     return m->metadata_json ? 0 : wt_fail(-ENOMEM, "out of memory");

@@ -261,7 +261,13 @@ int te_wt_sharding_build(const te_wt_model *m, const te_wt_infer_layout *l,
     s->layout = *l;
     s->layout.ep = ep;
     s->rank_bytes = calloc(l->ranks, sizeof(uint64_t));
-    uint32_t experts_per_rank = 0;
+    uint32_t experts_per_rank = 0, experts = m->experts;
+    if (!experts) /* no config: the highest expert id in the names */
+        for (uint32_t i = 0; i < m->count; i++) {
+            int64_t e = expert_of(m->tensors[i].name);
+            if (e >= 0 && (uint64_t)e + 1 > experts)
+                experts = e + 1 > UINT32_MAX ? UINT32_MAX : (uint32_t)(e + 1);
+        }
     for (uint32_t i = 0; i < m->count && !rc; i++) {
         uint32_t members[3], n, split, unit;
         int quant;
@@ -270,7 +276,7 @@ int te_wt_sharding_build(const te_wt_model *m, const te_wt_infer_layout *l,
         uint32_t expert = 0;
         if (split == TE_WT_EXPERT) {
             int64_t e = expert_of(m->tensors[i].name);
-            uint32_t ne = m->experts ? m->experts : (uint32_t)e + 1;
+            uint32_t ne = experts;
             if ((uint64_t)e >= ne || ne % ep) {
                 rc = wt_fail(-EINVAL, "tensor '%s': expert %lld of %u does not "
                              "split over ep %u", m->tensors[i].name, (long long)e,

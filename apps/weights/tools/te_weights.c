@@ -223,6 +223,15 @@ static int cmd_gen(const struct wt_cli *o)
     }
     uint8_t *data = malloc(m->data_bytes);
     wt_fill_weights(m, o->seed, data);
+    char md[512];
+    snprintf(md, sizeof(md), "{\"format\":\"pt\",\"num_hidden_layers\":\"%u\","
+             "\"hidden_size\":\"%u\",\"num_attention_heads\":\"%u\","
+             "\"num_key_value_heads\":\"%u\",\"head_dim\":\"%u\","
+             "\"n_routed_experts\":\"%u\",\"num_experts_per_tok\":\"%u\","
+             "\"moe_intermediate_size\":\"%u\",\"intermediate_size\":\"%u\","
+             "\"vocab_size\":\"%u\"}", m->layers, m->hidden, m->heads, m->kv_heads,
+             m->head_dim, m->experts, m->top_k, m->moe_inter, m->dense_inter, m->vocab);
+    m->metadata_json = strdup(md);
     int rc = te_wt_safetensors_write(o->out, m, data);
     if (rc)
         fprintf(stderr, "te-weights gen: %s\n", te_wt_last_error());

@@ -346,6 +346,105 @@ int te_wt_simulate(const te_wt_model *m, const te_wt_sharding *sh,
                    const te_wt_schedule *s, const te_wt_sim_params *p,
                    te_wt_sim_result *out);
 
+/* -------------------------------------------------------------- runtime */
+/*
+ * The update itself, on TransferEngine (public API, te/te.h). Processes
+ * find each other through a rendezvous directory: each publishes a small
+ * record (engine address + one memory descriptor, written atomically) as
+ * <dir>/train-<t> or <dir>/infer-<r>.
+ *
+ * Every write carries the immediate TE_WT_IMM(version, index): index is
+ * the slice's position among its receiver's slices, so a receiver counts
+ * each tensor separately and can name the ones that did not arrive.
+ */
+#include "te/te.h"
+
+/** Immediate of slice `index` of a receiver for `version`. */
+#define TE_WT_IMM(version, index) \
+    (0x57000000u | (((uint32_t)(version) & 0x7fu) << 17) | ((uint32_t)(index) & 0x1ffffu))
+/** Most slices one inference rank may hold (the index field of the imm). */
+#define TE_WT_MAX_RANK_SLICES (1u << 17)
+
+typedef struct te_wt_trainer te_wt_trainer;   /**< a training rank (opaque) */
+typedef struct te_wt_receiver te_wt_receiver; /**< an inference rank (opaque) */
+
+/**
+ * A training rank on group 0 of engine e, for schedule s of model m / cut
+ * sh (all must outlive it). Allocates and registers its FSDP buffer
+ * (remote-readable: the other trainers gather from it), the staging ring
+ * (s->staging_bytes: the watermark of bytes in flight) and two gather
+ * buffers (the next param is gathered while the current one is written).
+ * The engine's group 0 must have s->nics NICs.
+ */
+int te_wt_trainer_create(te_engine *e, const te_wt_model *m,
+                         const te_wt_sharding *sh, const te_wt_schedule *s,
+                         uint32_t rank, te_wt_trainer **out);
+/** Fill the FSDP buffer with this rank's parts of a safetensors checkpoint
+ *  of the same model (only those bytes are read). */
+int te_wt_trainer_load(te_wt_trainer *t, const char *checkpoint);
+/** Publish <dir>/train-<rank> and connect to every other trainer's record
+ *  (waiting at most timeout_ms for them to appear). */
+int te_wt_trainer_connect(te_wt_trainer *t, const char *dir, int timeout_ms);
+
+/** What one push did. */
+typedef struct te_wt_push_stats {
+    uint64_t writes, write_bytes, reads, read_bytes;
+    double seconds;        /**< first submission to last completion */
+    uint64_t peak_inflight; /**< most staging bytes in flight at once */
+} te_wt_push_stats;
+
+/**
+ * Push `version` (1..): publish that this rank's shard holds it and wait
+ * (<= timeout_ms) until every trainer's does and every receiver published
+ * that it is ready for exactly this version, then run the pipeline: gather each
+ * param with TE_OP_READ from the other trainers (own part copied), fuse,
+ * quantise, and WriteImm each slice into its receiver's standby buffer.
+ * A failed operation stops the push: -errno, the tensor and reason in
+ * te_wt_last_error(); outstanding operations are drained first.
+ */
+int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
+                       int timeout_ms, te_wt_push_stats *st);
+/**
+ * Wait (<= timeout_ms) until every other trainer has finished pushing
+ * `version` (no one gathers that version from this rank's shard any more):
+ * call it before te_wt_trainer_load() of the next version.
+ */
+int te_wt_trainer_wait_done(te_wt_trainer *t, const char *dir, uint32_t version,
+                            int timeout_ms);
+void te_wt_trainer_destroy(te_wt_trainer *t);
+
+/**
+ * An inference rank: two weight buffers of sh->rank_bytes[rank] (live and
+ * standby), registered remote-writable on group 0 of e.
+ */
+int te_wt_receiver_create(te_engine *e, const te_wt_model *m,
+                          const te_wt_sharding *sh, const te_wt_schedule *s,
+                          uint32_t rank, te_wt_receiver **out);
+
+/** Outcome of one version at a receiver. */
+typedef struct te_wt_update_report {
+    uint32_t version;     /**< the version tried */
+    uint32_t live_version; /**< the version serving afterwards (0 = none) */
+    uint32_t expected;    /**< slices this rank expects */
+    uint32_t missing;     /**< slices that did not arrive complete */
+    char missing_names[512]; /**< the first missing tensors, comma separated */
+} te_wt_update_report;
+
+/**
+ * Receive `version`: publish <dir>/infer-<rank> (ready for it, with the
+ * standby buffer's descriptor), wait until every slice's immediates have
+ * arrived (te_expected_imms per write), then swap the standby buffer live.
+ * At the deadline the live buffer is left as it was (the previous version
+ * keeps serving), the standby buffer's remote access is revoked (no late
+ * write can land in it) and -ETIMEDOUT is returned with the missing
+ * tensors in the report. Never half-applies a version.
+ */
+int te_wt_receiver_update(te_wt_receiver *r, const char *dir, uint32_t version,
+                          int timeout_ms, te_wt_update_report *rep);
+/** The live buffer (NULL before the first version) and its version. */
+const uint8_t *te_wt_receiver_live(const te_wt_receiver *r, uint32_t *version);
+void te_wt_receiver_destroy(te_wt_receiver *r);
+
 #ifdef __cplusplus
 }
 #endif
