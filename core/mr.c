@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "paths.h"
 #include "te_error.h"
 
 static uint32_t plugin_access(uint32_t access)
@@ -36,6 +37,9 @@ TE_API int te_mr_reg(te_engine *e, int group, void *addr, size_t len,
     if ((uintptr_t)addr + len < (uintptr_t)addr)
         return te_fail(-EINVAL, "te_mr_reg: region wraps the address space");
     struct te_group *g = &e->groups[group];
+    int prc = te_paths_check_mem(e, g, mem_kind);
+    if (prc)
+        return prc;
     struct te_mr *mr = calloc(1, sizeof(*mr));
     if (!mr)
         return te_fail(-ENOMEM, "te_mr_reg: out of memory");
