@@ -31,6 +31,7 @@ struct te_wt_receiver {
     uint32_t nslices;
     uint64_t *expected;       /* imms per slice */
     uint8_t *complete;
+    te_imm_space *space;      /* one value per slice; one life per version */
 };
 
 int te_wt_receiver_create(te_engine *e, const te_wt_model *m,
@@ -66,7 +67,7 @@ int te_wt_receiver_create(te_engine *e, const te_wt_model *m,
         if (sh->slices[k].rank != rank)
             continue;
         te_request rq;
-        wt_slice_request(s, &sh->slices[k], 1, n, &rq);
+        wt_slice_request(s, &sh->slices[k], 0, &rq);
         /* The sender's count rule on the sender's NIC count (the schedule's). */
         int64_t c = te_expected_imms(e, &rq, 0);
         if (c <= 0)
@@ -75,6 +76,15 @@ int te_wt_receiver_create(te_engine *e, const te_wt_model *m,
         r->expected[n] = (uint64_t)c;
         r->slices[n++] = k;
     }
+    if (!rc && (rc = te_imm_space_create(e, "weights", r->nslices ? r->nslices : 1,
+                                         64, 0, 0, &r->space)))
+        rc = wt_fail(rc, "immediate space: %s", te_last_error());
+    /* Writers get base + index: the values of one life must be consecutive
+     * (docs/imm-counter.md: raw = base + life * size + index). */
+    uint32_t raw0 = 0, raw;
+    for (uint32_t i = 0; i < r->nslices && !rc; i++)
+        if (te_imm_space_value(r->space, i, &raw) || (i ? raw != raw0 + i : (raw0 = raw, 0)))
+            rc = wt_fail(-EPROTO, "immediate space values are not consecutive");
     for (int b = 0; b < 2 && !rc; b++) {
         r->buf[b] = aligned_alloc(4096, r->len);
         if (!r->buf[b]) {
@@ -113,8 +123,11 @@ int te_wt_receiver_update(te_wt_receiver *r, const char *dir, uint32_t version,
     rep->version = version;
     rep->expected = r->nslices;
     int standby = r->live < 0 ? 0 : !r->live;
-    int rc = wt_publish(dir, "infer", r->rank, version, r->e, r->mr[standby]);
+    uint32_t base = 0;
+    int rc = te_imm_space_value(r->space, 0, &base);
     if (rc)
+        return wt_fail(rc, "immediate space: %s", te_last_error());
+    if ((rc = wt_publish(dir, "infer", r->rank, version, base, r->e, r->mr[standby])))
         return rc;
     memset(r->complete, 0, r->nslices);
     uint32_t left = r->nslices;
@@ -125,7 +138,7 @@ int te_wt_receiver_update(te_wt_receiver *r, const char *dir, uint32_t version,
             if (r->complete[i])
                 continue;
             uint64_t banked = 0;
-            uint32_t imm = TE_WT_IMM(version, i);
+            uint32_t imm = base + i;
             if (te_imm_poll(r->e, imm, &banked, NULL) == 0 && banked >= r->expected[i] &&
                 te_imm_wait(r->e, imm, r->expected[i], 1) == 0) {
                 r->complete[i] = 1;
@@ -135,10 +148,9 @@ int te_wt_receiver_update(te_wt_receiver *r, const char *dir, uint32_t version,
         if (left == before)
             usleep(200);
     }
-    /* Counters of this version go, complete or not: a later version with the
-     * same 7-bit tag must start from zero. */
-    for (uint32_t i = 0; i < r->nslices; i++)
-        te_imm_remove(r->e, TE_WT_IMM(version, i), NULL);
+    /* This version's life ends, complete or not: its counters go, and any
+     * late arrival for it is counted as stale, never for the next version. */
+    te_imm_space_retire(r->space);
     if (!left) {
         r->live = standby;
         r->live_version = version;
@@ -174,6 +186,8 @@ void te_wt_receiver_destroy(te_wt_receiver *r)
             te_mr_dereg(r->e, r->mr[b]);
         free(r->buf[b]);
     }
+    if (r->space)
+        te_imm_space_destroy(r->space);
     free(r->slices);
     free(r->expected);
     free(r->complete);

@@ -58,12 +58,11 @@ uint32_t *wt_slice_index(const te_wt_sharding *sh)
 }
 
 void wt_slice_request(const te_wt_schedule *s, const te_wt_slice *sl,
-                      uint32_t version, uint32_t index, te_request *r)
+                      uint32_t imm, te_request *r)
 {
-    memset(r, 0, sizeof(*r));
-    r->op = TE_OP_WRITE;
+    te_request_init(r, TE_OP_WRITE);
     r->flags = TE_F_IMM;
-    r->imm = TE_WT_IMM(version, index);
+    r->imm = imm;
     r->route.kind = TE_ROUTE_SHARD;
     r->route.nics = s->nics;
     r->u.xfer.len = sl->bytes;
@@ -174,7 +173,7 @@ int te_wt_trainer_load(te_wt_trainer *t, const char *checkpoint)
 int te_wt_trainer_connect(te_wt_trainer *t, const char *dir, int timeout_ms)
 {
     wt_error_clear();
-    int rc = wt_publish(dir, "train", t->rank, 0, t->e, t->fsdp_mr);
+    int rc = wt_publish(dir, "train", t->rank, 0, 0, t->e, t->fsdp_mr);
     for (uint32_t r = 0; r < t->s->trainers && !rc; r++) {
         if (r == t->rank)
             continue;
@@ -268,8 +267,7 @@ static int start_gather(te_wt_trainer *t, uint32_t param, int g, double deadline
                 continue;
             }
             te_request rq;
-            memset(&rq, 0, sizeof(rq));
-            rq.op = TE_OP_READ;
+            te_request_init(&rq, TE_OP_READ);
             rq.route.kind = TE_ROUTE_SHARD;
             rq.user_data = READ_TAG | (uint64_t)g;
             rq.u.xfer.peer = t->peers[r];
@@ -371,8 +369,9 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
     double deadline = wt_now() + timeout_ms / 1000.0;
     te_peer *rpeer = calloc(R, sizeof(te_peer));
     te_mr_desc *rdesc = calloc(R, sizeof(te_mr_desc));
+    uint32_t *rbase = calloc(R, sizeof(uint32_t));
     uint64_t first = s->trainer_first[t->rank], last = s->trainer_first[t->rank + 1];
-    int rc = rpeer && rdesc ? 0 : wt_fail(-ENOMEM, "out of memory");
+    int rc = rpeer && rdesc && rbase ? 0 : wt_fail(-ENOMEM, "out of memory");
     if (!version || version > (1u << 30))
         rc = wt_fail(-EINVAL, "version %u out of range (1..2^30)", version);
     t->failed = 0;
@@ -380,7 +379,7 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
     memset(t->done, 0, last - first + 1);
     /* Our shard holds version v: say so, and wait until every trainer's does
      * before gathering from them. */
-    if (!rc && !(rc = wt_publish(dir, "train", t->rank, 2 * version - 1, t->e,
+    if (!rc && !(rc = wt_publish(dir, "train", t->rank, 2 * version - 1, 0, t->e,
                                  t->fsdp_mr)))
         rc = wait_trainers(t, dir, 2 * version - 1, deadline);
     for (uint32_t r = 0; r < R && !rc; r++) {
@@ -394,6 +393,7 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
         else if ((rc = te_peer_add(t->e, 0, ep.addr, ep.addr_len, &rpeer[r])))
             rc = wt_fail(rc, "receiver %u: %s", r, te_last_error());
         rdesc[r] = ep.desc;
+        rbase[r] = ep.imm_base;
     }
     double t0 = wt_now();
     int g = 0;
@@ -424,7 +424,7 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
             rc = te_wt_slice_produce(t->m, sh, sl, gathered, &view,
                                      t->staging + x->staging_off);
             te_request rq;
-            wt_slice_request(s, sl, version, t->slice_index[x->slice], &rq);
+            wt_slice_request(s, sl, rbase[sl->rank] + t->slice_index[x->slice], &rq);
             rq.user_data = w;
             rq.u.xfer.peer = rpeer[sl->rank];
             rq.u.xfer.local = t->staging_mr;
@@ -459,7 +459,7 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
         pump(t, first, 1);
     }
     st->seconds = wt_now() - t0;
-    int prc = wt_publish(dir, "train", t->rank, 2 * version, t->e, t->fsdp_mr);
+    int prc = wt_publish(dir, "train", t->rank, 2 * version, 0, t->e, t->fsdp_mr);
     if (!rc && prc)
         rc = prc;
     if (!rc && t->failed)
@@ -468,6 +468,7 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
         wt_fail(rc, "trainer %u: %s", t->rank, t->reason);
     free(rpeer);
     free(rdesc);
+    free(rbase);
     return rc;
 }
 

@@ -353,17 +353,19 @@ int te_wt_simulate(const te_wt_model *m, const te_wt_sharding *sh,
  * record (engine address + one memory descriptor, written atomically) as
  * <dir>/train-<t> or <dir>/infer-<r>.
  *
- * Every write carries the immediate TE_WT_IMM(version, index): index is
- * the slice's position among its receiver's slices, so a receiver counts
- * each tensor separately and can name the ones that did not arrive.
+ * Each receiver reserves an immediate space (te_imm_space_create, name
+ * "weights") with one value per slice it holds, and publishes the raw value
+ * of index 0 of the space's current life with its record; a write carries
+ * base + index (index = the slice's position among the receiver's
+ * slices), so a receiver counts each tensor separately and can name the
+ * ones that did not arrive. Every version is one life of the space
+ * (retired after the version, complete or not), so a late write of an
+ * abandoned version is counted as stale, never for the next one.
  */
 #include "te/te.h"
 
-/** Immediate of slice `index` of a receiver for `version`. */
-#define TE_WT_IMM(version, index) \
-    (0x57000000u | (((uint32_t)(version) & 0x7fu) << 17) | ((uint32_t)(index) & 0x1ffffu))
-/** Most slices one inference rank may hold (the index field of the imm). */
-#define TE_WT_MAX_RANK_SLICES (1u << 17)
+/** Most slices one inference rank may hold (the size of an imm space). */
+#define TE_WT_MAX_RANK_SLICES (1u << 24)
 
 typedef struct te_wt_trainer te_wt_trainer;   /**< a training rank (opaque) */
 typedef struct te_wt_receiver te_wt_receiver; /**< an inference rank (opaque) */
