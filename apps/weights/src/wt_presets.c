@@ -33,10 +33,12 @@ static const struct wt_config configs[TE_WT_PRESET_COUNT] = {
                           128, 0, 8, 1536, 12288, 0, 0, 0, 0, 0, 0, 0},
     [TE_WT_SMALL_MOE] = {"small-moe", 0, 3, 256, 4, 2, 64, 1024,
                          8, 0, 2, 128, 512, 1, 0, 0, 0, 0, 0, 0},
+    [TE_WT_MEDIUM_MOE] = {"medium-moe", 0, 4, 1024, 8, 4, 128, 8192,
+                          8, 0, 2, 512, 2048, 1, 0, 0, 0, 0, 0, 0},
 };
 
 static const char *const preset_keys[TE_WT_PRESET_COUNT] = {
-    "kimi-k2", "deepseek-v3", "qwen3-235b", "small"};
+    "kimi-k2", "deepseek-v3", "qwen3-235b", "small", "medium"};
 
 const char *te_wt_preset_name(te_wt_preset p)
 {
@@ -51,7 +53,7 @@ int te_wt_preset_parse(const char *name, te_wt_preset *out)
             return 0;
         }
     return wt_fail(-EINVAL, "unknown model preset '%s' (kimi-k2, deepseek-v3, "
-                   "qwen3-235b, small)", name);
+                   "qwen3-235b, small, medium)", name);
 }
 
 struct builder {

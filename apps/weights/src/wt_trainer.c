@@ -458,7 +458,9 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
         }
         pump(t, first, 1);
     }
-    st->seconds = wt_now() - t0;
+    st->start_s = t0;
+    st->end_s = wt_now();
+    st->seconds = st->end_s - t0;
     int prc = wt_publish(dir, "train", t->rank, 2 * version, 0, t->e, t->fsdp_mr);
     if (!rc && prc)
         rc = prc;

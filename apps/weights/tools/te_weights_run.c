@@ -134,11 +134,12 @@ int wt_cmd_train(const struct wt_cli *o)
             failed = 1;
         } else {
             printf("train %u: version %u pushed: %llu writes %llu bytes, %llu reads "
-                   "%llu bytes, peak in flight %llu bytes, %.6f s\n", o->rank,
+                   "%llu bytes, peak in flight %llu bytes, %.6f s [%.6f %.6f]\n", o->rank,
                    o->updates[i].version, (unsigned long long)st.writes,
                    (unsigned long long)st.write_bytes, (unsigned long long)st.reads,
                    (unsigned long long)st.read_bytes,
-                   (unsigned long long)st.peak_inflight, st.seconds);
+                   (unsigned long long)st.peak_inflight, st.seconds, st.start_s,
+                   st.end_s);
         }
         fflush(stdout);
     }
@@ -252,12 +253,4 @@ int wt_cmd_infer(const struct wt_cli *o)
     te_wt_sharding_free(sh);
     te_wt_model_free(m);
     return bad ? 1 : 0;
-}
-
-int wt_cmd_bench(const struct wt_cli *o, const char *self)
-{
-    (void)o;
-    (void)self;
-    fprintf(stderr, "te-weights bench: see scripts in docs/weights.md\n");
-    return 2;
 }

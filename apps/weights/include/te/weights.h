@@ -114,12 +114,14 @@ int te_wt_safetensors_write(const char *path, const te_wt_model *m,
 /** Presets generated from published configs. */
 typedef enum te_wt_preset {
     TE_WT_KIMI_K2, TE_WT_DEEPSEEK_V3, TE_WT_QWEN3_235B, TE_WT_SMALL_MOE,
+    TE_WT_MEDIUM_MOE, /**< 156 MiB: large enough to time on loopback */
     TE_WT_PRESET_COUNT
 } te_wt_preset;
 
 /** Build the tensor table of a preset (bf16 weights, contiguous offsets). */
 int te_wt_preset_model(te_wt_preset p, te_wt_model **out);
-/** Find a preset by name ("kimi-k2", "deepseek-v3", "qwen3-235b", "small"). */
+/** Find a preset by name ("kimi-k2", "deepseek-v3", "qwen3-235b", "small",
+ *  "medium"). */
 int te_wt_preset_parse(const char *name, te_wt_preset *out);
 /** Name of a preset. */
 const char *te_wt_preset_name(te_wt_preset p);
@@ -392,6 +394,7 @@ int te_wt_trainer_connect(te_wt_trainer *t, const char *dir, int timeout_ms);
 typedef struct te_wt_push_stats {
     uint64_t writes, write_bytes, reads, read_bytes;
     double seconds;        /**< first submission to last completion */
+    double start_s, end_s; /**< those two moments, CLOCK_MONOTONIC seconds */
     uint64_t peak_inflight; /**< most staging bytes in flight at once */
 } te_wt_push_stats;
 
