@@ -3,13 +3,14 @@
  * which order, from which staging offset. Computed once per (model,
  * shardings); deterministic (ties broken by index, never by address).
  *
- * Assignment: a param (all of its slices) goes to one trainer, so the full
- * tensor is gathered once. Largest first, to the trainer with the least
- * load so far (longest-processing-time greedy, within 4/3 of optimal),
- * where load = bytes it writes + bytes it gathers. Order: a trainer walks
- * its params in assignment order and, within a param, starts at the slice
- * for receiver (trainer mod ranks), so at any moment the trainers hit
- * different receivers instead of all starting at rank 0.
+ * Assignment: a unit (a param's slices, or a part of them for a param too
+ * big for one trainer) goes to one trainer, so the full tensor is gathered
+ * once per unit. Largest first, to the trainer with the least load so far
+ * (longest-processing-time greedy, within 4/3 of optimal), where load =
+ * bytes it writes + bytes it gathers + a per-write cost. Order: a trainer
+ * walks its units smallest tensors first and, within a unit, starts at
+ * slice (trainer mod n), so at any moment the trainers hit different
+ * receivers instead of all starting at rank 0.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -24,10 +25,24 @@
 
 struct unit {
     uint64_t bytes;      /* writes out + gather in */
+    uint64_t in;         /* bytes of the param's tensors */
     uint64_t first, n;   /* slices [first, first + n) of one param */
     uint32_t param;
     uint32_t trainer;
 };
+
+/* Execution order of one trainer: smallest tensors first, so the first
+ * write leaves after a short gather (the pipeline fills fast) and the big
+ * gathers overlap the writes of the units before them. */
+static int by_trainer_then_input(const void *a, const void *b)
+{
+    const struct unit *x = a, *y = b;
+    if (x->trainer != y->trainer)
+        return x->trainer < y->trainer ? -1 : 1;
+    if (x->in != y->in)
+        return x->in < y->in ? -1 : 1;
+    return x->first < y->first ? -1 : x->first > y->first;
+}
 
 static int by_bytes_desc(const void *a, const void *b)
 {
@@ -109,7 +124,7 @@ static struct unit *make_units(const te_wt_model *m, const te_wt_sharding *s,
             uint64_t a = first + ns * k / parts, b = first + ns * (k + 1) / parts;
             u[n++] = (struct unit){slices_bytes(s, a, b - a) + in - in / trainers +
                                        (b - a) * WRITE_COST_BYTES,
-                                   a, b - a, p, 0};
+                                   in, a, b - a, p, 0};
         }
     }
     *count = n;
@@ -163,6 +178,7 @@ int te_wt_schedule_build(const te_wt_model *m, const te_wt_sharding *s,
     }
     for (uint32_t t = 0; t < trainers; t++)
         sc->trainer_first[t + 1] += sc->trainer_first[t];
+    qsort(units, nunits, sizeof(*units), by_trainer_then_input);
     memcpy(fill, sc->trainer_first, trainers * sizeof(uint64_t));
     uint64_t *ring = hp.load; /* reused: staging ring position per trainer */
     memset(ring, 0, trainers * sizeof(uint64_t));
