@@ -29,18 +29,39 @@ struct unit {
     uint64_t first, n;   /* slices [first, first + n) of one param */
     uint32_t param;
     uint32_t trainer;
+    uint32_t rank;       /* receiver of the unit's first slice, rotated */
+    uint64_t round;      /* k-th unit of this (trainer, in, rank) */
 };
 
 /* Execution order of one trainer: smallest tensors first, so the first
  * write leaves after a short gather (the pipeline fills fast) and the big
  * gathers overlap the writes of the units before them. */
-static int by_trainer_then_input(const void *a, const void *b)
+static int by_trainer_input_rank(const void *a, const void *b)
 {
     const struct unit *x = a, *y = b;
     if (x->trainer != y->trainer)
         return x->trainer < y->trainer ? -1 : 1;
     if (x->in != y->in)
         return x->in < y->in ? -1 : 1;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    return x->first < y->first ? -1 : x->first > y->first;
+}
+
+/* Among units of equal size, round robin over receivers (rank rotated by
+ * trainer): trainer t writes expert units to ranks t, t+1, ..., then the
+ * second unit of each, instead of all of one rank's experts in a row. */
+static int by_trainer_input_round(const void *a, const void *b)
+{
+    const struct unit *x = a, *y = b;
+    if (x->trainer != y->trainer)
+        return x->trainer < y->trainer ? -1 : 1;
+    if (x->in != y->in)
+        return x->in < y->in ? -1 : 1;
+    if (x->round != y->round)
+        return x->round < y->round ? -1 : 1;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
     return x->first < y->first ? -1 : x->first > y->first;
 }
 
@@ -124,7 +145,7 @@ static struct unit *make_units(const te_wt_model *m, const te_wt_sharding *s,
             uint64_t a = first + ns * k / parts, b = first + ns * (k + 1) / parts;
             u[n++] = (struct unit){slices_bytes(s, a, b - a) + in - in / trainers +
                                        (b - a) * WRITE_COST_BYTES,
-                                   in, a, b - a, p, 0};
+                                   in, a, b - a, p, 0, 0, 0};
         }
     }
     *count = n;
@@ -178,7 +199,17 @@ int te_wt_schedule_build(const te_wt_model *m, const te_wt_sharding *s,
     }
     for (uint32_t t = 0; t < trainers; t++)
         sc->trainer_first[t + 1] += sc->trainer_first[t];
-    qsort(units, nunits, sizeof(*units), by_trainer_then_input);
+    uint32_t R = s->layout.ranks;
+    for (uint64_t i = 0; i < nunits; i++)
+        units[i].rank = (s->slices[units[i].first].rank + R -
+                         units[i].trainer % R) % R;
+    qsort(units, nunits, sizeof(*units), by_trainer_input_rank);
+    for (uint64_t i = 0; i < nunits; i++) {
+        int same = i && units[i].trainer == units[i - 1].trainer &&
+                   units[i].in == units[i - 1].in && units[i].rank == units[i - 1].rank;
+        units[i].round = same ? units[i - 1].round + 1 : 0;
+    }
+    qsort(units, nunits, sizeof(*units), by_trainer_input_round);
     memcpy(fill, sc->trainer_first, trainers * sizeof(uint64_t));
     uint64_t *ring = hp.load; /* reused: staging ring position per trainer */
     memset(ring, 0, trainers * sizeof(uint64_t));

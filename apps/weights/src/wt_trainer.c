@@ -1,8 +1,9 @@
 /*
  * The trainer's pipeline. For each param of its schedule (in order):
  *   gather   TE_OP_READ of the other trainers' FSDP parts (own part copied)
- *            into one of two gather buffers: the next param is gathered
- *            while the current one is produced and written;
+ *            into a ring of WT_GATHER_DEPTH gather buffers: the next params
+ *            are gathered while the current one is produced and written, so
+ *            a large param's gather hides behind several small ones;
  *   produce  slice, fuse, quantise into the staging ring at the offset the
  *            schedule fixed;
  *   write    TE_OP_WRITE with TE_F_IMM into the receiver's standby buffer.
@@ -20,6 +21,10 @@
 #include "wt_runtime.h"
 
 #define READ_TAG (1ull << 63)
+/* Params gathered ahead (gather buffers, each as large as the largest
+ * param): deep enough that a large gather overlaps the writes of the small
+ * params before it. */
+#define WT_GATHER_DEPTH 4
 
 struct te_wt_trainer {
     te_engine *e;
@@ -27,8 +32,8 @@ struct te_wt_trainer {
     const te_wt_sharding *sh;
     const te_wt_schedule *s;
     uint32_t rank;
-    uint8_t *fsdp, *staging, *gather[2];
-    te_mr *fsdp_mr, *staging_mr, *gather_mr[2];
+    uint8_t *fsdp, *staging, *gather[WT_GATHER_DEPTH];
+    te_mr *fsdp_mr, *staging_mr, *gather_mr[WT_GATHER_DEPTH];
     uint64_t fsdp_len, gather_cap;
     uint64_t *fsdp_off;          /* [trainer * count + tensor] */
     te_peer *peers;              /* other trainers */
@@ -36,7 +41,7 @@ struct te_wt_trainer {
     uint32_t *slice_index;
     /* push state */
     uint8_t *done;               /* per local write: completed */
-    uint32_t pending_reads[2];
+    uint32_t pending_reads[WT_GATHER_DEPTH];
     uint64_t inflight;           /* staging bytes of writes not yet done */
     int failed;
     char reason[256];
@@ -124,9 +129,12 @@ int te_wt_trainer_create(te_engine *e, const te_wt_model *m,
     }
     t->fsdp = alloc_reg(e, t->fsdp_len, TE_MR_REMOTE_READ, &t->fsdp_mr);
     t->staging = alloc_reg(e, s->staging_bytes, TE_MR_LOCAL, &t->staging_mr);
-    for (int g = 0; g < 2; g++)
+    int have_gather = 1;
+    for (int g = 0; g < WT_GATHER_DEPTH; g++) {
         t->gather[g] = alloc_reg(e, t->gather_cap, TE_MR_LOCAL, &t->gather_mr[g]);
-    if (!t->fsdp || !t->staging || !t->gather[0] || !t->gather[1]) {
+        have_gather &= t->gather[g] != NULL;
+    }
+    if (!t->fsdp || !t->staging || !have_gather) {
         int rc = wt_fail(-ENOMEM, "trainer %u: cannot allocate/register buffers "
                          "(%s)", rank, te_last_error());
         te_wt_trainer_destroy(t);
@@ -201,7 +209,7 @@ static int pump(te_wt_trainer *t, uint64_t first, int wait_ms)
                      te_strerror(c[i].status), c[i].reason);
         }
         if (c[i].user_data & READ_TAG)
-            t->pending_reads[c[i].user_data & 1]--;
+            t->pending_reads[c[i].user_data % WT_GATHER_DEPTH]--;
         else if (c[i].user_data >= first &&
                  c[i].user_data < t->s->trainer_first[t->rank + 1] &&
                  !t->done[c[i].user_data - first]) {
@@ -327,6 +335,14 @@ static int range_free(te_wt_trainer *t, void *arg)
     return 1;
 }
 
+static int all_reads_done(const te_wt_trainer *t)
+{
+    for (int g = 0; g < WT_GATHER_DEPTH; g++)
+        if (t->pending_reads[g])
+            return 0;
+    return 1;
+}
+
 static int all_done(te_wt_trainer *t, void *arg)
 {
     struct range_arg *a = arg;
@@ -375,7 +391,7 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
     if (!version || version > (1u << 30))
         rc = wt_fail(-EINVAL, "version %u out of range (1..2^30)", version);
     t->failed = 0;
-    t->pending_reads[0] = t->pending_reads[1] = 0;
+    memset(t->pending_reads, 0, sizeof(t->pending_reads));
     memset(t->done, 0, last - first + 1);
     /* Our shard holds version v: say so, and wait until every trainer's does
      * before gathering from them. */
@@ -396,23 +412,31 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
         rbase[r] = ep.imm_base;
     }
     double t0 = wt_now();
-    int g = 0;
     t->inflight = 0;
-    if (!rc && first < last)
-        rc = start_gather(t, sh->slices[s->writes[first].slice].param, g, deadline,
-                          first, st);
-    for (uint64_t w = first; w < last && !rc;) {
+    /* Runs: consecutive writes of one param (gathered once). */
+    uint64_t *run = malloc((last - first + 2) * sizeof(uint64_t)), nruns = 0;
+    if (!run && !rc)
+        rc = wt_fail(-ENOMEM, "out of memory");
+    for (uint64_t w = first; w < last && run; w++)
+        if (w == first || sh->slices[s->writes[w].slice].param !=
+                              sh->slices[s->writes[w - 1].slice].param)
+            run[nruns++] = w;
+    if (run)
+        run[nruns] = last;
+    uint64_t next_gather = 0;
+    for (uint64_t i = 0, w = first; i < nruns && !rc; i++) {
+        /* Keep WT_GATHER_DEPTH params gathering ahead; slot i mod depth is
+         * free again once run i - 1 ... was produced (produce copies). */
+        while (!rc && next_gather < nruns && next_gather < i + WT_GATHER_DEPTH) {
+            rc = start_gather(t, sh->slices[s->writes[run[next_gather]].slice].param,
+                              (int)(next_gather % WT_GATHER_DEPTH), deadline, first, st);
+            next_gather++;
+        }
+        int g = (int)(i % WT_GATHER_DEPTH);
+        if (rc || (rc = wait_until(t, first, deadline, reads_done, &g)))
+            break;
         uint32_t param = sh->slices[s->writes[w].slice].param;
-        uint64_t end = w;
-        while (end < last && sh->slices[s->writes[end].slice].param == param)
-            end++;
-        if ((rc = wait_until(t, first, deadline, reads_done, &g)))
-            break;
-        /* Overlap: the next param's reads fly while this one is written. */
-        if (end < last &&
-            (rc = start_gather(t, sh->slices[s->writes[end].slice].param, !g,
-                               deadline, first, st)))
-            break;
+        uint64_t end = run[i + 1];
         struct gather_view view = {t, t->gather[g], param};
         for (; w < end && !rc; w++) {
             const te_wt_write *x = &s->writes[w];
@@ -442,14 +466,14 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
             if (t->inflight > st->peak_inflight)
                 st->peak_inflight = t->inflight;
         }
-        g = !g;
     }
+    free(run);
     if (rc && t->failed == 0)
         t->failed = rc;
     /* Drain: nothing may still reference the buffers when we return. */
     struct range_arg all = {0, 0, first, last, first};
     double drain_deadline = wt_now() + 5.0 > deadline ? wt_now() + 5.0 : deadline;
-    while ((t->pending_reads[0] || t->pending_reads[1] || !all_done(t, &all)) &&
+    while ((!all_reads_done(t) || !all_done(t, &all)) &&
            wt_now() < drain_deadline) {
         if (rc && st->writes < last - first) {
             /* Unsubmitted writes will never complete. */
@@ -478,14 +502,20 @@ void te_wt_trainer_destroy(te_wt_trainer *t)
 {
     if (!t)
         return;
-    te_mr *mrs[4] = {t->fsdp_mr, t->staging_mr, t->gather_mr[0], t->gather_mr[1]};
-    for (int i = 0; i < 4; i++)
-        if (mrs[i])
-            te_mr_dereg(t->e, mrs[i]);
-    free(t->fsdp);
-    free(t->staging);
-    free(t->gather[0]);
-    free(t->gather[1]);
+    te_mr *mrs[2 + WT_GATHER_DEPTH] = {t->fsdp_mr, t->staging_mr};
+    uint8_t *bufs[2 + WT_GATHER_DEPTH] = {t->fsdp, t->staging};
+    for (int g = 0; g < WT_GATHER_DEPTH; g++) {
+        mrs[2 + g] = t->gather_mr[g];
+        bufs[2 + g] = t->gather[g];
+    }
+    for (int i = 0; i < 2 + WT_GATHER_DEPTH; i++) {
+        /* A registration still used by an operation that outlived the push's
+         * drain (-EBUSY) keeps its memory: leaked, never reused under a
+         * transfer. te_engine_destroy() ends such operations. */
+        if (mrs[i] && te_mr_dereg(t->e, mrs[i]) == -EBUSY)
+            continue;
+        free(bufs[i]);
+    }
     free(t->fsdp_off);
     free(t->peers);
     free(t->descs);
