@@ -40,7 +40,8 @@ static void usage(FILE *f)
 "  infer      inference rank: receive a version, switch it live when complete\n"
 "  bench      run trainers + receivers as processes and time updates\n"
 "options:\n"
-"  --model M         preset (kimi-k2, deepseek-v3, qwen3-235b, small) or a .safetensors file\n"
+"  --model M         preset (kimi-k2, deepseek-v3, qwen3-235b, small, medium) or a\n"
+"                    .safetensors file (its header is read)\n"
 "  --trainers N      training ranks (FSDP)      --ranks R    inference ranks\n"
 "  --tp T            inference TP size (1)      --ep E       expert parallel size (R)\n"
 "  --fp8             linear weights arrive as fp8 e4m3 with 128x128 block scales\n"
@@ -49,7 +50,15 @@ static void usage(FILE *f)
 "  --gbps G          simulate: per-NIC link speed   --write-us/--read-us per-op CPU cost\n"
 "  --quant-gbps Q    simulate: fuse+quantise rate   --h2d-gbps H host->device copy\n"
 "  --target-charged  simulate: charge only receiving NICs (the loopback cap)\n"
-"train/infer/bench options: see docs/weights.md\n");
+"train / infer (one process per rank; all share --dir):\n"
+"  --schedule FILE   the schedule from plan --out (carries the inference layout)\n"
+"  --rank R          this process's training / inference rank\n"
+"  --dir DIR         rendezvous directory (records train-<t>, infer-<r>)\n"
+"  --update V=CKPT   push / receive version V from checkpoint CKPT (repeatable)\n"
+"  --timeout-ms T    deadline of every wait and of each version (20000)\n"
+"  --config FILE     TransferEngine INI file   --link-gbps G  loopback NIC cap\n"
+"bench: --model --trainers --ranks --tp --ep --fp8 --nics --link-gbps G (1) --runs K (3..16)\n"
+"  runs the job uncapped and capped, and compares with the simulator (docs/weights.md)\n");
 }
 
 int wt_cli_parse(int argc, char **argv, struct wt_cli *o)
