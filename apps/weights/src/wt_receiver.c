@@ -164,10 +164,12 @@ int te_wt_receiver_update(te_wt_receiver *r, const char *dir, uint32_t version,
             name_missing(r, i, rep);
     /* No late write of this version may land once we give up on it. */
     int rv = te_mr_revoke(r->e, r->mr[standby], NULL);
-    return wt_fail(-ETIMEDOUT, "rank %u: version %u incomplete at the deadline: "
-                   "%u of %u tensors missing (%s); version %u stays live%s", r->rank,
-                   version, left, r->nslices, rep->missing_names, r->live_version,
-                   rv ? " (revoking the standby buffer failed)" : "");
+    /* The verdict first: the list of names may be cut at the buffer's end. */
+    return wt_fail(-ETIMEDOUT, "rank %u: version %u incomplete at the deadline, "
+                   "version %u stays live%s; %u of %u tensors missing: %s", r->rank,
+                   version, r->live_version,
+                   rv ? " (revoking the standby buffer failed)" : "", left,
+                   r->nslices, rep->missing_names);
 }
 
 const uint8_t *te_wt_receiver_live(const te_wt_receiver *r, uint32_t *version)

@@ -134,6 +134,7 @@ START_TEST(file_round_trip)
         ck_assert_uint_eq(back->tensors[i].offset, m->tensors[i].offset);
     }
     ck_assert_uint_eq(te_wt_model_fingerprint(back), te_wt_model_fingerprint(m));
+    te_wt_model_free(back);
     /* A truncated file: the data section no longer covers the tensors. */
     ck_assert_int_eq(truncate(path, 8 + 100), 0);
     ck_assert_int_lt(te_wt_safetensors_load(path, &back), 0);
