@@ -29,7 +29,7 @@ run() {
         --out "$d/s.bin" > "$d/plan.log" || fail "$name: plan"
     local common=(--model "$C1" --schedule "$d/s.bin" --dir "$d/rv" --timeout-ms 8000
                   --update 1="$C1" --update 2="$C2")
-    local pids=()
+    local pids=() tpids=()
     for ((r = 0; r < m; r++)); do
         timeout 60 "$TW" infer "${common[@]}" --rank $r > "$d/infer$r.log" 2>&1 &
         pids+=($!)
@@ -41,12 +41,17 @@ run() {
         else
             timeout 60 "$TW" train "${common[@]}" --rank $t > "$d/train$t.log" 2>&1 &
         fi
+        tpids+=($!)
     done
     local rc=0
     for p in "${pids[@]}"; do wait "$p" || rc=1; done
     touch "$d/rv/done"
-    wait
+    local trc=0
+    for p in "${tpids[@]}"; do wait "$p" || trc=1; done
     [ $rc = 0 ] || fail "$name: a receiver found bytes that differ or failed"
+    # Trainers exit 0 when every version was pushed (3 when one failed, as
+    # in the killed run; anything else, e.g. a sanitizer report, fails).
+    [ -n "$kill_t" ] || [ $trc = 0 ] || fail "$name: a trainer failed"
 }
 
 for cfg in "1 1 --tp=1" "2 2 --tp=2 --fp8" "4 2 --tp=2 --fp8" "2 4 --tp=2" "1 4 --tp=4 --ep=2 --fp8" \
