@@ -45,7 +45,15 @@ struct te_wt_trainer {
     uint64_t inflight;           /* staging bytes of writes not yet done */
     int failed;
     char reason[256];
+    te_wt_progress_fn progress;
+    void *progress_arg;
 };
+
+void te_wt_trainer_set_progress(te_wt_trainer *t, te_wt_progress_fn fn, void *arg)
+{
+    t->progress = fn;
+    t->progress_arg = arg;
+}
 
 uint32_t *wt_slice_index(const te_wt_sharding *sh)
 {
@@ -423,7 +431,9 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
             run[nruns++] = w;
     if (run)
         run[nruns] = last;
-    uint64_t next_gather = 0;
+    uint64_t next_gather = 0, total_bytes = 0;
+    for (uint64_t w = first; w < last; w++)
+        total_bytes += sh->slices[s->writes[w].slice].bytes;
     for (uint64_t i = 0, w = first; i < nruns && !rc; i++) {
         /* Keep WT_GATHER_DEPTH params gathering ahead; slot i mod depth is
          * free again once run i - 1 ... was produced (produce copies). */
@@ -466,6 +476,9 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
             if (t->inflight > st->peak_inflight)
                 st->peak_inflight = t->inflight;
         }
+        if (t->progress && !rc)
+            t->progress(st->writes, last - first, st->write_bytes, total_bytes,
+                        t->inflight, t->progress_arg);
     }
     free(run);
     if (rc && t->failed == 0)

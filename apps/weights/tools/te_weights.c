@@ -57,6 +57,7 @@ static void usage(FILE *f)
 "  --update V=CKPT   push / receive version V from checkpoint CKPT (repeatable)\n"
 "  --timeout-ms T    deadline of every wait and of each version (20000)\n"
 "  --config FILE     TransferEngine INI file   --link-gbps G  loopback NIC cap\n"
+"  --progress        train: a progress line on stderr every 10 %% of the bytes\n"
 "bench: --model --trainers --ranks --tp --ep --fp8 --nics --link-gbps G (1) --runs K (3..16)\n"
 "  runs the job uncapped and capped, and compares with the simulator (docs/weights.md)\n");
 }
@@ -111,6 +112,7 @@ int wt_cli_parse(int argc, char **argv, struct wt_cli *o)
             o->updates[o->nupdates++].checkpoint = eq + 1;
         }
         else if (!strcmp(a, "--fp8")) o->fp8 = 1;
+        else if (!strcmp(a, "--progress")) o->progress = 1;
         else if (!strcmp(a, "--target-charged")) o->target_charged = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
         else

@@ -11,7 +11,7 @@
 struct wt_cli {
     const char *model, *out, *dir, *schedule, *config, *link_gbps;
     uint32_t trainers, ranks, tp, ep, nics, rank;
-    int fp8, target_charged, timeout_ms, runs;
+    int fp8, target_charged, timeout_ms, runs, progress;
     uint64_t watermark_mib, seed;
     double gbps, write_us, read_us, quant_gbps, h2d_gbps;
     uint32_t nupdates;

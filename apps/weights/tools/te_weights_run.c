@@ -101,6 +101,20 @@ static int make_engine(const struct wt_cli *o, uint32_t nics, te_engine **e)
     return rc;
 }
 
+/* --progress: a line on stderr at every 10 % of the bytes. */
+static void show_progress(uint64_t writes, uint64_t total_writes, uint64_t bytes,
+                          uint64_t total_bytes, uint64_t inflight, void *arg)
+{
+    int *last = arg;
+    int pct = total_bytes ? (int)(bytes * 100 / total_bytes) : 100;
+    if (pct / 10 == *last / 10 && pct != 100)
+        return;
+    *last = pct;
+    fprintf(stderr, "  %3d%%  %llu/%llu writes  %.1f/%.1f MiB  %.1f MiB in flight\n",
+            pct, (unsigned long long)writes, (unsigned long long)total_writes,
+            bytes / 1048576.0, total_bytes / 1048576.0, inflight / 1048576.0);
+}
+
 int wt_cmd_train(const struct wt_cli *o)
 {
     te_wt_model *m;
@@ -115,7 +129,9 @@ int wt_cmd_train(const struct wt_cli *o)
     if (te_wt_trainer_create(e, m, sh, s, o->rank, &t) ||
         te_wt_trainer_connect(t, o->dir, o->timeout_ms))
         return die("train", te_wt_last_error());
-    int failed = 0;
+    int failed = 0, last_pct = -10;
+    if (o->progress)
+        te_wt_trainer_set_progress(t, show_progress, &last_pct);
     for (uint32_t i = 0; i < o->nupdates; i++) {
         if (i && te_wt_trainer_wait_done(t, o->dir, o->updates[i - 1].version,
                                           o->timeout_ms)) {
@@ -127,6 +143,7 @@ int wt_cmd_train(const struct wt_cli *o)
         if (te_wt_trainer_load(t, o->updates[i].checkpoint))
             return die("train", te_wt_last_error());
         te_wt_push_stats st;
+        last_pct = -10;
         int rc = te_wt_trainer_push(t, o->dir, o->updates[i].version, o->timeout_ms, &st);
         if (rc) {
             printf("train %u: version %u failed: %s\n", o->rank, o->updates[i].version,

@@ -410,6 +410,17 @@ typedef struct te_wt_push_stats {
 int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
                        int timeout_ms, te_wt_push_stats *st);
 /**
+ * Progress of a push, called on the pushing thread after each param's
+ * writes were submitted: writes and bytes submitted so far of the
+ * trainer's totals, and the staging bytes in flight (<= the watermark).
+ */
+typedef void (*te_wt_progress_fn)(uint64_t writes, uint64_t total_writes,
+                                  uint64_t bytes, uint64_t total_bytes,
+                                  uint64_t inflight, void *arg);
+/** Install (or clear, fn = NULL) the progress callback of a trainer. */
+void te_wt_trainer_set_progress(te_wt_trainer *t, te_wt_progress_fn fn, void *arg);
+
+/**
  * Wait (<= timeout_ms) until every other trainer has finished pushing
  * `version` (no one gathers that version from this rank's shard any more):
  * call it before te_wt_trainer_load() of the next version.
