@@ -49,8 +49,9 @@ static int die(const char *who, const char *what)
 static int load_plan(const struct wt_cli *o, te_wt_model **m, te_wt_sharding **sh,
                      te_wt_schedule **s)
 {
-    if (!o->schedule || !o->dir)
-        return die("run", "needs --schedule FILE and --dir DIR");
+    if (!o->schedule || !o->dir || !o->nupdates)
+        return die("run", "needs --schedule FILE, --dir DIR and at least one "
+                   "--update VERSION=CHECKPOINT");
     FILE *f = fopen(o->schedule, "rb");
     if (!f)
         return die("run", "cannot open the schedule");
