@@ -172,6 +172,21 @@ int te_wt_receiver_update(te_wt_receiver *r, const char *dir, uint32_t version,
                    r->nslices, rep->missing_names);
 }
 
+int te_wt_receiver_wait_trainers(te_wt_receiver *r, const char *dir,
+                                 uint32_t version, int timeout_ms)
+{
+    wt_error_clear();
+    double deadline = wt_now() + timeout_ms / 1000.0;
+    for (uint32_t t = 0; t < r->s->trainers; t++) {
+        wt_endpoint ep;
+        int left = (int)((deadline - wt_now()) * 1000);
+        int rc = wt_lookup(dir, "train", t, 2 * version, left > 0 ? left : 1, &ep);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 const uint8_t *te_wt_receiver_live(const te_wt_receiver *r, uint32_t *version)
 {
     if (version)

@@ -46,12 +46,17 @@ run() {
     local rc=0
     for p in "${pids[@]}"; do wait "$p" || rc=1; done
     touch "$d/rv/done"
-    local trc=0
-    for p in "${tpids[@]}"; do wait "$p" || trc=1; done
+    local trc=0 codes=""
+    for p in "${tpids[@]}"; do
+        wait "$p"
+        local c=$?
+        codes="$codes $c"
+        [ $c = 0 ] || trc=1
+    done
     [ $rc = 0 ] || fail "$name: a receiver found bytes that differ or failed"
     # Trainers exit 0 when every version was pushed (3 when one failed, as
     # in the killed run; anything else, e.g. a sanitizer report, fails).
-    [ -n "$kill_t" ] || [ $trc = 0 ] || fail "$name: a trainer failed"
+    [ -n "$kill_t" ] || [ $trc = 0 ] || fail "$name: a trainer failed (exit codes:$codes)"
 }
 
 for cfg in "1 1 --tp=1" "2 2 --tp=2 --fp8" "4 2 --tp=2 --fp8" "2 4 --tp=2" "1 4 --tp=4 --ep=2 --fp8" \
@@ -87,7 +92,8 @@ echo "ok: trainer killed mid-update: version 2 rejected with the missing tensors
 
 # Bad input: a schedule of another model is refused naming the field.
 "$TW" plan --model qwen3-235b --trainers 2 --ranks 2 --tp 2 --out "$WORK/other.bin" >/dev/null
-out=$("$TW" infer --model "$C1" --schedule "$WORK/other.bin" --rank 0 --dir "$WORK" 2>&1)
+out=$("$TW" infer --model "$C1" --schedule "$WORK/other.bin" --rank 0 --dir "$WORK" \
+      --update 1="$C1" 2>&1)
 echo "$out" | grep -q "field fingerprint" || fail "other model's schedule: $out"
 printf '\x10\x27\x00\x00\x00\x00\x00\x00{}' > "$WORK/lying.safetensors"
 out=$("$TW" plan --model "$WORK/lying.safetensors" 2>&1)

@@ -243,7 +243,7 @@ int wt_cmd_infer(const struct wt_cli *o)
         return 1;
     if (te_wt_receiver_create(e, m, sh, s, o->rank, &r))
         return die("infer", te_wt_last_error());
-    int bad = 0;
+    int bad = 0, last_ok = 0;
     const char *live_ckpt = NULL;
     for (uint32_t i = 0; i < o->nupdates; i++) {
         uint32_t v = o->updates[i].version;
@@ -251,6 +251,7 @@ int wt_cmd_infer(const struct wt_cli *o)
         int rc = te_wt_receiver_update(r, o->dir, v, o->timeout_ms, &rep);
         if (!rc)
             live_ckpt = o->updates[i].checkpoint;
+        last_ok = rc == 0;
         uint32_t lv, n = 0;
         const uint8_t *live = te_wt_receiver_live(r, &lv);
         long diff = live ? verify(m, sh, o->rank, live, live_ckpt, &n) : 0;
@@ -265,6 +266,12 @@ int wt_cmd_infer(const struct wt_cli *o)
                    "checkpoint\n", o->rank, v, n, diff);
         fflush(stdout);
     }
+    /* Stay up until the trainers hold their completions of the last version
+     * (after a failed one nobody may be left to say so: do not wait). */
+    if (last_ok && te_wt_receiver_wait_trainers(r, o->dir,
+                                                o->updates[o->nupdates - 1].version,
+                                                o->timeout_ms))
+        fprintf(stderr, "te-weights infer: %s\n", te_wt_last_error());
     te_wt_receiver_destroy(r);
     te_engine_destroy(e);
     te_wt_schedule_free(s);

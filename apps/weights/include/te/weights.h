@@ -457,6 +457,15 @@ typedef struct te_wt_update_report {
  */
 int te_wt_receiver_update(te_wt_receiver *r, const char *dir, uint32_t version,
                           int timeout_ms, te_wt_update_report *rep);
+/**
+ * Wait (<= timeout_ms) until every trainer has finished its push of
+ * `version` (all its operations completed). A receiver has every byte of a
+ * complete version before the writers have their completions: call this
+ * before shutting the engine down, or a trainer sees its last writes fail.
+ */
+int te_wt_receiver_wait_trainers(te_wt_receiver *r, const char *dir,
+                                 uint32_t version, int timeout_ms);
+
 /** The live buffer (NULL before the first version) and its version. */
 const uint8_t *te_wt_receiver_live(const te_wt_receiver *r, uint32_t *version);
 void te_wt_receiver_destroy(te_wt_receiver *r);
