@@ -75,6 +75,7 @@ struct te_kv_decoder {
     struct ev *head, *tail;
     int stopping;
     pthread_t thread;
+    uint64_t late_writes;   /* poison_freed: free memory found written */
 };
 
 /* ------------------------------------------------------------- events */
@@ -166,6 +167,50 @@ static struct kv_req *by_imm(te_kv_decoder *d, uint32_t imm)
     return NULL;
 }
 
+/* Where request slot q's hidden state lands (after the page area). */
+static uint64_t hidden_offset(const te_kv_decoder *d, const struct kv_req *q)
+{
+    return d->o.shape.layers * d->layer_stride +
+           (uint64_t)(q - d->req) * d->hidden_bytes;
+}
+
+/* Poisoning (opts.poison_freed): the request's pages in every layer and
+ * its hidden slot get TE_KV_POISON as they return to the pool... */
+static void poison_request(te_kv_decoder *d, const struct kv_req *q)
+{
+    if (!d->o.poison_freed)
+        return;
+    for (uint32_t l = 0; l < d->o.shape.layers; l++)
+        for (uint32_t k = 0; k < q->npages; k++)
+            memset(d->mem + l * d->layer_stride +
+                   (uint64_t)q->pages[k] * d->page_bytes, TE_KV_POISON,
+                   d->page_bytes);
+    memset(d->mem + hidden_offset(d, q), TE_KV_POISON, d->hidden_bytes);
+}
+
+static int still_poison(const uint8_t *b, uint64_t len)
+{
+    for (uint64_t i = 0; i < len; i++)
+        if (b[i] != TE_KV_POISON)
+            return 0;
+    return 1;
+}
+
+/* ... and must still hold only that byte when handed out again: anything
+ * else is a write that landed after the proof said none could. */
+static void count_late_writes(te_kv_decoder *d, const struct kv_req *q)
+{
+    if (!d->o.poison_freed)
+        return;
+    for (uint32_t l = 0; l < d->o.shape.layers; l++)
+        for (uint32_t k = 0; k < q->npages; k++)
+            d->late_writes += !still_poison(
+                d->mem + l * d->layer_stride +
+                    (uint64_t)q->pages[k] * d->page_bytes, d->page_bytes);
+    d->late_writes += !still_poison(d->mem + hidden_offset(d, q),
+                                    d->hidden_bytes);
+}
+
 /* End a request whose writes can no longer land: pages back, imm cleared,
  * user told. Called with the lock held; drops it around the callback. */
 static void finish(te_kv_decoder *d, struct kv_req *q, int status,
@@ -173,6 +218,7 @@ static void finish(te_kv_decoder *d, struct kv_req *q, int status,
 {
     if (q->state != R_CANCELLING)
         te_kv_pool_fence(d->pool, q->npages, q->pages);
+    poison_request(d, q);
     te_kv_pool_release(d->pool, q->npages, q->pages);
     te_imm_remove(d->e, q->imm, NULL); /* partial arrivals of this life */
     te_kv_done_fn cb = q->cb;
@@ -373,7 +419,7 @@ int te_kv_decoder_new(te_engine *e, const te_kv_decoder_opts *o,
                      d->region);
         goto fail;
     }
-    memset(d->mem, 0, d->region);
+    memset(d->mem, o->poison_freed ? TE_KV_POISON : 0, d->region);
     for (uint32_t i = 0; i < o->max_requests; i++)
         if (!(d->req[i].pages = calloc(TE_KV_MAX_PAGES, sizeof(uint32_t)))) {
             rc = kv_fail(-ENOMEM, "te_kv_decoder_new: out of memory");
@@ -489,6 +535,7 @@ int te_kv_decoder_submit(te_kv_decoder *d, uint32_t pf, uint64_t id,
     q->id = id;
     q->pf = pf;
     q->npages = npages;
+    count_late_writes(d, q);
     q->cb = cb;
     q->arg = arg;
     uint64_t now = kv_now_ns();
@@ -516,6 +563,7 @@ int te_kv_decoder_submit(te_kv_decoder *d, uint32_t pf, uint64_t id,
         pthread_mutex_lock(&d->lock);
         /* Nothing sent: nothing can land. */
         te_kv_pool_fence(d->pool, q->npages, q->pages);
+        poison_request(d, q);
         te_kv_pool_release(d->pool, q->npages, q->pages);
         q->state = R_FREE;
         pthread_mutex_unlock(&d->lock);
@@ -564,6 +612,7 @@ int te_kv_decoder_release(te_kv_decoder *d, uint64_t id)
         rc = kv_fail(-EBUSY, "decoder: request %" PRIu64 " still in flight",
                      id);
     else {
+        poison_request(d, q);
         te_kv_pool_release(d->pool, q->npages, q->pages);
         q->state = R_FREE;
     }
@@ -663,4 +712,12 @@ void te_kv_decoder_free(te_kv_decoder *d)
     pthread_mutex_destroy(&d->lock);
     pthread_cond_destroy(&d->cond);
     free(d);
+}
+
+uint64_t te_kv_decoder_late_writes(te_kv_decoder *d)
+{
+    pthread_mutex_lock(&d->lock);
+    uint64_t n = d->late_writes;
+    pthread_mutex_unlock(&d->lock);
+    return n;
 }

@@ -225,7 +225,18 @@ typedef struct te_kv_decoder_opts {
     int32_t group;
     int32_t accept_timeout_ms;  /**< REQUEST -> ACCEPT deadline (0: 5 s) */
     int32_t cancel_timeout_ms;  /**< CANCEL -> CANCELLED deadline (0: 5 s) */
+    /**
+     * Late-write detector (tests, soak runs): non-zero fills every page
+     * and hidden slot with TE_KV_POISON when it returns to the pool, and
+     * checks that it still holds only that byte when it is handed out
+     * again; a page or slot that does not counts one late write
+     * (te_kv_decoder_late_writes()). Costs a fill and a scan per page.
+     */
+    int32_t poison_freed;
 } te_kv_decoder_opts;
+
+/** The byte freed pages hold under te_kv_decoder_opts.poison_freed. */
+#define TE_KV_POISON 0xA5u
 
 int te_kv_decoder_new(te_engine *e, const te_kv_decoder_opts *o,
                       te_kv_decoder **out);
@@ -273,6 +284,12 @@ te_kv_pool *te_kv_decoder_pool(te_kv_decoder *d);
 
 /** Requests still in flight. */
 uint32_t te_kv_decoder_inflight(te_kv_decoder *d);
+
+/**
+ * Pages and hidden slots found overwritten while free (poison_freed): a
+ * write that landed after its request's pages were returned. Must be 0.
+ */
+uint64_t te_kv_decoder_late_writes(te_kv_decoder *d);
 
 /** Stop: every request in flight is cancelled or fenced first. */
 void te_kv_decoder_free(te_kv_decoder *d);
