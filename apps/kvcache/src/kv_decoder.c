@@ -114,9 +114,34 @@ static void on_msg(int group, te_peer from, const void *data, size_t len,
     push(d, v);
 }
 
+static struct kv_req *by_imm(te_kv_decoder *d, uint32_t imm);
+
 static void on_imm(uint32_t imm, int status, void *arg)
 {
     te_kv_decoder *d = arg;
+    if (status == 0) {
+        /* The count is met: every write landed. Tell the user from this
+         * (the engine's callback) thread rather than waking the service
+         * thread first: one thread hop less between the last write and
+         * the notification. Nothing here blocks; failures (which fence
+         * with te_mr_revoke(), a blocking call) still go to the service
+         * thread. An ARMED request's ACCEPT was handled already (arming
+         * happens there), so no queued event can precede this one. */
+        pthread_mutex_lock(&d->lock);
+        struct kv_req *q = by_imm(d, imm);
+        if (q && q->state == R_ARMED) {
+            q->state = R_DONE; /* pages stay USED until released */
+            te_kv_done_fn cb = q->cb;
+            void *cb_arg = q->arg;
+            uint64_t id = q->id;
+            pthread_mutex_unlock(&d->lock);
+            if (cb)
+                cb(id, 0, "", cb_arg);
+            return;
+        }
+        pthread_mutex_unlock(&d->lock);
+        return; /* cancelled meanwhile: the cancel path ends it */
+    }
     struct ev *v = calloc(1, sizeof(*v));
     if (!v)
         return;

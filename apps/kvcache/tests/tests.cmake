@@ -27,3 +27,11 @@ add_test(NAME kvcache_etcd
           ${CMAKE_CURRENT_SOURCE_DIR}/tests/etcd-membership.sh $<TARGET_FILE:te-kv-tool>)
 set_tests_properties(kvcache_etcd PROPERTIES TIMEOUT 180 LABELS "kvcache;etcd"
   ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}" SKIP_RETURN_CODE 77)
+
+# The tool's command line: --help, and a bad number named, not read as 0.
+add_test(NAME kvcache_cli_help COMMAND te-kv-tool --help)
+set_tests_properties(kvcache_cli_help PROPERTIES LABELS kvcache
+  PASS_REGULAR_EXPRESSION "roles:.*demo.*prefill.*decode.*bench")
+add_test(NAME kvcache_cli_bad_number COMMAND te-kv-tool demo --tokens 12x)
+set_tests_properties(kvcache_cli_bad_number PROPERTIES LABELS kvcache
+  PASS_REGULAR_EXPRESSION "--tokens: expected a whole number.*got \"12x\"")

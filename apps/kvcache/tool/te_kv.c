@@ -424,15 +424,88 @@ static int run_bench(const struct opts *o)
     return atomic_load(&t.ok) == (int)R && !t.verify_bad ? 0 : 1;
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: te-kv ROLE [options]      (protocol and numbers: docs/kvcache.md)\n"
+"roles:\n"
+"  demo     one host, no set-up: --prefillers prefiller processes and a\n"
+"           decoder meet in a temporary embedded store; --requests requests\n"
+"           are pushed layer by layer and every byte is verified\n"
+"  prefill  serve as a prefiller (registered in --store) until --seconds or\n"
+"           SIGTERM\n"
+"  decode   push --requests requests through the live prefillers of --store,\n"
+"           verify every byte, report\n"
+"  members  list the live members of --store\n"
+"  bench    decoder and --prefillers prefillers in one process: transfer vs\n"
+"           compute overlap, last layer -> decoder notified latency,\n"
+"           aggregate Gbit/s against the loopback link caps; JSON at the end\n"
+"model:\n"
+"  --model NAME        qwen3-235b-a22b (default), llama-3.1-70b, deepseek-v3\n"
+"  --layers N          custom shape, or fewer layers of a preset\n"
+"  --kv-heads N --head-dim N --hidden N   custom shape (bf16)\n"
+"  --page-kib N        bytes of one page of one layer (default 32 KiB)\n"
+"requests:\n"
+"  --tokens N          prompt tokens per request (default 512)\n"
+"  --requests N        requests to push (default 8)\n"
+"  --layer-us N        simulated compute per layer at --ref-tokens tokens\n"
+"  --ref-tokens N      (default 2300 us at 4096: the paper's range); the\n"
+"                      time scales linearly with a prompt's tokens\n"
+"  --pool-pages N      decoder pool pages per layer\n"
+"  --no-fill           bench: prefillers skip writing the check pattern\n"
+"membership:\n"
+"  --store URL         etcd://HOST:PORT or dir:PATH (default $TE_KV_STORE,\n"
+"                      else dir:/tmp/te-kv-<uid>)\n"
+"  --cluster NAME      namespace in the store (default \"default\")\n"
+"  --name NAME         this member's name (prefill)\n"
+"  --seconds S         how long a prefiller serves\n"
+"engine:\n"
+"  --prefillers N      demo/bench: prefillers (default 1)\n"
+"  --link-gbps G       loopback cap per NIC (loopback.link_gbps)\n"
+"  --set SEC.KEY=VAL   any engine configuration key (docs/config.md)\n"
+"  --help              this text\n");
+}
+
+/* A whole-number option value, or exit 2 naming the option. */
+static uint32_t parse_u32(const char *opt, const char *v)
+{
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *end || v[0] == '-' || x > UINT32_MAX) {
+        fprintf(stderr, "te-kv: --%s: expected a whole number in [0, %u], "
+                "got \"%s\"\n", opt, UINT32_MAX, v);
+        exit(2);
+    }
+    return (uint32_t)x;
+}
+
+/* A non-negative decimal option value, or exit 2 naming the option. */
+static double parse_pos(const char *opt, const char *v)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x >= 0) || x > 1e9) {
+        fprintf(stderr, "te-kv: --%s: expected a number >= 0, got \"%s\"\n",
+                opt, v);
+        exit(2);
+    }
+    return x;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o = {.model = "qwen3-235b-a22b", .cluster = "default",
                      .name = "prefill-0", .page_kib = 32, .tokens = 512,
                      .layer_us = 2300, .ref_tokens = 4096, .prefillers = 1,
                      .requests = 8, .seconds = 3600};
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+                      !strcmp(argv[1], "help"))) {
+        usage(stdout);
+        return 0;
+    }
     if (argc < 2 || argv[1][0] == '-') {
-        fprintf(stderr, "usage: te-kv demo|prefill|decode|bench [options] "
-                "(docs/kvcache.md)\n");
+        usage(stderr);
         return 2;
     }
     const char *role = argv[1];
@@ -445,31 +518,32 @@ int main(int argc, char **argv)
         {"store", 1, 0, 's'}, {"cluster", 1, 0, 'c'}, {"name", 1, 0, 'N'},
         {"seconds", 1, 0, 'S'}, {"link-gbps", 1, 0, 'g'},
         {"pool-pages", 1, 0, 'o'}, {"set", 1, 0, 'x'},
-        {"no-fill", 0, 0, 'F'}, {0, 0, 0, 0}};
+        {"no-fill", 0, 0, 'F'}, {"help", 0, 0, '?' + 256}, {0, 0, 0, 0}};
     int c;
     optind = 2;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
         case 'm': o.model = optarg; break;
-        case 'L': o.layers = (uint32_t)atoi(optarg); break;
-        case 'H': o.kv_heads = (uint32_t)atoi(optarg); break;
-        case 'D': o.head_dim = (uint32_t)atoi(optarg); break;
-        case 'h': o.hidden = (uint32_t)atoi(optarg); break;
-        case 'P': o.page_kib = (uint32_t)atoi(optarg); break;
-        case 't': o.tokens = (uint32_t)atoi(optarg); break;
-        case 'u': o.layer_us = (uint32_t)atoi(optarg); break;
-        case 'r': o.ref_tokens = (uint32_t)atoi(optarg); break;
-        case 'p': o.prefillers = (uint32_t)atoi(optarg); break;
-        case 'n': o.requests = (uint32_t)atoi(optarg); break;
+        case 'L': o.layers = parse_u32("layers", optarg); break;
+        case 'H': o.kv_heads = parse_u32("kv-heads", optarg); break;
+        case 'D': o.head_dim = parse_u32("head-dim", optarg); break;
+        case 'h': o.hidden = parse_u32("hidden", optarg); break;
+        case 'P': o.page_kib = parse_u32("page-kib", optarg); break;
+        case 't': o.tokens = parse_u32("tokens", optarg); break;
+        case 'u': o.layer_us = parse_u32("layer-us", optarg); break;
+        case 'r': o.ref_tokens = parse_u32("ref-tokens", optarg); break;
+        case 'p': o.prefillers = parse_u32("prefillers", optarg); break;
+        case 'n': o.requests = parse_u32("requests", optarg); break;
         case 's': o.store = optarg; break;
         case 'c': o.cluster = optarg; break;
         case 'N': o.name = optarg; break;
-        case 'S': o.seconds = atof(optarg); break;
-        case 'g': o.link_gbps = atof(optarg); break;
-        case 'o': o.pool_pages = (uint32_t)atoi(optarg); break;
+        case 'S': o.seconds = parse_pos("seconds", optarg); break;
+        case 'g': o.link_gbps = parse_pos("link-gbps", optarg); break;
+        case 'o': o.pool_pages = parse_u32("pool-pages", optarg); break;
         case 'x': if (o.nsets < 32) o.sets[o.nsets++] = optarg; break;
         case 'F': o.no_fill = 1; break;
-        default: return 2;
+        case '?' + 256: usage(stdout); return 0;
+        default: usage(stderr); return 2;
         }
     }
     if (!o.tokens || !o.requests || o.requests > 1000000 || !o.page_kib) {

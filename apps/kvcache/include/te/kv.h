@@ -207,12 +207,15 @@ void te_kv_prefiller_free(te_kv_prefiller *p);
 typedef struct te_kv_decoder te_kv_decoder;
 
 /**
- * Called once per request on the decoder's service thread: status 0 when
- * every write landed (the pages hold the KV; release them with
- * te_kv_decoder_release()), -ECANCELED after a confirmed cancel, or an
- * error (-ETIMEDOUT, -ECONNRESET, a REJECT's errno) with te_kv_last_error()
- * style text in why. Pages of a failed or cancelled request are already
- * back in the pool.
+ * Called exactly once per request: status 0 when every write landed (the
+ * pages hold the KV; release them with te_kv_decoder_release()), called on
+ * the engine's callback thread the moment the count is met (so keep it
+ * short: hand the request to the model's scheduler); -ECANCELED after a
+ * confirmed cancel, or an error (-ETIMEDOUT, -ECONNRESET, a REJECT's
+ * errno) with te_kv_last_error() style text in why, called on the
+ * decoder's service thread. Pages of a failed or cancelled request are
+ * already back in the pool. Callbacks of different requests may run
+ * concurrently; te_kv_decoder_* calls are allowed in them.
  */
 typedef void (*te_kv_done_fn)(uint64_t request_id, int status,
                               const char *why, void *arg);
