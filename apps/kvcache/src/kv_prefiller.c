@@ -277,6 +277,22 @@ static int check_request(te_kv_prefiller *p, const struct job *j,
                  p->o.max_pages);
         return EINVAL;
     }
+    /* Pages must stay inside their own layer: an index past the pool's
+     * pages per layer would still be inside the region but would write
+     * into the next layer's pages (another request's KV). */
+    if (m->layer_stride < p->page_bytes || m->layer_stride % p->page_bytes) {
+        snprintf(why, wlen, "layer stride %" PRIu64 " is not a whole number "
+                 "of %" PRIu64 "-byte pages", m->layer_stride, p->page_bytes);
+        return EINVAL;
+    }
+    uint64_t per_layer = m->layer_stride / p->page_bytes;
+    for (uint32_t k = 0; k < m->npages; k++)
+        if (m->pages[k] >= per_layer) {
+            snprintf(why, wlen, "page %u: index %u out of range (the decoder's "
+                     "pool has %" PRIu64 " pages per layer)", k, m->pages[k],
+                     per_layer);
+            return ERANGE;
+        }
     uint64_t last_layer = (uint64_t)(m->layers - 1) * m->layer_stride;
     for (uint32_t k = 0; k < m->npages; k++) {
         unsigned __int128 end = (unsigned __int128)m->pages[k] * p->page_bytes +
