@@ -7,10 +7,13 @@
  * byte for byte. TE_KV_SOAK_REQUESTS overrides the count (default 10000). */
 #include <check.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -194,12 +197,169 @@ START_TEST(random_cancels_no_late_write_no_lost_completion)
 }
 END_TEST
 
+/* A prefiller in a child process; its address comes back on fd. */
+static pid_t spawn_prefiller(te_kv_shape s, int fd_pair[2])
+{
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, fd_pair), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(fd_pair[0]);
+        te_engine *e = engine();
+        /* 64-token prompts: 8 ms per layer, 96 ms per request */
+        te_kv_prefiller_opts o = {.shape = s, .max_pages = 16,
+                                  .layer_us = 16000, .ref_tokens = 128};
+        te_kv_prefiller *p;
+        if (te_kv_prefiller_new(e, &o, &p))
+            _exit(1);
+        uint8_t addr[TE_ADDR_MAX];
+        size_t len = sizeof(addr);
+        te_engine_address(e, 0, addr, &len);
+        uint64_t l = len;
+        if (write(fd_pair[1], &l, 8) != 8 ||
+            write(fd_pair[1], addr, len) != (ssize_t)len)
+            _exit(1);
+        for (int i = 0; i < 600; i++) /* bounded: the parent kills us */
+            sleep(1);
+        _exit(0);
+    }
+    close(fd_pair[1]);
+    return pid;
+}
+
+/* Rounds of: requests in flight to a child prefiller and to a live
+ * in-process one; the child is SIGKILLed (even rounds) or SIGSTOPped
+ * (odd rounds: silent but alive) at a random point. The decoder must fail
+ * the child's requests by fencing it (te_mr_revoke of the child's
+ * registration), put their pages back, poisoned, and reuse them for the
+ * live prefiller's requests. A stopped child is then resumed: it goes on
+ * writing with its revoked keys, and none of that may land (late writes
+ * 0, reused pages verify). */
+START_TEST(killed_and_silent_prefillers_are_fenced_no_late_write)
+{
+    te_kv_shape s;
+    ck_assert_int_eq(te_kv_shape_preset("qwen3-235b-a22b", 8192, &s), 0);
+    s.layers = 12;
+    te_engine *de = engine();
+    te_kv_decoder_opts o = {.shape = s, .pool_pages = 6 * 16,
+                            .max_requests = 8, .accept_timeout_ms = 2000,
+                            .cancel_timeout_ms = 2000, .poison_freed = 1};
+    te_kv_decoder *d;
+    ck_assert_int_eq(te_kv_decoder_new(de, &o, &d), 0);
+    const int rounds = 6, per = 3;
+    g_out = calloc((size_t)rounds * 4 * per + 1, sizeof(*g_out)); /* ids used */
+    struct member live = {0};
+    te_kv_prefiller_opts lo = {.shape = s, .max_pages = 16, .layer_us = 1000,
+                               .ref_tokens = 128};
+    live.e = engine();
+    ck_assert_int_eq(te_kv_prefiller_new(live.e, &lo, &live.p), 0);
+    uint8_t addr[TE_ADDR_MAX];
+    size_t alen = sizeof(addr);
+    ck_assert_int_eq(te_engine_address(live.e, 0, addr, &alen), 0);
+    ck_assert_int_eq(te_kv_decoder_add_prefiller(d, addr, alen, &live.id), 0);
+    unsigned seed = 777;
+    uint64_t id = 1, fenced = 0, finished_first = 0;
+    for (int round = 0; round < rounds; round++) {
+        int fd[2];
+        pid_t pid = spawn_prefiller(s, fd);
+        uint64_t len = 0;
+        ck_assert_int_eq(read(fd[0], &len, 8), 8);
+        ck_assert_uint_le(len, TE_ADDR_MAX);
+        ck_assert_int_eq(read(fd[0], addr, len), (ssize_t)len);
+        uint32_t child;
+        ck_assert_int_eq(te_kv_decoder_add_prefiller(d, addr, len, &child), 0);
+        uint64_t first = id;
+        for (int k = 0; k < per; k++) {
+            ck_assert_int_eq(te_kv_decoder_submit(d, child, id++, 64, 1500,
+                                                  on_done, NULL), 0);
+            ck_assert_int_eq(te_kv_decoder_submit(d, live.id, id++, 64, 20000,
+                                                  on_done, NULL), 0);
+        }
+        usleep(20000 + rand_r(&seed) % 150000);
+        int silent = round & 1;
+        kill(pid, silent ? SIGSTOP : SIGKILL);
+        /* Every request of the round ends (bounded by the 1.5 s deadline). */
+        for (int i = 0; i < 10000; i++) {
+            int all = 1;
+            for (uint64_t q = first; q < id; q++)
+                all &= atomic_load(&g_out[q].calls) > 0;
+            if (all)
+                break;
+            usleep(1000);
+        }
+        for (uint64_t q = first; q < id; q++) {
+            ck_assert_msg(atomic_load(&g_out[q].calls) == 1,
+                          "request %llu ended %d times",
+                          (unsigned long long)q, atomic_load(&g_out[q].calls));
+            int st = atomic_load(&g_out[q].status);
+            int to_child = (q - first) % 2 == 0;
+            if (st == 0) {
+                finished_first += to_child;
+                ck_assert_msg(te_kv_decoder_verify(d, q) == 0, "%s",
+                              te_kv_last_error());
+                ck_assert_int_eq(te_kv_decoder_release(d, q), 0);
+            } else {
+                ck_assert_msg(to_child, "request %llu to the live prefiller "
+                              "failed: %d", (unsigned long long)q, st);
+                fenced++;
+            }
+        }
+        if (silent) {
+            /* Wake it: it resumes its layers with revoked keys. Meanwhile
+             * the live prefiller fills the same (poisoned) pages. */
+            kill(pid, SIGCONT);
+            uint64_t again = id;
+            for (int k = 0; k < 2 * per; k++)
+                ck_assert_int_eq(te_kv_decoder_submit(d, live.id, id++, 64,
+                                                      20000, on_done, NULL), 0);
+            usleep(150000);
+            for (int i = 0; i < 10000; i++) {
+                int all = 1;
+                for (uint64_t q = again; q < id; q++)
+                    all &= atomic_load(&g_out[q].calls) > 0;
+                if (all)
+                    break;
+                usleep(1000);
+            }
+            for (uint64_t q = again; q < id; q++) {
+                ck_assert_int_eq(atomic_load(&g_out[q].status), 0);
+                ck_assert_msg(te_kv_decoder_verify(d, q) == 0, "%s",
+                              te_kv_last_error());
+                ck_assert_int_eq(te_kv_decoder_release(d, q), 0);
+            }
+            kill(pid, SIGKILL);
+        }
+        waitpid(pid, NULL, 0);
+        close(fd[0]);
+        /* The fenced child takes no more requests. */
+        ck_assert_int_eq(te_kv_decoder_submit(d, child, 999999, 64, 1000,
+                                              on_done, NULL), -ENOENT);
+    }
+    uint64_t late = te_kv_decoder_late_writes(d);
+    fprintf(stderr, "kvcache_soak: %d kill/stop rounds: %llu requests "
+            "fenced, %llu to the child finished before it died, late writes "
+            "%llu\n", rounds, (unsigned long long)fenced,
+            (unsigned long long)finished_first, (unsigned long long)late);
+    ck_assert_uint_gt(fenced, 0);
+    ck_assert_uint_eq(late, 0);
+    uint32_t free_pages;
+    te_kv_pool_counts(te_kv_decoder_pool(d), &free_pages, NULL, NULL);
+    ck_assert_uint_eq(free_pages, 6 * 16);
+    te_kv_decoder_free(d);
+    te_kv_prefiller_free(live.p);
+    te_engine_destroy(live.e);
+    te_engine_destroy(de);
+    free(g_out);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kv_soak");
     TCase *t = tcase_create("soak");
     tcase_set_timeout(t, 120);
     tcase_add_test(t, random_cancels_no_late_write_no_lost_completion);
+    tcase_add_test(t, killed_and_silent_prefillers_are_fenced_no_late_write);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
