@@ -246,7 +246,7 @@ START_TEST(killed_and_silent_prefillers_are_fenced_no_late_write)
                             .cancel_timeout_ms = 2000, .poison_freed = 1};
     te_kv_decoder *d;
     ck_assert_int_eq(te_kv_decoder_new(de, &o, &d), 0);
-    const int rounds = 6, per = 3;
+    const int rounds = 4, per = 3;
     g_out = calloc((size_t)rounds * 4 * per + 1, sizeof(*g_out)); /* ids used */
     struct member live = {0};
     te_kv_prefiller_opts lo = {.shape = s, .max_pages = 16, .layer_us = 1000,
