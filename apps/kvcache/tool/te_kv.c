@@ -113,7 +113,8 @@ static int run_prefill(const struct opts *o)
     te_kv_prefiller_opts po = {.shape = s, .max_pages =
                                te_kv_pages_for(&s, o->tokens),
                                .layer_us = o->layer_us,
-                               .ref_tokens = o->ref_tokens};
+                               .ref_tokens = o->ref_tokens,
+                               .no_fill = o->no_fill};
     te_kv_prefiller *p;
     if (te_kv_prefiller_new(e, &po, &p)) {
         fprintf(stderr, "te-kv prefill: %s\n", te_kv_last_error());
@@ -222,13 +223,22 @@ static int run_decode(const struct opts *o)
         }
     struct tally t = {0};
     t.t_end = calloc(o->requests + 1, sizeof(double));
+    t.no_verify = o->no_fill; /* the prefillers wrote no pattern */
     double t0 = now_s();
     for (uint32_t r = 1; r <= o->requests; r++) {
         int rc;
+        /* Full pool or window: wait for requests to end (each has a
+         * deadline, so this does too; bounded again here). */
         while ((rc = te_kv_decoder_submit(g_dec, ids[r % npf], r, o->tokens,
                                           60000, on_done, &t)) == -EBUSY ||
-               rc == -ENOSPC)
+               rc == -ENOSPC) {
+            if (now_s() > t0 + 120) {
+                fprintf(stderr, "te-kv decode: no room for request %u after "
+                        "120 s\n", r);
+                return 1;
+            }
             usleep(200);
+        }
         if (rc) {
             fprintf(stderr, "te-kv decode: submit: %s\n", te_kv_last_error());
             return 1;
@@ -240,10 +250,13 @@ static int run_decode(const struct opts *o)
     uint64_t bytes = (uint64_t)o->requests * s.layers * per *
                      te_kv_page_bytes(&s);
     printf("te-kv decode: %d/%u requests completed from %d prefillers, %d "
-           "failed, every byte %s; %.1f MiB in %.2f s (%.2f GB/s)\n",
+           "failed, every byte %s; %.1f MiB in %.2f s (%.2f GB/s = %.1f "
+           "Gbit/s)\n",
            atomic_load(&t.ok), o->requests, npf, atomic_load(&t.failed),
-           t.verify_bad ? "NOT verified" : "verified",
-           (double)bytes / (1 << 20), dt, (double)bytes / dt / 1e9);
+           o->no_fill ? "unchecked (--no-fill)" : t.verify_bad ?
+           "NOT verified" : "verified",
+           (double)bytes / (1 << 20), dt, (double)bytes / dt / 1e9,
+           (double)bytes * 8 / dt / 1e9);
     int ok = atomic_load(&t.ok) == (int)o->requests && !t.verify_bad;
     te_kv_decoder_free(g_dec);
     te_engine_destroy(e);
