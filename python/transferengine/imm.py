@@ -2,6 +2,7 @@
 import asyncio
 import collections
 import concurrent.futures
+import threading
 
 from ._lib import check, ffi, lib, TEError, cstr
 
@@ -11,21 +12,47 @@ class Expectation(concurrent.futures.Future):
     `count` arrivals were counted; TEError(ETIMEDOUT) at the deadline,
     TEError(ECANCELED) when the engine closes or the immediate's space is
     retired. ``await`` works in asyncio; callback(imm, status) runs on the
-    engine's callback thread first."""
+    engine's callback thread first.
+
+    ``cancel()`` (also what asyncio does when a task awaiting it is
+    cancelled, e.g. by ``asyncio.wait_for``) disarms the expectation with
+    te_imm_remove(): the callback is not called, and the arrivals banked so
+    far are removed with it (their number is in ``surplus``); later
+    arrivals of the immediate start a fresh count."""
 
     def __init__(self, engine, imm, callback):
         super().__init__()
         self.imm = imm
+        self.surplus = None
         self._engine = engine
         self._callback = callback
+        self._lock = threading.RLock()
+
+    def cancel(self):
+        """Disarm (te_imm_remove) and cancel; False if already done."""
+        with self._lock:
+            if self.done():
+                return self.cancelled()
+            e = self._engine._e
+            if e is not None:
+                surplus = ffi.new("uint64_t *")
+                check(lib.te_imm_remove(e, self.imm, surplus), "te_imm_remove")
+                self.surplus = int(surplus[0])
+            self._engine._keeper.release(self)
+            return super().cancel()
 
     def _on_imm(self, imm, status):
         self._engine._keeper.release(self)
-        if status == 0:
-            self.set_result(imm)
-        else:
-            self.set_exception(TEError(-status, f"imm {imm}: expectation "
-                                       "ended", "te_imm_expect"))
+        with self._lock:
+            if self.done():
+                # cancel() won a race with an expectation met or timed out
+                # on the callback thread just before te_imm_remove().
+                return
+            if status == 0:
+                self.set_result(imm)
+            else:
+                self.set_exception(TEError(-status, f"imm {imm}: expectation "
+                                           "ended", "te_imm_expect"))
         if self._callback is not None:
             self._callback(imm, status)
 

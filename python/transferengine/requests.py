@@ -186,10 +186,17 @@ def send(peer, data, **kw):
 class Transfer(concurrent.futures.Future):
     """The future of a submitted request: result() is its Completion, or
     raises TEError with the failure's errno and reason. ``await`` works in
-    asyncio."""
+    asyncio.
+
+    A submitted request cannot be called back: the future is running from
+    the start, so ``cancel()`` returns False (and cancelling an asyncio task
+    awaiting it leaves the transfer going). Bound it with the request's
+    ``timeout_ms=`` (ETIMEDOUT) or end it with Engine.remove_peer()
+    (ECONNABORTED)."""
 
     def __init__(self, engine, callback):
         super().__init__()
+        self.set_running_or_notify_cancel()
         self.id = 0
         self._engine = engine
         self._callback = callback
