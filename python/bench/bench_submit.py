@@ -4,17 +4,21 @@ the same run:
 
 1. per-request submit overhead: p50 time of one ``engine.submit(req,
    future=False)`` of an 8-byte write with immediate (a prepared Request,
-   completions polled), against te_submit() of the same request in C
-   (te-py-bench-c);
+   completions polled), and of ``engine.submit(req)`` returning a Transfer
+   future, against te_submit() of the same request in C (te-py-bench-c);
 2. paged-write bandwidth of 16 KiB pages, 1 MiB and 4 MiB per request,
    one Python call per request with numpy index arrays, against
-   ``te-bench --test paged`` on the same sizes.
+   ``te-bench --test paged`` on the same sizes, measured the same way
+   (ramp-up excluded, 200 ms repetitions, median of 3); each run is one
+   pair (te-bench then Python) and the ratio is the median of the pairs'
+   ratios, so load from other processes hits both sides of a pair alike.
 
 usage: bench_submit.py [--runs N] [--json FILE]
 Environment: TE_PY_BENCH_C (the C program), TE_BENCH (te-bench),
 TE_PLUGIN_PATH. Results: medians of N runs (default 5) and their ratios.
 """
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -29,7 +33,10 @@ import transferengine as te
 WINDOW = 64
 
 
-def python_submit_p50(samples=20000):
+def python_submit_p50(samples=20000, future=False):
+    """p50 ns of one submit of a prepared 8-byte write with immediate, 64
+    in flight. future=False: completions polled (the fastest form);
+    future=True: each submit returns a Transfer future (the usual form)."""
     with te.Engine() as a, te.Engine() as b:
         src, dst = bytearray(4096), bytearray(4096)
         smr = a.register(src, access=0)
@@ -37,6 +44,7 @@ def python_submit_p50(samples=20000):
         peer = a.add_peer(b.address())
         req = te.write(peer, smr, dmr.descriptor(), 8, imm=1)
         times = []
+        pending = collections.deque()
         inflight = 0
         clock = time.perf_counter_ns
         submit = a.submit
@@ -47,16 +55,25 @@ def python_submit_p50(samples=20000):
             if inflight < WINDOW:
                 t0 = clock()
                 try:
-                    submit(req, future=False)
+                    t = submit(req, future=future)
                 except te.TEError as e:
                     if e.errno != 11:  # EAGAIN
                         raise
                 else:
                     times.append(clock() - t0)
                     inflight += 1
+                    if future:
+                        pending.append(t)
                     continue
-            inflight -= len(a.poll_completions(WINDOW,
-                                               100 if inflight == WINDOW else 0))
+            if future:
+                pending.popleft().result(10)
+                inflight -= 1
+            else:
+                inflight -= len(a.poll_completions(
+                    WINDOW, 100 if inflight == WINDOW else 0))
+        while pending:
+            pending.popleft().result(10)
+            inflight -= 1
         while inflight:
             got = a.poll_completions(WINDOW, 1000)
             if not got:
@@ -74,13 +91,17 @@ def c_submit_p50(exe):
     return int(out[1])
 
 
-def python_paged_gbps(total, page=16384, seconds=1.0):
-    """GB/s of paged writes of `total` bytes per request (pages of `page`),
-    as many in flight as te-bench keeps (16 MiB / size, 2..64), one Python
-    submit per request."""
+def python_paged_gbps(total, page=16384, reps=3, rep_ms=200, min_iters=16):
+    """Median GB/s of `reps` repetitions of paged writes of `total` bytes
+    per request (pages of `page`), measured the way te-bench measures
+    (docs/benchmarks.md): as many in flight as te-bench keeps (16 MiB /
+    size, 2..64), the first `window` completions ignored (ramp-up), then
+    bytes counted until the repetition lasted rep_ms and saw min_iters
+    requests; bandwidth = counted bytes / (last counted completion - start
+    of counting). One Python submit per request, numpy index arrays."""
     npages = total // page
     window = max(2, min(64, (16 << 20) // total))
-    region = max(16 << 20, total * 2)
+    region = total * window
     with te.Engine() as a, te.Engine() as b:
         src = np.ones(region, dtype=np.uint8)
         dst = np.zeros(region, dtype=np.uint8)
@@ -88,30 +109,43 @@ def python_paged_gbps(total, page=16384, seconds=1.0):
         dmr = b.register(dst, access=te.REMOTE_WRITE)
         desc = dmr.descriptor()
         peer = a.add_peer(b.address())
-        slots = region // total
         reqs = []
-        for s in range(min(slots, window)):
+        for s in range(window):  # slot s = bytes [s*total, (s+1)*total)
             idx = np.arange(s * npages, (s + 1) * npages, dtype=np.uint32)
-            reqs.append(te.paged(peer, smr, desc, idx, idx, page, imm=2))
-        inflight = done = 0
-        t0 = time.perf_counter()
-        end = t0 + seconds
-        i = 0
-        while time.perf_counter() < end or inflight:
-            while inflight < len(reqs) and time.perf_counter() < end:
-                a.submit(reqs[i % len(reqs)], future=False)
-                i += 1
-                inflight += 1
-            got = a.poll_completions(WINDOW, 1000)
-            for c in got:
-                if c.status:
-                    raise RuntimeError(c.reason)
-            inflight -= len(got)
-            done += len(got)
-        dt = time.perf_counter() - t0
+            reqs.append(te.paged(peer, smr, desc, idx, idx, page, imm=2,
+                                 user_data=s))
+        submit, poll, clock = a.submit, a.poll_completions, time.perf_counter
+        results = []
+        for _ in range(reps):
+            for r in reqs:
+                submit(r, future=False)
+            inflight, seen, counted = window, 0, 0
+            t_start = t_last = None
+            hard_stop = clock() + 30  # bounded even if something stalls
+            while inflight:
+                got = poll(64, 1000)
+                if not got or clock() > hard_stop:
+                    raise RuntimeError("paged: no completion within 1 s")
+                now = clock()
+                for c in got:
+                    if c.status:
+                        raise RuntimeError(c.reason)
+                    inflight -= 1
+                    seen += 1
+                    if seen == window:
+                        t_start = now  # ramp-up over: start counting
+                    elif t_start is not None:
+                        counted += 1
+                        t_last = now
+                    running = (t_start is None or counted < min_iters or
+                               now - t_start < rep_ms / 1e3)
+                    if running:
+                        submit(reqs[c.user_data], future=False)
+                        inflight += 1
+            results.append(counted * total / (t_last - t_start) / 1e9)
         smr.deregister()
         dmr.deregister()
-    return done * total / dt / 1e9
+    return statistics.median(results)
 
 
 def tebench_paged_gbps(exe, total):
@@ -133,23 +167,30 @@ def main():
     args = ap.parse_args()
     cexe = os.environ.get("TE_PY_BENCH_C", "build/python/te-py-bench-c")
     bexe = os.environ.get("TE_BENCH", "build/tools/te-bench/te-bench")
-    res = {"submit_ns": {"python": [], "c": []}}
+    sub = {"c": [], "python": [], "python_future": []}
+    res = {"submit_ns": sub}
     for _ in range(args.runs):
-        res["submit_ns"]["c"].append(c_submit_p50(cexe))
-        res["submit_ns"]["python"].append(python_submit_p50())
-    py = statistics.median(res["submit_ns"]["python"])
-    c = statistics.median(res["submit_ns"]["c"])
-    print(f"submit p50: python {py / 1e3:.2f} us, C {c / 1e3:.2f} us, "
-          f"python adds {(py - c) / 1e3:.2f} us (median of {args.runs})")
+        sub["c"].append(c_submit_p50(cexe))
+        sub["python"].append(python_submit_p50())
+        sub["python_future"].append(python_submit_p50(future=True))
+    c = statistics.median(sub["c"])
+    for form in ("python", "python_future"):
+        py = statistics.median(sub[form])
+        print(f"submit p50 ({form}): {py / 1e3:.2f} us, C {c / 1e3:.2f} us, "
+              f"python adds {(py - c) / 1e3:.2f} us (median of {args.runs})")
     for total in (1 << 20, 4 << 20):
         pys, cs = [], []
         for _ in range(args.runs):
             cs.append(tebench_paged_gbps(bexe, total))
             pys.append(python_paged_gbps(total))
-        res[f"paged_{total}"] = {"python": pys, "te-bench": cs}
+        ratios = [p / q for p, q in zip(pys, cs)]
+        res[f"paged_{total}"] = {"python": pys, "te-bench": cs,
+                                 "ratios": ratios}
         p, q = statistics.median(pys), statistics.median(cs)
         print(f"paged 16 KiB pages, {total >> 20} MiB/request: python "
-              f"{p:.2f} GB/s, te-bench {q:.2f} GB/s, ratio {p / q:.2f}")
+              f"{p:.2f} GB/s, te-bench {q:.2f} GB/s, ratio (median of "
+              f"pairs) {statistics.median(ratios):.2f} "
+              f"[{min(ratios):.2f}..{max(ratios):.2f}]")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

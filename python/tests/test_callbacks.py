@@ -181,3 +181,19 @@ def test_callback_may_cancel_its_own_expectation_without_deadlock(self_peer):
             break
         threading.Event().wait(0.01)
     assert box["cancel"] is False
+
+
+def test_exit_with_an_open_engine_runs_the_last_callbacks_cleanly():
+    # An engine left open at interpreter exit is closed by the atexit hook
+    # while Python is whole: its pending expectation gets ECANCELED through
+    # the callback, and the interpreter exits normally (no crash, no hang).
+    import subprocess
+    import sys
+    code = ("import transferengine as te\n"
+            "e = te.Engine()\n"
+            "e.expect(5, 1, timeout_ms=60000, callback=lambda i, s: "
+            "print('last callback', i, s, flush=True))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert f"last callback 5 {-errno.ECANCELED}" in r.stdout

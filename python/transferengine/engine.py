@@ -1,6 +1,8 @@
 """Engine: the te_engine of te.h with Pythonic ownership."""
+import atexit
 import collections
 import threading
+import weakref
 
 from . import imm as _imm
 from ._callbacks import Keeper, ON_DONE, ON_IMM, ON_RECV
@@ -27,6 +29,21 @@ class _RecvHandler:
 
     def _on_recv(self, group, peer, data):
         self.fn(group, None if peer == lib.TE_PEER_UNKNOWN else peer, data)
+
+
+# Engines still open at interpreter exit are closed while the interpreter
+# is whole: te_engine_destroy() runs the last callbacks into Python, which
+# must not happen during module teardown.
+_open_engines = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_engines():
+    for e in list(_open_engines):
+        try:
+            e.close()
+        except Exception:  # pragma: no cover - best effort at exit
+            pass
 
 
 class Engine:
@@ -62,6 +79,7 @@ class Engine:
         check(lib.te_engine_create(ffi.NULL if cfg is None else cfg.cdata,
                                    out), "te_engine_create")
         self._e = out[0]
+        _open_engines.add(self)
 
     # ------------------------------------------------------------ lifetime
     def _cdata(self):
