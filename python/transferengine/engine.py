@@ -193,18 +193,23 @@ class Engine:
         future=False the request id, its completion then coming from
         poll_completions()."""
         r = request._r
+        e = self._cdata()
         if not future:
-            r.done = ffi.NULL
-            r.done_arg = ffi.NULL
-            return check(lib.te_submit(self._cdata(), r), "te_submit")
+            with request._lock:
+                r.done = ffi.NULL
+                r.done_arg = ffi.NULL
+                rc = lib.te_submit(e, r)
+            return check(rc, "te_submit")
         t = Transfer(self, callback)
-        r.done = ON_DONE
-        r.done_arg = self._keeper.hold(t)
-        try:
-            t.id = check(lib.te_submit(self._cdata(), r), "te_submit")
-        except BaseException:
+        handle = self._keeper.hold(t)
+        with request._lock:
+            r.done = ON_DONE
+            r.done_arg = handle
+            rc = lib.te_submit(e, r)
+        if rc < 0:
             self._keeper.release(t)
-            raise
+            check(rc, "te_submit")
+        t.id = rc
         return t
 
     def expected_imms(self, request, target=0):

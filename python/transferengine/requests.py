@@ -5,6 +5,7 @@ as soon as submit returns."""
 import asyncio
 import collections
 import concurrent.futures
+import threading
 
 from ._lib import check, ffi, lib, TEError, cstr
 from .memory import as_desc
@@ -25,10 +26,12 @@ def completion(c):
 
 class Request:
     """One te_request, reusable: submit it as often as wanted (change
-    ``imm`` or ``user_data`` in between). Build with the functions of this
-    module (write(), paged(), ...)."""
+    ``imm`` or ``user_data`` in between), also from several threads at
+    once (changing its fields while another thread submits it is a race of
+    the caller's). Build with the functions of this module (write(),
+    paged(), ...)."""
 
-    __slots__ = ("_r", "_keep", "op")
+    __slots__ = ("_r", "_keep", "op", "_lock")
 
     def __init__(self, op, *, imm=None, group=0, pin=None, nics=0,
                  timeout_ms=0, user_data=0):
@@ -36,6 +39,10 @@ class Request:
         lib.tepy_request_init(self._r, OPS[op])
         self.op = op
         self._keep = []
+        # Engine.submit() sets done/done_arg and submits under this lock, so
+        # threads sharing one Request never hand te_submit() each other's
+        # completion handle.
+        self._lock = threading.Lock()
         r = self._r
         r.group = group
         r.timeout_ms = timeout_ms
