@@ -3,6 +3,7 @@ import asyncio
 import collections
 import concurrent.futures
 import threading
+from typing import Any, Optional, Tuple
 
 from ._lib import check, ffi, lib, TEError, cstr
 
@@ -28,7 +29,7 @@ class Expectation(concurrent.futures.Future):
         self._callback = callback
         self._lock = threading.RLock()
 
-    def cancel(self):
+    def cancel(self) -> bool:
         """Disarm (te_imm_remove) and cancel; False if already done."""
         with self._lock:
             if self.done():
@@ -80,7 +81,7 @@ class ImmSpace:
         self._s = out[0]
         self.size = size
 
-    def value(self, index):
+    def value(self, index: int) -> int:
         """Raw immediate of `index` in the current life."""
         raw = ffi.new("uint32_t *")
         check(lib.te_imm_space_value(self._s, index, raw), "te_imm_space_value")
@@ -88,11 +89,12 @@ class ImmSpace:
 
     __getitem__ = value
 
-    def retire(self):
+    def retire(self) -> None:
         """Start the next life (te_imm_space_retire)."""
         check(lib.te_imm_space_retire(self._s), "te_imm_space_retire")
 
-    def stats(self):
+    def stats(self) -> SpaceStats:
+        """The space's counters (te_imm_space_stats_get)."""
         st = ffi.new("te_imm_space_stats *")
         rc = lib.te_imm_space_stats_get(self._s, st)
         if rc < 0 and rc != -116:  # -ESTALE: destroyed, still filled
@@ -100,7 +102,8 @@ class ImmSpace:
         return SpaceStats(st.base, st.size, st.lives, st.life, st.epoch,
                           st.stale_arrivals, st.retired_surplus)
 
-    def destroy(self):
+    def destroy(self) -> None:
+        """Remove the space (te_imm_space_destroy); its range is quarantined."""
         check(lib.te_imm_space_destroy(self._s), "te_imm_space_destroy")
 
     def __enter__(self):
@@ -110,7 +113,7 @@ class ImmSpace:
         self.destroy()
 
 
-def lookup(engine, imm):
+def lookup(engine: Any, imm: int) -> Optional[Tuple[str, int, int]]:
     """(space name, index, life) of a raw immediate, or None."""
     name = ffi.new("const char **")
     idx, life = ffi.new("uint32_t *"), ffi.new("uint32_t *")

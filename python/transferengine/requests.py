@@ -6,9 +6,13 @@ import asyncio
 import collections
 import concurrent.futures
 import threading
+from typing import Any, Iterable, Optional, Tuple, Union
 
 from ._lib import check, ffi, lib, TEError, cstr
-from .memory import as_desc
+from .memory import Descriptor, MemoryRegion, as_desc
+
+#: A destination: a Descriptor or its serialized bytes.
+DescLike = Union[Descriptor, bytes, bytearray, memoryview]
 
 Completion = collections.namedtuple(
     "Completion", "user_data req_id status op reason")
@@ -19,7 +23,8 @@ OPS = {"write": lib.TE_OP_WRITE, "paged": lib.TE_OP_PAGED,
        "read": lib.TE_OP_READ, "send": lib.TE_OP_SEND}
 
 
-def completion(c):
+def completion(c: Any) -> Completion:
+    """A Completion from a te_completion (cdata)."""
     status = c.status
     # reason is "" on success: skip decoding it (hot path of polling).
     return Completion(c.user_data, c.req_id, status, c.op,
@@ -60,11 +65,12 @@ class Request:
             r.route.nics = nics
 
     @property
-    def imm(self):
+    def imm(self) -> Optional[int]:
+        """The immediate carried (None: no TE_F_IMM)."""
         return int(self._r.imm) if self._r.flags & lib.TE_F_IMM else None
 
     @imm.setter
-    def imm(self, value):
+    def imm(self, value: Optional[int]) -> None:
         if value is None:
             self._r.flags &= ~lib.TE_F_IMM
         else:
@@ -72,11 +78,12 @@ class Request:
             self._r.imm = value
 
     @property
-    def user_data(self):
+    def user_data(self) -> int:
+        """Returned in the request's Completion."""
         return int(self._r.user_data)
 
     @user_data.setter
-    def user_data(self, value):
+    def user_data(self, value: int) -> None:
         self._r.user_data = value
 
     def _hold(self, obj):
@@ -88,8 +95,8 @@ def _mr(mr):
     return mr._cdata()
 
 
-def write(peer, local, remote, length, *, local_offset=0, remote_offset=0,
-          **kw):
+def write(peer: int, local: MemoryRegion, remote: DescLike, length: int, *,
+          local_offset: int = 0, remote_offset: int = 0, **kw: Any) -> Request:
     """One-sided write of `length` bytes from MemoryRegion `local` at
     local_offset to Descriptor `remote` at remote_offset (imm= carries an
     immediate)."""
@@ -97,8 +104,8 @@ def write(peer, local, remote, length, *, local_offset=0, remote_offset=0,
                  remote_offset, kw)
 
 
-def read(peer, local, remote, length, *, local_offset=0, remote_offset=0,
-         **kw):
+def read(peer: int, local: MemoryRegion, remote: DescLike, length: int, *,
+         local_offset: int = 0, remote_offset: int = 0, **kw: Any) -> Request:
     """One-sided read of `length` bytes of `remote` into MemoryRegion
     `local`."""
     return _xfer("read", peer, local, remote, length, local_offset,
@@ -128,8 +135,10 @@ def _u32_array(q, arr, what):
     return q._hold(ffi.new("uint32_t[]", seq)), len(seq)
 
 
-def paged(peer, src, dst, src_index, dst_index, page_len, *,
-          src_stride=None, dst_stride=None, src_offset=0, dst_offset=0, **kw):
+def paged(peer: int, src: MemoryRegion, dst: DescLike, src_index: Any,
+          dst_index: Any, page_len: int, *, src_stride: Optional[int] = None,
+          dst_stride: Optional[int] = None, src_offset: int = 0,
+          dst_offset: int = 0, **kw: Any) -> Request:
     """Paged writes: page k goes from src + src_offset + src_stride *
     src_index[k] to dst + dst_offset + dst_stride * dst_index[k], page_len
     bytes each (strides default to page_len). Index arrays: numpy uint32
@@ -150,7 +159,9 @@ def paged(peer, src, dst, src_index, dst_index, page_len, *,
     return q
 
 
-def scatter(src, destinations, *, split="peer", **kw):
+def scatter(src: MemoryRegion,
+            destinations: Iterable[Tuple[int, DescLike, int, int, int]], *,
+            split: str = "peer", **kw: Any) -> Request:
     """One source, many destinations: each a tuple (peer, descriptor,
     dst_offset, src_offset, length). split="peer": destination i whole on
     NIC i mod k; "bytes": every destination sharded like a write."""
@@ -168,7 +179,8 @@ def scatter(src, destinations, *, split="peer", **kw):
     return q
 
 
-def barrier(targets, imm, **kw):
+def barrier(targets: Iterable[Union[int, Tuple[int, Optional[DescLike]]]],
+            imm: int, **kw: Any) -> Request:
     """A zero-length immediate to each target: a peer, or (peer,
     descriptor) where the transport needs a key."""
     q = Request("barrier", imm=imm, **kw)
@@ -183,7 +195,7 @@ def barrier(targets, imm, **kw):
     return q
 
 
-def send(peer, data, **kw):
+def send(peer: int, data: Any, **kw: Any) -> Request:
     """A two-sided message (bytes-like, at most engine.max_msg_size)."""
     q = Request("send", **kw)
     buf = q._hold(ffi.from_buffer(data))
