@@ -106,6 +106,7 @@ def python_paged_gbps(total, page=16384, reps=3, rep_ms=200, min_iters=16):
     with te.Engine() as a, te.Engine() as b:
         src = np.ones(region, dtype=np.uint8)
         dst = np.zeros(region, dtype=np.uint8)
+        dst.fill(1)  # fault every page in now, not in the first repetition
         smr = a.register(src, access=0)
         dmr = b.register(dst, access=te.REMOTE_WRITE)
         desc = dmr.descriptor()
