@@ -33,16 +33,20 @@ import transferengine as te
 WINDOW = 64
 
 
-def python_submit_p50(samples=20000, future=False):
+def python_submit_p50(samples=20000, future=False, paged=False):
     """p50 ns of one submit of a prepared 8-byte write with immediate, 64
     in flight. future=False: completions polled (the fastest form);
-    future=True: each submit returns a Transfer future (the usual form)."""
+    future=True: each submit returns a Transfer future (the usual form).
+    paged=True: each sample builds a new paged request (64 pages of 64
+    bytes, numpy index arrays) and submits it, like te-py-bench-c paged."""
     with te.Engine() as a, te.Engine() as b:
         src, dst = bytearray(4096), bytearray(4096)
         smr = a.register(src, access=0)
         dmr = b.register(dst, access=te.REMOTE_WRITE)
         peer = a.add_peer(b.address())
-        req = te.write(peer, smr, dmr.descriptor(), 8, imm=1)
+        desc = dmr.descriptor()
+        req = te.write(peer, smr, desc, 8, imm=1)
+        idx = np.arange(64, dtype=np.uint32)
         times = []
         pending = collections.deque()
         inflight = 0
@@ -55,6 +59,8 @@ def python_submit_p50(samples=20000, future=False):
             if inflight < WINDOW:
                 t0 = clock()
                 try:
+                    if paged:
+                        req = te.paged(peer, smr, desc, idx, idx, 64, imm=1)
                     t = submit(req, future=future)
                 except te.TEError as e:
                     if e.errno != 11:  # EAGAIN
@@ -85,9 +91,9 @@ def python_submit_p50(samples=20000, future=False):
     return times[len(times) // 2]
 
 
-def c_submit_p50(exe):
-    out = subprocess.run([exe, "20000"], check=True, capture_output=True,
-                         text=True).stdout.split()
+def c_submit_p50(exe, *mode):
+    out = subprocess.run([exe, "20000", *mode], check=True,
+                         capture_output=True, text=True).stdout.split()
     return int(out[1])
 
 
@@ -183,17 +189,21 @@ def main():
     args = ap.parse_args()
     cexe = os.environ.get("TE_PY_BENCH_C", "build/python/te-py-bench-c")
     bexe = os.environ.get("TE_BENCH", "build/tools/te-bench/te-bench")
-    sub = {"c": [], "python": [], "python_future": []}
+    sub = {"c": [], "python": [], "python_future": [], "c_paged_build": [],
+           "python_paged_build": []}
     res = {"submit_ns": sub}
     for _ in range(args.runs):
         sub["c"].append(c_submit_p50(cexe))
         sub["python"].append(python_submit_p50())
         sub["python_future"].append(python_submit_p50(future=True))
-    c = statistics.median(sub["c"])
-    for form in ("python", "python_future"):
-        py = statistics.median(sub[form])
-        print(f"submit p50 ({form}): {py / 1e3:.2f} us, C {c / 1e3:.2f} us, "
-              f"python adds {(py - c) / 1e3:.2f} us (median of {args.runs})")
+        sub["c_paged_build"].append(c_submit_p50(cexe, "paged"))
+        sub["python_paged_build"].append(python_submit_p50(paged=True))
+    for form, ref in (("python", "c"), ("python_future", "c"),
+                      ("python_paged_build", "c_paged_build")):
+        py, c = statistics.median(sub[form]), statistics.median(sub[ref])
+        print(f"submit p50 ({form}): {py / 1e3:.2f} us, {ref} "
+              f"{c / 1e3:.2f} us, python adds {(py - c) / 1e3:.2f} us "
+              f"(median of {args.runs})")
     for total in (1 << 20, 4 << 20):
         pys, cs, cpus = [], [], []
         for _ in range(args.runs):
