@@ -369,7 +369,12 @@ static void serve(te_kv_prefiller *p, struct job *j)
     uint64_t compute_ns = (uint64_t)p->o.layer_us * 1000u *
                           j->m.tokens / (p->o.ref_tokens ? p->o.ref_tokens : 1);
     int cancelled = 0;
-    for (uint32_t l = 0; l < j->m.layers && !cancelled; l++) {
+    /* A failed write means the request cannot complete: the decoder died,
+     * is unreachable, or fenced us (revoked keys). Drop the rest of the
+     * work instead of computing layers nobody can receive; the decoder
+     * fails the request by its deadline or fence. */
+    for (uint32_t l = 0; l < j->m.layers && !cancelled &&
+                         !atomic_load(&p->write_failed); l++) {
         uint64_t t0 = kv_now_ns();
         if (!p->o.no_fill)
             fill(p, j->m.request_id, l, j->m.npages); /* part of "compute" */
@@ -396,7 +401,7 @@ static void serve(te_kv_prefiller *p, struct job *j)
             pthread_mutex_unlock(&p->lock);
         }
     }
-    if (!cancelled) {
+    if (!cancelled && !atomic_load(&p->write_failed)) {
         uint8_t *h = p->src + p->o.shape.layers * p->layer_span;
         kv_pattern_fill(h, p->hidden_bytes, j->m.request_id, UINT32_MAX, 0);
         hidden_request(p, j, &d, &r);

@@ -260,6 +260,75 @@ START_TEST(killed_prefiller_is_fenced_within_the_deadline)
 }
 END_TEST
 
+/* A decoder in another process, SIGKILLed while its request is being
+ * computed: the prefiller's next write fails, it drops the remaining
+ * layers (fewer layer writes than layers), counts the request failed, and
+ * serves the next decoder. */
+START_TEST(dead_decoder_work_is_dropped)
+{
+    te_kv_shape s = shape(40);
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    pid_t pid = fork(); /* before any engine exists in this process */
+    if (pid == 0) {
+        close(sv[0]);
+        uint64_t len;
+        uint8_t addr[TE_ADDR_MAX];
+        if (read(sv[1], &len, 8) != 8 || len > TE_ADDR_MAX ||
+            read(sv[1], addr, len) != (ssize_t)len)
+            _exit(1);
+        te_engine *e = engine();
+        te_kv_decoder *d = decoder(e, s, 64);
+        uint32_t pf;
+        struct result r = {0};
+        if (te_kv_decoder_add_prefiller(d, addr, len, &pf) ||
+            te_kv_decoder_submit(d, pf, 1, 128, 30000, on_done, &r))
+            _exit(1);
+        char ok = 1;
+        if (write(sv[1], &ok, 1) != 1)
+            _exit(1);
+        for (int i = 0; i < 60; i++) /* bounded: the parent kills us */
+            sleep(1);
+        _exit(0);
+    }
+    close(sv[1]);
+    struct side p = prefiller(s, 30000); /* 30 ms per layer: 1.2 s in all */
+    uint8_t addr[TE_ADDR_MAX];
+    size_t alen = sizeof(addr);
+    ck_assert_int_eq(te_engine_address(p.e, 0, addr, &alen), 0);
+    uint64_t l = alen;
+    ck_assert_int_eq(write(sv[0], &l, 8), 8);
+    ck_assert_int_eq(write(sv[0], addr, alen), (ssize_t)alen);
+    char ok = 0;
+    ck_assert_int_eq(read(sv[0], &ok, 1), 1);
+    usleep(150000); /* a few layers written */
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    te_kv_prefiller_stats st = {0};
+    for (int i = 0; i < 20000 && !st.failed; i++) {
+        usleep(1000);
+        te_kv_prefiller_stats_get(p.p, &st);
+    }
+    ck_assert_uint_eq(st.failed, 1);
+    ck_assert_uint_eq(st.completed, 0);
+    ck_assert_uint_lt(st.layer_writes, 40); /* the rest was dropped */
+    /* It serves the next decoder. */
+    te_engine *de = engine();
+    te_kv_decoder *d = decoder(de, shape(40), 64);
+    uint32_t pf = add(d, p.e);
+    struct result r = {0};
+    ck_assert_int_eq(te_kv_decoder_submit(d, pf, 2, 16, 30000, on_done, &r), 0);
+    wait_done(&r, 1, 30);
+    ck_assert_msg(r.status[2] == 0, "%s", r.why[2]);
+    ck_assert_msg(te_kv_decoder_verify(d, 2) == 0, "%s", te_kv_last_error());
+    te_kv_decoder_free(d);
+    te_kv_prefiller_free(p.p);
+    te_engine_destroy(p.e);
+    te_engine_destroy(de);
+    close(sv[0]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kv_transfer");
@@ -269,6 +338,7 @@ int main(void)
     tcase_add_test(t, cancel_is_confirmed_before_pages_return);
     tcase_add_test(t, model_mismatch_is_rejected);
     tcase_add_test(t, killed_prefiller_is_fenced_within_the_deadline);
+    tcase_add_test(t, dead_decoder_work_is_dropped);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
