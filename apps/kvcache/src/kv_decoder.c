@@ -310,7 +310,16 @@ static void handle_msg(te_kv_decoder *d, te_peer from, const te_kv_msg *m)
             fence_prefiller(d, q->pf, -EPROTO, "accepted with 0 immediates");
             return;
         }
-        int left = (int)((q->deadline_ns - kv_now_ns()) / 1000000);
+        uint64_t now = kv_now_ns();
+        if (now >= q->deadline_ns) {
+            /* The ACCEPT came after the request's deadline: its writes
+             * may be under way, so fence rather than just fail. */
+            fence_prefiller(d, q->pf, -ETIMEDOUT, "ACCEPT after the "
+                            "request's deadline");
+            return;
+        }
+        uint64_t left_ms = (q->deadline_ns - now) / 1000000;
+        int left = left_ms > INT32_MAX ? INT32_MAX : (int)left_ms;
         int rc = te_imm_expect_timeout(d->e, q->imm, m->expected_imms,
                                        left > 1 ? left : 1, on_imm, d);
         if (rc) {
