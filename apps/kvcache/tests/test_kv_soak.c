@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -197,14 +199,25 @@ START_TEST(random_cancels_no_late_write_no_lost_completion)
 }
 END_TEST
 
-/* A prefiller in a child process; its address comes back on fd. */
-static pid_t spawn_prefiller(te_kv_shape s, int fd_pair[2])
+/* A prefiller in a child process. Forked before this process has any
+ * engine (a fork of a process with engine threads could inherit a held
+ * lock and hang in the child); it starts its engine when the parent
+ * writes a byte on fd_pair[0] and sends its address back. */
+static pid_t fork_prefiller(te_kv_shape s, int fd_pair[2])
 {
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, fd_pair), 0);
+    pid_t parent = getpid();
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
+        /* Die with the test if it fails part way. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(0);
         close(fd_pair[0]);
+        char go;
+        if (read(fd_pair[1], &go, 1) != 1)
+            _exit(0); /* the parent went away first */
         te_engine *e = engine();
         /* 64-token prompts: 8 ms per layer, 96 ms per request */
         te_kv_prefiller_opts o = {.shape = s, .max_pages = 16,
@@ -227,6 +240,21 @@ static pid_t spawn_prefiller(te_kv_shape s, int fd_pair[2])
     return pid;
 }
 
+/* Read exactly n bytes within 20 s (a child that never answers is an
+ * error, not a hang). */
+static void read_within(int fd, void *b, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        ck_assert_msg(poll(&pfd, 1, 20000) == 1, "child prefiller silent "
+                      "for 20 s");
+        ssize_t r = read(fd, (char *)b + got, n - got);
+        ck_assert_msg(r > 0, "child prefiller closed its socket");
+        got += (size_t)r;
+    }
+}
+
 /* Rounds of: requests in flight to a child prefiller and to a live
  * in-process one; the child is SIGKILLed (even rounds) or SIGSTOPped
  * (odd rounds: silent but alive) at a random point. The decoder must fail
@@ -240,13 +268,18 @@ START_TEST(killed_and_silent_prefillers_are_fenced_no_late_write)
     te_kv_shape s;
     ck_assert_int_eq(te_kv_shape_preset("qwen3-235b-a22b", 8192, &s), 0);
     s.layers = 12;
+    enum { ROUNDS = 4 };
+    int fds[ROUNDS][2];
+    pid_t pids[ROUNDS];
+    for (int i = 0; i < ROUNDS; i++) /* before any engine exists here */
+        pids[i] = fork_prefiller(s, fds[i]);
     te_engine *de = engine();
     te_kv_decoder_opts o = {.shape = s, .pool_pages = 6 * 16,
                             .max_requests = 8, .accept_timeout_ms = 2000,
                             .cancel_timeout_ms = 2000, .poison_freed = 1};
     te_kv_decoder *d;
     ck_assert_int_eq(te_kv_decoder_new(de, &o, &d), 0);
-    const int rounds = 4, per = 3;
+    const int rounds = ROUNDS, per = 3;
     g_out = calloc((size_t)rounds * 4 * per + 1, sizeof(*g_out)); /* ids used */
     struct member live = {0};
     te_kv_prefiller_opts lo = {.shape = s, .max_pages = 16, .layer_us = 1000,
@@ -260,12 +293,14 @@ START_TEST(killed_and_silent_prefillers_are_fenced_no_late_write)
     unsigned seed = 777;
     uint64_t id = 1, fenced = 0, finished_first = 0;
     for (int round = 0; round < rounds; round++) {
-        int fd[2];
-        pid_t pid = spawn_prefiller(s, fd);
+        int *fd = fds[round];
+        pid_t pid = pids[round];
+        char go = 1;
+        ck_assert_int_eq(write(fd[0], &go, 1), 1);
         uint64_t len = 0;
-        ck_assert_int_eq(read(fd[0], &len, 8), 8);
+        read_within(fd[0], &len, 8);
         ck_assert_uint_le(len, TE_ADDR_MAX);
-        ck_assert_int_eq(read(fd[0], addr, len), (ssize_t)len);
+        read_within(fd[0], addr, len);
         uint32_t child;
         ck_assert_int_eq(te_kv_decoder_add_prefiller(d, addr, len, &child), 0);
         uint64_t first = id;
