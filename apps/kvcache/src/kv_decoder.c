@@ -28,11 +28,21 @@
 
 enum rstate { R_FREE = 0, R_SENT, R_ARMED, R_DONE, R_CANCELLING };
 
+/* Immediate values per request slot, used in turn: a slot's next request
+ * gets the next one, so an ImmCounter callback of an earlier request of
+ * the slot that is still queued on the engine's callback thread (e.g. a
+ * request whose count was met just as it was cancelled) finds no request
+ * with its value instead of completing the slot's new request. Found by
+ * kvcache_soak_faults (a completed request whose pages still held the
+ * poison). */
+#define IMMS_PER_SLOT 16u
+
 struct kv_req {
     enum rstate state;
     uint64_t id;
     uint32_t pf;
     uint32_t imm;
+    uint32_t uses;          /* requests this slot has carried */
     uint32_t npages;
     uint32_t *pages;
     uint64_t deadline_ns;   /* whole request */
@@ -462,14 +472,15 @@ int te_kv_decoder_new(te_engine *e, const te_kv_decoder_opts *o,
     if ((rc = te_kv_pool_new(o->pool_pages, &d->pool)))
         goto fail;
     /* The decoder's own immediates: no other subsystem can alias them. */
-    if ((rc = te_imm_space_create(e, "te-kv", o->max_requests, 0, 0, 0,
+    if ((rc = te_imm_space_create(e, "te-kv",
+                                  o->max_requests * IMMS_PER_SLOT, 0, 0, 0,
                                   &d->space))) {
         rc = kv_fail(rc, "te_kv_decoder_new: immediate space: %s",
                      te_last_error());
         goto fail;
     }
     for (uint32_t i = 0; i < o->max_requests; i++)
-        te_imm_space_value(d->space, i, &d->req[i].imm);
+        te_imm_space_value(d->space, i * IMMS_PER_SLOT, &d->req[i].imm);
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->cond, NULL);
     if ((rc = te_set_recv_handler(e, o->group, on_msg, d))) {
@@ -565,6 +576,9 @@ int te_kv_decoder_submit(te_kv_decoder *d, uint32_t pf, uint64_t id,
         return rc;
     }
     uint32_t slot = (uint32_t)(q - d->req);
+    q->uses++;
+    te_imm_space_value(d->space, slot * IMMS_PER_SLOT + q->uses % IMMS_PER_SLOT,
+                       &q->imm);
     q->state = R_SENT;
     q->id = id;
     q->pf = pf;

@@ -27,6 +27,9 @@ struct job {
 };
 
 /* Decoders that said HELLO: their token and our peer handle of them. */
+#define TOMBS 1024
+#define MAX_PARKED 64
+
 struct decoder_ref {
     uint64_t token;
     te_peer peer;
@@ -50,6 +53,17 @@ struct te_kv_prefiller {
     int stopping;
     te_kv_prefiller_stats st;
     struct { uint64_t id, t; } last[256]; /* te_kv_prefiller_last_layer_ns */
+    /* Cancels of requests not seen here (yet): two-sided messages may be
+     * reordered (the loopback's fault_reorder, EFA's SRD), so a CANCEL can
+     * overtake its REQUEST. The CANCELLED(ENOENT) answer lets the decoder
+     * free the pages, so the REQUEST, if it arrives later, must be
+     * dropped: it is matched against these. A ring: the oldest goes when
+     * it is full (a REQUEST overtaken by TOMBS later cancels is beyond
+     * any transport's reordering window). */
+    struct { te_peer from; uint64_t id; } tomb[TOMBS];
+    struct job *parked;        /* messages of decoders not yet HELLOed */
+    int nparked;
+    uint32_t tomb_next, tomb_count;
     /* writes of the current request still outstanding */
     atomic_int outstanding;
     atomic_int write_failed;
@@ -91,6 +105,8 @@ static void reply(te_kv_prefiller *p, te_peer to, uint32_t type, uint64_t id,
 }
 
 /* Receive handler (engine callback thread): queue, never block long. */
+static void dispatch(te_kv_prefiller *p, struct job *j, te_peer from);
+
 static void on_msg(int group, te_peer from, const void *data, size_t len,
                    void *arg)
 {
@@ -121,7 +137,33 @@ static void on_msg(int group, te_peer from, const void *data, size_t len,
                 if (i == p->ndec)
                     p->ndec++;
             }
+            /* Messages of this decoder that overtook its HELLO. */
+            struct job *mine = NULL;
+            for (struct job **pp = &p->parked; *pp;) {
+                struct job *q = *pp;
+                if (q->m.sender == j->m.sender) {
+                    *pp = q->next;
+                    p->nparked--;
+                    q->next = mine;
+                    mine = q;
+                } else {
+                    pp = &q->next;
+                }
+            }
             pthread_mutex_unlock(&p->lock);
+            /* mine is newest first: reverse to arrival order. */
+            struct job *ordered = NULL;
+            while (mine) {
+                struct job *q = mine;
+                mine = q->next;
+                q->next = ordered;
+                ordered = q;
+            }
+            while (ordered) {
+                struct job *q = ordered;
+                ordered = q->next;
+                dispatch(p, q, peer);
+            }
         }
         free(j);
         return;
@@ -134,12 +176,29 @@ static void on_msg(int group, te_peer from, const void *data, size_t len,
     te_peer dpeer = known ? p->dec[di].peer : 0;
     pthread_mutex_unlock(&p->lock);
     if (!known) {
+        /* Its HELLO may still be on the way (two-sided messages can be
+         * reordered): park it, bounded, until the HELLO comes. */
+        pthread_mutex_lock(&p->lock);
+        if (p->nparked < MAX_PARKED) {
+            j->next = p->parked;
+            p->parked = j;
+            p->nparked++;
+            pthread_mutex_unlock(&p->lock);
+            return;
+        }
+        pthread_mutex_unlock(&p->lock);
         fprintf(stderr, "te-kv prefiller: message from unknown decoder %016llx "
-                "(no HELLO): dropped\n", (unsigned long long)j->m.sender);
+                "(no HELLO, %d already waiting for theirs): dropped\n",
+                (unsigned long long)j->m.sender, MAX_PARKED);
         free(j);
         return;
     }
-    from = dpeer;
+    dispatch(p, j, dpeer);
+}
+
+/* A REQUEST or CANCEL of a known decoder (its peer handle `from`). */
+static void dispatch(te_kv_prefiller *p, struct job *j, te_peer from)
+{
     j->from = from;
     j->next = NULL;
     pthread_mutex_lock(&p->lock);
@@ -166,8 +225,15 @@ static void on_msg(int group, te_peer from, const void *data, size_t len,
                 found = 1;
                 break;
             }
-        if (found)
+        if (found) {
             p->st.cancelled++;
+        } else {
+            p->tomb[p->tomb_next].from = from;
+            p->tomb[p->tomb_next].id = id;
+            p->tomb_next = (p->tomb_next + 1) % TOMBS;
+            if (p->tomb_count < TOMBS)
+                p->tomb_count++;
+        }
         pthread_mutex_unlock(&p->lock);
         reply(p, from, TE_KV_MSG_CANCELLED, id, found ? 0 : ENOENT);
         return;
@@ -177,6 +243,16 @@ static void on_msg(int group, te_peer from, const void *data, size_t len,
         free(j);
         return;
     }
+    for (uint32_t t = 0; t < p->tomb_count; t++)
+        if (p->tomb[t].id == j->m.request_id && p->tomb[t].from == from) {
+            /* Cancelled before it arrived: never served. */
+            p->tomb[t].id = 0;
+            p->tomb[t].from = TE_PEER_UNKNOWN;
+            p->st.cancelled++;
+            pthread_mutex_unlock(&p->lock);
+            free(j);
+            return;
+        }
     if (p->tail)
         p->tail->next = j;
     else
@@ -519,6 +595,11 @@ void te_kv_prefiller_free(te_kv_prefiller *p)
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
     pthread_join(p->thread, NULL);
+    while (p->parked) {
+        struct job *j = p->parked;
+        p->parked = j->next;
+        free(j);
+    }
     while (p->head) {
         struct job *j = p->head;
         p->head = j->next;

@@ -35,3 +35,10 @@ set_tests_properties(kvcache_cli_help PROPERTIES LABELS kvcache
 add_test(NAME kvcache_cli_bad_number COMMAND te-kv-tool demo --tokens 12x)
 set_tests_properties(kvcache_cli_bad_number PROPERTIES LABELS kvcache
   PASS_REGULAR_EXPRESSION "--tokens: expected a whole number.*got \"12x\"")
+
+# The soak again on a loopback that reorders execution and completions and
+# delays every operation: two-sided messages overtake each other (a CANCEL
+# its REQUEST, a REQUEST its HELLO), as on EFA's SRD.
+add_test(NAME kvcache_soak_faults COMMAND test_kv_soak)
+set_tests_properties(kvcache_soak_faults PROPERTIES TIMEOUT 300 LABELS kvcache
+  ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR};CK_DEFAULT_TIMEOUT=120;TE_LOOPBACK_FAULT_REORDER=true;TE_LOOPBACK_FAULT_DELAY_US=50;TE_KV_SOAK_REQUESTS=2000")
