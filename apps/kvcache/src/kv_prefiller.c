@@ -60,7 +60,7 @@ struct te_kv_prefiller {
      * dropped: it is matched against these. A ring: the oldest goes when
      * it is full (a REQUEST overtaken by TOMBS later cancels is beyond
      * any transport's reordering window). */
-    struct { te_peer from; uint64_t id; } tomb[TOMBS];
+    struct { uint64_t sender, id; } tomb[TOMBS]; /* sender: HELLO token */
     struct job *parked;        /* messages of decoders not yet HELLOed */
     int nparked;
     uint32_t tomb_next, tomb_count;
@@ -203,7 +203,7 @@ static void dispatch(te_kv_prefiller *p, struct job *j, te_peer from)
     j->next = NULL;
     pthread_mutex_lock(&p->lock);
     if (j->m.type == TE_KV_MSG_CANCEL) {
-        uint64_t id = j->m.request_id;
+        uint64_t id = j->m.request_id, sender = j->m.sender;
         free(j);
         if (p->current == id && p->current_from == from) {
             p->cancel_current = 1; /* the worker answers when quiet */
@@ -228,7 +228,7 @@ static void dispatch(te_kv_prefiller *p, struct job *j, te_peer from)
         if (found) {
             p->st.cancelled++;
         } else {
-            p->tomb[p->tomb_next].from = from;
+            p->tomb[p->tomb_next].sender = sender;
             p->tomb[p->tomb_next].id = id;
             p->tomb_next = (p->tomb_next + 1) % TOMBS;
             if (p->tomb_count < TOMBS)
@@ -244,10 +244,11 @@ static void dispatch(te_kv_prefiller *p, struct job *j, te_peer from)
         return;
     }
     for (uint32_t t = 0; t < p->tomb_count; t++)
-        if (p->tomb[t].id == j->m.request_id && p->tomb[t].from == from) {
+        if (p->tomb[t].id == j->m.request_id &&
+            p->tomb[t].sender == j->m.sender) {
             /* Cancelled before it arrived: never served. */
             p->tomb[t].id = 0;
-            p->tomb[t].from = TE_PEER_UNKNOWN;
+            p->tomb[t].sender = 0;
             p->st.cancelled++;
             pthread_mutex_unlock(&p->lock);
             free(j);

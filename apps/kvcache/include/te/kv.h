@@ -254,9 +254,9 @@ int te_kv_decoder_add_prefiller(te_kv_decoder *d, const void *addr,
 
 /**
  * Ask prefiller `pf` for the KV of a `tokens`-token prompt as request `id`
- * (unique for the decoder's lifetime: a prefiller remembers
- * cancels that overtook their request by id). Allocates the pages (-ENOSPC if the pool lacks
- * them), sends the REQUEST; cb runs when it ends. timeout_ms bounds the
+ * (unique for this decoder's lifetime: a prefiller remembers cancels
+ * that overtook their request by decoder and id). Allocates the pages
+ * (-ENOSPC if the pool lacks them), sends the REQUEST; cb runs when it ends. timeout_ms bounds the
  * whole transfer (0: 60 s): past it the request fails and its prefiller is
  * fenced.
  */
