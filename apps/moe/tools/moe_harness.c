@@ -107,8 +107,11 @@ static int rank_main(struct rank_ctx *c)
         double t0 = now_us();
         rc = te_moe_dispatch(m, j->tokens, x, ids);
         double t1 = now_us();
-        if (!rc && j->kill_rank == (int)c->rank && j->kill_batch == (int)b)
-            _exit(3); /* dies mid-batch: after dispatch, before combine */
+        if (!rc && j->kill_rank == (int)c->rank && j->kill_batch == (int)b) {
+            if (j->stall) /* alive (sockets open) but silent past every deadline */
+                usleep((useconds_t)(j->p.timeout_ms + 3000) * 1000u);
+            _exit(3);
+        } /* dies mid-batch: after dispatch, before combine */
         if (!rc)
             rc = te_moe_compute(m);
         double t2 = now_us();
@@ -155,7 +158,10 @@ static void collect(const struct moe_job *j, struct rank_ctx *cs, struct moe_res
     for (uint32_t r = 0; r < j->p.ranks; r++) {
         struct rank_ctx *c = &cs[r];
         if (c->rc) {
+            char tag[32];
+            snprintf(tag, sizeof(tag), "batch %d:", j->kill_batch);
             res->failed_ranks++;
+            res->failed_in_kill_batch += j->kill_batch >= 0 && strstr(c->msg, tag) != NULL;
             if (!res->rc) {
                 res->rc = c->rc;
                 snprintf(res->msg, sizeof(res->msg), "%s", c->msg);

@@ -16,6 +16,7 @@ struct moe_job {
     uint32_t check;        /* compare with the reference */
     const char *faults;    /* extra INI text for every engine ("" = none) */
     int kill_rank, kill_batch; /* processes: that rank exits before combining that batch */
+    int stall;             /* with kill_*: the rank stays alive but silent past the deadline */
     int hidden_of_rank1;   /* != 0: rank 1 claims this hidden (mismatch test) */
 };
 
@@ -26,6 +27,7 @@ struct moe_result {
     uint64_t mismatched;   /* output elements differing from the reference */
     double *dispatch_us, *combine_us; /* [batches] rank 0's times (caller frees) */
     int failed_ranks;      /* ranks whose batch failed (kill test) */
+    int failed_in_kill_batch; /* of those, ranks that failed batch kill_batch */
 };
 
 int moe_run_threads(const struct moe_job *job, struct moe_result *res);

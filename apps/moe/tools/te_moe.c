@@ -16,10 +16,11 @@ static void usage(void)
     puts("usage: te-moe run|bench [--ranks R] [--experts E] [--top-k K] [--hidden H]\n"
          "       [--tokens T] [--batches N] [--bf16] [--procs] [--naive]\n"
          "       [--routing random|one|empty|bad] [--faults INI] [--private P]\n"
-         "       [--overflow C] [--kill RANK:BATCH] [--timeout-ms MS]\n"
+         "       [--overflow C] [--kill RANK:BATCH] [--stall RANK:BATCH] [--timeout-ms MS]\n"
          "run: every batch compared bit for bit with the dense reference; prints\n"
          "     the most writes per peer (dispatch, combine). --kill: that rank\n"
-         "     exits mid-batch; succeeds when every other rank failed that batch.\n"
+         "     exits mid-batch (--stall: stays alive, silent); succeeds when every\n"
+         "     other rank failed that batch with an error (none hangs).\n"
          "bench: decode (128 tokens, hidden 7168, top-8, 256 experts) by default;\n"
          "     speculative and naive exchanges in the same run, p50/p99 in us.");
 }
@@ -61,7 +62,7 @@ int main(int argc, char **argv)
         {"bf16", 0, 0, 'B'}, {"procs", 0, 0, 'p'}, {"naive", 0, 0, 'n'},
         {"routing", 1, 0, 'R'}, {"faults", 1, 0, 'f'}, {"private", 1, 0, 'P'},
         {"overflow", 1, 0, 'C'}, {"kill", 1, 0, 'K'}, {"timeout-ms", 1, 0, 'T'},
-        {"check", 0, 0, 'c'}, {0, 0, 0, 0}};
+        {"check", 0, 0, 'c'}, {"stall", 1, 0, 'S'}, {0, 0, 0, 0}};
     int o;
     optind = 2;
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -82,6 +83,8 @@ int main(int argc, char **argv)
         case 'P': j.p.private_tokens = (uint32_t)atoi(optarg); break;
         case 'C': j.p.overflow_tokens = (uint32_t)atoi(optarg); break;
         case 'K': if (sscanf(optarg, "%d:%d", &j.kill_rank, &j.kill_batch) != 2) return 2; break;
+        case 'S': if (sscanf(optarg, "%d:%d", &j.kill_rank, &j.kill_batch) != 2) return 2;
+                  j.stall = 1; break;
         case 'T': j.p.timeout_ms = atoi(optarg); break;
         case 'c': j.check = 1; break;
         default: usage(); return 2;
@@ -93,10 +96,12 @@ int main(int argc, char **argv)
         int rc = procs ? moe_run_procs(&j, &res) : moe_run_threads(&j, &res);
         if (j.kill_rank >= 0) {
             uint32_t others = j.p.ranks - 1;
-            printf("te-moe: rank %d killed in batch %d: %d of %u other ranks failed: %s\n",
-                   j.kill_rank, j.kill_batch, res.failed_ranks, others, res.msg);
+            printf("te-moe: rank %d %s in batch %d: %d of %u other ranks failed that batch: %s\n",
+                   j.kill_rank, j.stall ? "stalled" : "killed", j.kill_batch,
+                   res.failed_in_kill_batch, others, res.msg);
             free(res.dispatch_us), free(res.combine_us);
-            return (uint32_t)res.failed_ranks == others ? 0 : 1;
+            return (uint32_t)res.failed_in_kill_batch == others &&
+                   (uint32_t)res.failed_ranks == others ? 0 : 1;
         }
         printf("te-moe: %s R=%u E=%u K=%u hidden=%u %s tokens=%u batches=%u: %s\n",
                procs ? "processes" : "threads", j.p.ranks, j.p.experts, j.p.top_k, j.p.hidden,
