@@ -66,7 +66,7 @@ struct rank_ctx {
     void *ag_arg;
     int rc;
     char msg[320];
-    uint32_t max_d, max_c, min_c;
+    uint32_t max_d, max_c, min_c, max_d_naive;
     uint64_t mismatched;
     double *dus, *cus;
 };
@@ -102,21 +102,36 @@ static int rank_main(struct rank_ctx *c)
     uint32_t *ids = malloc((size_t)j->tokens * p.top_k * 4 + 4);
     float *w = malloc((size_t)j->tokens * p.top_k * 4 + 4);
     c->min_c = UINT32_MAX;
+    /* --interleave: a second rank state in naive mode on the same engines
+     * (its own immediates), batches alternating between the two, so both
+     * see the same machine load. */
+    te_moe *ms[2] = {m, NULL};
+    int nmodes = 1;
+    if (j->interleave) {
+        te_moe_params p2 = p;
+        p2.mode = TE_MOE_NAIVE;
+        p2.imm_base = 0x4e000000u;
+        if ((rc = te_moe_create(e, &p2, c->ag, c->ag_arg, &ms[1])))
+            snprintf(c->msg, sizeof(c->msg), "%s", te_moe_last_error());
+        nmodes = 2;
+    }
     for (uint32_t b = 0; b < j->warmup + j->batches && !rc; b++) {
-        make_inputs(j, b, c->rank, x, ids, w);
+      make_inputs(j, b, c->rank, x, ids, w);
+      for (int mi = 0; mi < nmodes && !rc; mi++) {
+        te_moe *mm = ms[mi];
         double t0 = now_us();
-        rc = te_moe_dispatch(m, j->tokens, x, ids);
+        rc = te_moe_dispatch(mm, j->tokens, x, ids);
         double t1 = now_us();
         if (!rc && j->kill_rank == (int)c->rank && j->kill_batch == (int)b) {
             if (j->stall) /* alive (sockets open) but silent past every deadline */
                 usleep((useconds_t)(j->p.timeout_ms + 3000) * 1000u);
-            _exit(3);
-        } /* dies mid-batch: after dispatch, before combine */
+            _exit(3); /* dies mid-batch: after dispatch, before combine */
+        }
         if (!rc)
-            rc = te_moe_compute(m);
+            rc = te_moe_compute(mm);
         double t2 = now_us();
         if (!rc)
-            rc = te_moe_combine(m, w, out);
+            rc = te_moe_combine(mm, w, out);
         double t3 = now_us();
         if (rc) {
             snprintf(c->msg, sizeof(c->msg), "rank %u batch %u: %s", c->rank, b,
@@ -124,23 +139,30 @@ static int rank_main(struct rank_ctx *c)
             break;
         }
         te_moe_batch_stats st;
-        te_moe_stats(m, &st);
-        if (st.max_dispatch_writes > c->max_d)
-            c->max_d = st.max_dispatch_writes;
-        if (st.max_combine_writes > c->max_c)
-            c->max_c = st.max_combine_writes;
-        if (st.min_combine_writes < c->min_c)
-            c->min_c = st.min_combine_writes;
+        te_moe_stats(mm, &st);
+        if (mi == 1) {
+            if (st.max_dispatch_writes > c->max_d_naive)
+                c->max_d_naive = st.max_dispatch_writes;
+        } else {
+            if (st.max_dispatch_writes > c->max_d)
+                c->max_d = st.max_dispatch_writes;
+            if (st.max_combine_writes > c->max_c)
+                c->max_c = st.max_combine_writes;
+            if (st.min_combine_writes < c->min_c)
+                c->min_c = st.min_combine_writes;
+        }
         if (b >= j->warmup && c->dus) {
-            c->dus[b - j->warmup] = t1 - t0;
-            c->cus[b - j->warmup] = t3 - t2;
+            c->dus[mi * j->batches + b - j->warmup] = t1 - t0;
+            c->cus[mi * j->batches + b - j->warmup] = t3 - t2;
         }
         if (j->check) {
             te_moe_reference(p.experts, p.top_k, p.hidden, p.dtype, j->tokens, x, ids, w, ref);
             for (size_t i = 0; i < (size_t)j->tokens * p.hidden; i++)
                 c->mismatched += memcmp((char *)out + i * elt, (char *)ref + i * elt, elt) != 0;
         }
+      }
     }
+    te_moe_destroy(ms[1]);
     free(x), free(out), free(ref), free(ids), free(w);
     te_moe_destroy(m);
     te_engine_destroy(e);
@@ -174,6 +196,8 @@ static void collect(const struct moe_job *j, struct rank_ctx *cs, struct moe_res
         if (c->min_c < res->min_combine_writes)
             res->min_combine_writes = c->min_c;
         res->mismatched += c->mismatched;
+        if (c->max_d_naive > res->max_dispatch_writes_naive)
+            res->max_dispatch_writes_naive = c->max_d_naive;
     }
 }
 
@@ -219,8 +243,8 @@ int moe_run_threads(const struct moe_job *j, struct moe_result *res)
     g.buf = calloc(R, 8192); /* the setup blob is under 8 KiB */
     struct thread_arg *ts = calloc(R, sizeof(*ts));
     pthread_t *th = calloc(R, sizeof(*th));
-    res->dispatch_us = calloc(j->batches + 1, sizeof(double));
-    res->combine_us = calloc(j->batches + 1, sizeof(double));
+    res->dispatch_us = calloc(2 * j->batches + 1, sizeof(double));
+    res->combine_us = calloc(2 * j->batches + 1, sizeof(double));
     for (uint32_t r = 0; r < R; r++) {
         ts[r].g = &g;
         ts[r].ctx = (struct rank_ctx){.job = j, .rank = r, .ag = tag, .ag_arg = &ts[r]};

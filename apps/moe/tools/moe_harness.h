@@ -16,6 +16,7 @@ struct moe_job {
     uint32_t check;        /* compare with the reference */
     const char *faults;    /* extra INI text for every engine ("" = none) */
     int kill_rank, kill_batch; /* processes: that rank exits before combining that batch */
+    int interleave;        /* threads: also a naive-mode state, batches alternating */
     int stall;             /* with kill_*: the rank stays alive but silent past the deadline */
     int hidden_of_rank1;   /* != 0: rank 1 claims this hidden (mismatch test) */
 };
@@ -24,8 +25,9 @@ struct moe_result {
     int rc;                /* 0 when every rank passed every batch */
     char msg[512];
     uint32_t max_dispatch_writes, max_combine_writes, min_combine_writes;
+    uint32_t max_dispatch_writes_naive; /* interleave: the naive state's */
     uint64_t mismatched;   /* output elements differing from the reference */
-    double *dispatch_us, *combine_us; /* [batches] rank 0's times (caller frees) */
+    double *dispatch_us, *combine_us; /* [modes][batches] rank 0's times (caller frees) */
     int failed_ranks;      /* ranks whose batch failed (kill test) */
     int failed_in_kill_batch; /* of those, ranks that failed batch kill_batch */
 };

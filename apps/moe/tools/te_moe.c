@@ -16,7 +16,7 @@ static void usage(void)
     puts("usage: te-moe run|bench [--ranks R] [--experts E] [--top-k K] [--hidden H]\n"
          "       [--tokens T] [--batches N] [--bf16] [--procs] [--naive]\n"
          "       [--routing random|one|empty|bad] [--faults INI] [--private P]\n"
-         "       [--overflow C] [--kill RANK:BATCH] [--stall RANK:BATCH] [--timeout-ms MS]\n"
+         "       [--warmup N] [--prefill (4096 tokens)] [--overflow C] [--kill RANK:BATCH] [--stall RANK:BATCH] [--timeout-ms MS]\n"
          "run: every batch compared bit for bit with the dense reference; prints\n"
          "     the most writes per peer (dispatch, combine). --kill: that rank\n"
          "     exits mid-batch (--stall: stays alive, silent); succeeds when every\n"
@@ -62,7 +62,8 @@ int main(int argc, char **argv)
         {"bf16", 0, 0, 'B'}, {"procs", 0, 0, 'p'}, {"naive", 0, 0, 'n'},
         {"routing", 1, 0, 'R'}, {"faults", 1, 0, 'f'}, {"private", 1, 0, 'P'},
         {"overflow", 1, 0, 'C'}, {"kill", 1, 0, 'K'}, {"timeout-ms", 1, 0, 'T'},
-        {"check", 0, 0, 'c'}, {"stall", 1, 0, 'S'}, {0, 0, 0, 0}};
+        {"check", 0, 0, 'c'}, {"stall", 1, 0, 'S'}, {"warmup", 1, 0, 'W'},
+        {"prefill", 0, 0, 'F'}, {0, 0, 0, 0}};
     int o;
     optind = 2;
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -83,6 +84,8 @@ int main(int argc, char **argv)
         case 'P': j.p.private_tokens = (uint32_t)atoi(optarg); break;
         case 'C': j.p.overflow_tokens = (uint32_t)atoi(optarg); break;
         case 'K': if (sscanf(optarg, "%d:%d", &j.kill_rank, &j.kill_batch) != 2) return 2; break;
+        case 'W': j.warmup = (uint32_t)atoi(optarg); break;
+        case 'F': j.tokens = 4096; break;
         case 'S': if (sscanf(optarg, "%d:%d", &j.kill_rank, &j.kill_batch) != 2) return 2;
                   j.stall = 1; break;
         case 'T': j.p.timeout_ms = atoi(optarg); break;
@@ -114,21 +117,22 @@ int main(int argc, char **argv)
     printf("# R=%u E=%u K=%u hidden=%u tokens/rank=%u batches=%u (+%u warm-up), loopback, threads\n",
            j.p.ranks, j.p.experts, j.p.top_k, j.p.hidden, j.tokens, j.batches, j.warmup);
     printf("%-12s %10s %10s %10s %10s %8s\n", "mode", "disp_p50", "disp_p99", "comb_p50",
-           "comb_p99", "writes");
+           "comb_p99", "writes/peer");
     double d50[2] = {0};
+    j.interleave = 1;
+    if (moe_run_threads(&j, &res)) {
+        fprintf(stderr, "te-moe bench: %s\n", res.msg);
+        return 1;
+    }
     for (int mode = 0; mode < 2; mode++) {
-        j.p.mode = (uint32_t)mode;
-        if (moe_run_threads(&j, &res)) {
-            fprintf(stderr, "te-moe bench: %s\n", res.msg);
-            return 1;
-        }
-        double dp50 = pct(res.dispatch_us, j.batches, 0.5), dp99 = pct(res.dispatch_us, j.batches, 0.99);
-        double cp50 = pct(res.combine_us, j.batches, 0.5), cp99 = pct(res.combine_us, j.batches, 0.99);
+        double *dv = res.dispatch_us + mode * j.batches, *cv = res.combine_us + mode * j.batches;
+        double dp50 = pct(dv, j.batches, 0.5), dp99 = pct(dv, j.batches, 0.99);
+        double cp50 = pct(cv, j.batches, 0.5), cp99 = pct(cv, j.batches, 0.99);
         d50[mode] = dp50;
         printf("%-12s %10.1f %10.1f %10.1f %10.1f %8u\n", mode ? "naive" : "speculative", dp50,
-               dp99, cp50, cp99, res.max_dispatch_writes);
-        free(res.dispatch_us), free(res.combine_us);
+               dp99, cp50, cp99, mode ? res.max_dispatch_writes_naive : res.max_dispatch_writes);
     }
+    free(res.dispatch_us), free(res.combine_us);
     printf("dispatch p50 ratio speculative/naive: %.3f\n", d50[0] / d50[1]);
     return 0;
 }
