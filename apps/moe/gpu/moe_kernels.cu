@@ -28,54 +28,72 @@ extern "C" int te_moe_gpu_device_count(void)
     return n;
 }
 
-// One block per pair: thread 0 writes the record header, all threads copy
-// the row in 4-byte words (rows are a multiple of 16 bytes: hidden % 8 == 0).
-__global__ void pack_kernel(const uint8_t *x, uint32_t row_bytes, const uint32_t *ids,
-                            const uint32_t *dest, const uint32_t *pos, const uint64_t *blk_off,
-                            uint32_t top_k, uint64_t hdr, uint64_t rec, uint32_t batch,
+// One thread per destination: the same token order as the CPU staging.
+__global__ void route_kernel(const uint16_t *experts, uint32_t tokens, uint32_t topk,
+                             uint32_t ranks, uint32_t per, uint32_t *pos, uint32_t *rows)
+{
+    uint32_t d = blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= ranks)
+        return;
+    uint32_t n = 0;
+    for (uint32_t t = 0; t < tokens; t++) {
+        bool hit = false;
+        for (uint32_t j = 0; j < topk; j++)
+            hit |= experts[(uint64_t)t * topk + j] / per == d;
+        pos[(uint64_t)t * ranks + d] = hit ? n++ : 0xffffffffu;
+    }
+    rows[d] = n;
+}
+
+// Block (t, d): thread 0 writes the 64-byte meta, all threads copy the
+// token in 4-byte words (hidden % 8 == 0, so rows are whole words).
+__global__ void pack_kernel(const uint8_t *x, uint32_t x_row_bytes, const uint16_t *experts,
+                            const float *weights, const uint32_t *pos, uint32_t topk,
+                            uint32_t ranks, uint32_t per, uint64_t slot, uint64_t row_bytes,
                             uint8_t *send)
 {
-    uint32_t p = blockIdx.x, t = p / top_k, k = p % top_k;
-    uint8_t *r = send + blk_off[dest[p]] + hdr + (uint64_t)pos[p] * rec;
+    uint32_t t = blockIdx.x, d = blockIdx.y, p = pos[(uint64_t)t * ranks + d];
+    if (p == 0xffffffffu)
+        return;
+    uint8_t *row = send + d * slot + 64 + (uint64_t)p * row_bytes;
     if (threadIdx.x == 0) {
-        uint32_t *h = (uint32_t *)r;
-        h[0] = t, h[1] = ids[p], h[2] = k, h[3] = batch;
+        uint32_t meta[16] = {0};
+        uint16_t *ex = (uint16_t *)&meta[2];
+        float *wt = (float *)&meta[6];
+        uint32_t n = 0;
+        for (uint32_t j = 0; j < topk; j++) {
+            uint16_t e = experts[(uint64_t)t * topk + j];
+            if (e / per == d) {
+                ex[n] = e;
+                wt[n++] = weights[(uint64_t)t * topk + j];
+            }
+        }
+        meta[0] = t;
+        meta[1] = n;
+        for (int i = 0; i < 16; i++)
+            ((uint32_t *)row)[i] = meta[i];
     }
-    const uint32_t *src = (const uint32_t *)(x + (uint64_t)t * row_bytes);
-    uint32_t *dst = (uint32_t *)(r + 16);
-    for (uint32_t i = threadIdx.x; i < row_bytes / 4; i += blockDim.x)
+    const uint32_t *src = (const uint32_t *)(x + (uint64_t)t * x_row_bytes);
+    uint32_t *dst = (uint32_t *)(row + 64);
+    for (uint32_t i = threadIdx.x; i < x_row_bytes / 4; i += blockDim.x)
         dst[i] = src[i];
 }
 
-__device__ static float bf16_to_f32(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
-
-__device__ static uint16_t f32_to_bf16(float f)
-{
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-// One block per token, threads over elements; k ascending as on the CPU.
-__global__ void combine_kernel(const uint8_t *comb, const uint64_t *base, const uint32_t *dest,
-                               const uint32_t *pos, const float *w, uint32_t top_k,
-                               uint32_t hidden, uint32_t dtype, uint64_t orec, uint8_t *out)
+// One block per token, threads over elements; ranks ascending as on the CPU.
+__global__ void combine_kernel(const uint8_t *comb, const uint32_t *pos, uint32_t ranks,
+                               uint32_t hidden, uint64_t cslot, uint64_t crow_bytes, float *out)
 {
     uint32_t t = blockIdx.x;
     for (uint32_t i = threadIdx.x; i < hidden; i += blockDim.x) {
         float acc = 0.0f;
-        for (uint32_t k = 0; k < top_k; k++) {
-            uint32_t p = t * top_k + k;
-            const uint8_t *y = comb + base[dest[p]] + (uint64_t)pos[p] * orec;
-            float v = dtype == 0 ? ((const float *)y)[i] : bf16_to_f32(((const uint16_t *)y)[i]);
-            acc = __fadd_rn(acc, __fmul_rn(w[p], v));
+        for (uint32_t d = 0; d < ranks; d++) {
+            uint32_t p = pos[(uint64_t)t * ranks + d];
+            if (p == 0xffffffffu)
+                continue;
+            const float *part = (const float *)(comb + d * cslot + (uint64_t)p * crow_bytes + 16);
+            acc = __fadd_rn(acc, part[i]);
         }
-        if (dtype == 0)
-            ((float *)out)[(uint64_t)t * hidden + i] = acc;
-        else
-            ((uint16_t *)out)[(uint64_t)t * hidden + i] = f32_to_bf16(acc);
+        out[(uint64_t)t * hidden + i] = acc;
     }
 }
 
@@ -130,28 +148,37 @@ __global__ void wait_flag_kernel(const volatile uint32_t *flag, uint32_t value,
     }
 }
 
-extern "C" int te_moe_gpu_pack(const void *x, uint32_t row_bytes, const uint32_t *ids,
-                               const uint32_t *dest, const uint32_t *pos, const uint64_t *blk_off,
-                               uint32_t ntokens, uint32_t top_k, uint64_t hdr, uint64_t rec,
-                               uint32_t batch, void *send, void *stream)
+extern "C" int te_moe_gpu_route(const uint16_t *experts, uint32_t tokens, uint32_t topk,
+                                uint32_t ranks, uint32_t experts_per_rank, uint32_t *pos,
+                                uint32_t *rows, void *stream)
 {
-    if (ntokens == 0)
+    route_kernel<<<(ranks + 63) / 64, 64, 0, (cudaStream_t)stream>>>(
+        experts, tokens, topk, ranks, experts_per_rank, pos, rows);
+    return check(cudaGetLastError(), "route kernel launch");
+}
+
+extern "C" int te_moe_gpu_pack(const void *x, uint32_t x_row_bytes, const uint16_t *experts,
+                               const float *weights, const uint32_t *pos, uint32_t tokens,
+                               uint32_t topk, uint32_t ranks, uint32_t experts_per_rank,
+                               uint64_t slot, uint64_t row_bytes, void *send, void *stream)
+{
+    if (tokens == 0)
         return 0;
-    pack_kernel<<<ntokens * top_k, 128, 0, (cudaStream_t)stream>>>(
-        (const uint8_t *)x, row_bytes, ids, dest, pos, blk_off, top_k, hdr, rec, batch,
-        (uint8_t *)send);
+    dim3 grid(tokens, ranks);
+    pack_kernel<<<grid, 128, 0, (cudaStream_t)stream>>>(
+        (const uint8_t *)x, x_row_bytes, experts, weights, pos, topk, ranks, experts_per_rank,
+        slot, row_bytes, (uint8_t *)send);
     return check(cudaGetLastError(), "pack kernel launch");
 }
 
-extern "C" int te_moe_gpu_combine(const void *comb, const uint64_t *base, const uint32_t *dest,
-                                  const uint32_t *pos, const float *w, uint32_t ntokens,
-                                  uint32_t top_k, uint32_t hidden, uint32_t dtype, uint64_t orec,
-                                  void *out, void *stream)
+extern "C" int te_moe_gpu_combine(const void *comb, const uint32_t *pos, uint32_t tokens,
+                                  uint32_t ranks, uint32_t hidden, uint64_t cslot,
+                                  uint64_t crow_bytes, float *out, void *stream)
 {
-    if (ntokens == 0)
+    if (tokens == 0)
         return 0;
-    combine_kernel<<<ntokens, 256, 0, (cudaStream_t)stream>>>(
-        (const uint8_t *)comb, base, dest, pos, w, top_k, hidden, dtype, orec, (uint8_t *)out);
+    combine_kernel<<<tokens, 256, 0, (cudaStream_t)stream>>>(
+        (const uint8_t *)comb, pos, ranks, hidden, cslot, crow_bytes, out);
     return check(cudaGetLastError(), "combine kernel launch");
 }
 

@@ -8,99 +8,94 @@
 #include <string.h>
 #include <vector>
 
-#include "te/moe.h"
 #include "te/moe_gpu.h"
 
 static int failures;
 #define CHECK(c, msg) do { if (!(c)) { failures++; printf("FAIL line %d: %s\n", __LINE__, msg); } } while (0)
 #define CU(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s: %s\n", #x, cudaGetErrorString(e_)); return 1; } } while (0)
 
+// The CPU staging of libte-moe (moe_rank.c, step 1) written out here: rows
+// per destination in token order, meta = the token's experts on d in
+// top-k order. The kernels must produce exactly these bytes.
 static int test_pack_combine(void)
 {
-    const uint32_t T = 8, K = 2, H = 16, R = 2, E = 4, epr = E / R;
-    const uint64_t hdr = 64, rec = 16 + H * 4, orec = H * 4;
+    const uint32_t T = 9, K = 3, H = 16, R = 3, E = 6, per = E / R;
+    const uint64_t row_bytes = 64 + H * 4, slot = 64 + T * row_bytes;
+    const uint64_t crow = 16 + H * 4, cslot = T * crow;
     std::vector<float> x(T * H), w(T * K);
-    std::vector<uint32_t> ids(T * K), dest(T * K), pos(T * K), cnt(R, 0);
+    std::vector<uint16_t> ids(T * K);
     for (uint32_t i = 0; i < T * H; i++)
         x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
     for (uint32_t p = 0; p < T * K; p++) {
-        ids[p] = (p * 3 + p / K) % E;
+        ids[p] = (uint16_t)((p * 5 + p / K) % E);
         w[p] = 0.25f + (float)(p % 5) / 8.0f;
-        dest[p] = ids[p] / epr;
-        pos[p] = cnt[dest[p]]++;
     }
-    std::vector<uint64_t> blk(R);
-    blk[0] = 0;
-    blk[1] = hdr + cnt[0] * rec;
-    size_t send_len = 2 * hdr + T * K * rec;
-    std::vector<uint8_t> want(send_len, 0), got(send_len, 0);
-    for (uint32_t p = 0; p < T * K; p++) {
-        uint8_t *r = want.data() + blk[dest[p]] + hdr + pos[p] * rec;
-        uint32_t h[4] = {p / K, ids[p], p % K, 5};
-        memcpy(r, h, 16);
-        memcpy(r + 16, &x[(p / K) * H], H * 4);
-    }
-    void *dx, *dids, *ddest, *dpos, *dblk, *dsend, *dw, *dcomb, *dbase, *dout;
-    CU(cudaMalloc(&dx, T * H * 4));
-    CU(cudaMalloc(&dids, T * K * 4));
-    CU(cudaMalloc(&ddest, T * K * 4));
-    CU(cudaMalloc(&dpos, T * K * 4));
-    CU(cudaMalloc(&dblk, R * 8));
-    CU(cudaMalloc(&dsend, send_len));
-    CU(cudaMemset(dsend, 0, send_len));
-    CU(cudaMemcpy(dx, x.data(), T * H * 4, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(dids, ids.data(), T * K * 4, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(ddest, dest.data(), T * K * 4, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(dpos, pos.data(), T * K * 4, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(dblk, blk.data(), R * 8, cudaMemcpyHostToDevice));
-    CHECK(te_moe_gpu_pack(dx, H * 4, (uint32_t *)dids, (uint32_t *)ddest, (uint32_t *)dpos,
-                          (uint64_t *)dblk, T, K, hdr, rec, 5, dsend, NULL) == 0, "pack launch");
-    CU(cudaMemcpy(got.data(), dsend, send_len, cudaMemcpyDeviceToHost));
-    CHECK(memcmp(got.data(), want.data(), send_len) == 0, "packed records differ from the CPU layout");
-
-    // combine: outputs laid out per destination, fp32 then bf16
-    for (uint32_t dtype = 0; dtype < 2; dtype++) {
-        size_t elt = dtype ? 2 : 4, ro = H * elt;
-        std::vector<uint64_t> base(R);
-        base[0] = 64;
-        base[1] = 64 + cnt[0] * orec + 64;
-        size_t comb_len = base[1] + cnt[1] * orec;
-        std::vector<uint8_t> comb(comb_len, 0);
-        for (size_t i = 0; i < comb_len / 2; i++)
-            if (dtype)
-                ((uint16_t *)comb.data())[i] = te_moe_f32_to_bf16((float)((i * 13) % 29) / 7.0f - 2.0f);
-            else if (i % 2 == 0)
-                ((float *)comb.data())[i / 2] = (float)((i * 13) % 29) / 7.0f - 2.0f;
-        std::vector<uint8_t> expect(T * ro), out(T * ro);
-        for (uint32_t t = 0; t < T; t++)
-            for (uint32_t i = 0; i < H; i++) {
-                float acc = 0.0f;
-                for (uint32_t k = 0; k < K; k++) {
-                    uint32_t p = t * K + k;
-                    const uint8_t *y = comb.data() + base[dest[p]] + pos[p] * orec;
-                    float v = dtype ? te_moe_bf16_to_f32(((const uint16_t *)y)[i]) : ((const float *)y)[i];
-                    float prod = w[p] * v; // two roundings, as on the GPU (-fmad=false)
-                    acc = acc + prod;
+    std::vector<uint8_t> want(R * slot, 0), got(R * slot, 0);
+    std::vector<uint32_t> wpos(T * R, 0xffffffffu), n(R, 0);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t d = 0; d < R; d++) {
+            uint32_t meta[16] = {0};
+            uint16_t *ex = (uint16_t *)&meta[2];
+            float *wt = (float *)&meta[6];
+            uint32_t m = 0;
+            for (uint32_t j = 0; j < K; j++)
+                if (ids[t * K + j] / per == d) {
+                    ex[m] = ids[t * K + j];
+                    wt[m++] = w[t * K + j];
                 }
-                if (dtype)
-                    ((uint16_t *)expect.data())[t * H + i] = te_moe_f32_to_bf16(acc);
-                else
-                    ((float *)expect.data())[t * H + i] = acc;
-            }
-        CU(cudaMalloc(&dw, T * K * 4));
-        CU(cudaMalloc(&dcomb, comb_len));
-        CU(cudaMalloc(&dbase, R * 8));
-        CU(cudaMalloc(&dout, T * ro));
-        CU(cudaMemcpy(dw, w.data(), T * K * 4, cudaMemcpyHostToDevice));
-        CU(cudaMemcpy(dcomb, comb.data(), comb_len, cudaMemcpyHostToDevice));
-        CU(cudaMemcpy(dbase, base.data(), R * 8, cudaMemcpyHostToDevice));
-        CHECK(te_moe_gpu_combine(dcomb, (uint64_t *)dbase, (uint32_t *)ddest, (uint32_t *)dpos,
-                                 (float *)dw, T, K, H, dtype, orec, dout, NULL) == 0, "combine launch");
-        CU(cudaMemcpy(out.data(), dout, T * ro, cudaMemcpyDeviceToHost));
-        CHECK(memcmp(out.data(), expect.data(), T * ro) == 0, dtype ? "bf16 combine differs" : "fp32 combine differs");
-        cudaFree(dw), cudaFree(dcomb), cudaFree(dbase), cudaFree(dout);
-    }
-    cudaFree(dx), cudaFree(dids), cudaFree(ddest), cudaFree(dpos), cudaFree(dblk), cudaFree(dsend);
+            if (!m)
+                continue;
+            meta[0] = t;
+            meta[1] = m;
+            wpos[t * R + d] = n[d];
+            uint8_t *row = want.data() + d * slot + 64 + n[d]++ * row_bytes;
+            memcpy(row, meta, 64);
+            memcpy(row + 64, &x[t * H], H * 4);
+        }
+    void *dx, *dids, *dw, *dpos, *drows, *dsend, *dcomb, *dout;
+    CU(cudaMalloc(&dx, T * H * 4));
+    CU(cudaMalloc(&dids, T * K * 2));
+    CU(cudaMalloc(&dw, T * K * 4));
+    CU(cudaMalloc(&dpos, T * R * 4));
+    CU(cudaMalloc(&drows, R * 4));
+    CU(cudaMalloc(&dsend, R * slot));
+    CU(cudaMemset(dsend, 0, R * slot));
+    CU(cudaMemcpy(dx, x.data(), T * H * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dids, ids.data(), T * K * 2, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dw, w.data(), T * K * 4, cudaMemcpyHostToDevice));
+    CHECK(te_moe_gpu_route((uint16_t *)dids, T, K, R, per, (uint32_t *)dpos, (uint32_t *)drows,
+                           NULL) == 0, "route launch");
+    CHECK(te_moe_gpu_pack(dx, H * 4, (uint16_t *)dids, (float *)dw, (uint32_t *)dpos, T, K, R,
+                          per, slot, row_bytes, dsend, NULL) == 0, "pack launch");
+    std::vector<uint32_t> gpos(T * R), grows(R);
+    CU(cudaMemcpy(gpos.data(), dpos, T * R * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(grows.data(), drows, R * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(got.data(), dsend, R * slot, cudaMemcpyDeviceToHost));
+    CHECK(gpos == wpos && grows == n, "row positions differ from the CPU staging");
+    CHECK(memcmp(got.data(), want.data(), R * slot) == 0, "packed rows differ from the CPU staging");
+
+    // combine: partials per rank, summed 0 + rank 0 + rank 1 + ... in float32
+    std::vector<uint8_t> comb(R * cslot, 0);
+    for (size_t i = 0; i < comb.size() / 4; i++)
+        ((float *)comb.data())[i] = (float)((i * 13) % 29) / 7.0f - 2.0f;
+    std::vector<float> expect(T * H), out(T * H);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t i = 0; i < H; i++) {
+            float acc = 0.0f;
+            for (uint32_t d = 0; d < R; d++)
+                if (wpos[t * R + d] != 0xffffffffu)
+                    acc += ((const float *)(comb.data() + d * cslot + wpos[t * R + d] * crow + 16))[i];
+            expect[t * H + i] = acc;
+        }
+    CU(cudaMalloc(&dcomb, comb.size()));
+    CU(cudaMalloc(&dout, T * H * 4));
+    CU(cudaMemcpy(dcomb, comb.data(), comb.size(), cudaMemcpyHostToDevice));
+    CHECK(te_moe_gpu_combine(dcomb, (uint32_t *)dpos, T, R, H, cslot, crow, (float *)dout,
+                             NULL) == 0, "combine launch");
+    CU(cudaMemcpy(out.data(), dout, T * H * 4, cudaMemcpyDeviceToHost));
+    CHECK(memcmp(out.data(), expect.data(), T * H * 4) == 0, "combine differs from the CPU sum");
+    cudaFree(dx), cudaFree(dids), cudaFree(dw), cudaFree(dpos), cudaFree(drows);
+    cudaFree(dsend), cudaFree(dcomb), cudaFree(dout);
     return 0;
 }
 

@@ -1,19 +1,24 @@
 /*
- * te-moe: MoE dispatch/combine over TransferEngine (docs/moe.md).
+ * te-moe: MoE dispatch/combine over TransferEngine (docs/moe.md), on the
+ * public API te/te.h only. CPU path: host memory, any plugin.
  *
- * R ranks, each owning E/R consecutive experts, exchange tokens per batch:
- *  - dispatch: every rank routes its tokens (top-k experts each) and sends
- *    every peer ONE WriteImm carrying its per-expert counts followed by the
- *    first tokens for that peer (the speculative per-source private buffer);
- *    once the counts of all ranks are known, tokens that did not fit follow
- *    in at most ONE more write into the peer's shared overflow buffer;
- *  - the experts run (te_moe_compute());
- *  - combine: every rank sends each source ONE write with the expert
- *    outputs of its tokens, which the source sums (weighted, k ascending).
- * ImmCounters (te_imm_expect_timeout) tell each rank a phase is complete.
- * All buffers are registered once at te_moe_create() and reused.
+ * Per batch, every rank routes its tokens to the top-k of E experts (E / R
+ * experts per rank). Dispatch: to each remote rank d, ONE write carries a
+ * header with the number of rows it sends followed by the first rows, into
+ * d's private buffer for this source (P rows, speculative: no round trip
+ * for the counts); only when there are more than P rows does a SECOND write
+ * carry the rest. A row is one token for one destination rank with the
+ * expert ids and gate weights of the experts of its top-k that live there.
+ * The receiver runs its experts on every row and, in combine, writes ONE
+ * contiguous block back to each source: per row, the weighted sum of its
+ * local experts' outputs (zero-length when it got no rows). The source sums
+ * the partial results of the ranks in rank order. ImmCounters end every
+ * phase; every wait has a deadline.
  *
- * Uses only the public TransferEngine API (te/te.h).
+ * Immediates: one immediate space per rank ("te-moe"), index
+ * ((batch & 1) * R + source) * 3 + phase (0 dispatch head, 1 dispatch rest,
+ * 2 combine); a failed batch retires the space, so a late write of batch b
+ * is counted as stale and never in batch b + 2.
  */
 #ifndef TE_MOE_H
 #define TE_MOE_H
@@ -21,121 +26,110 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "te/te.h"
+#include <te/te.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/** Element type of token activations. */
-enum te_moe_dtype {
-    TE_MOE_F32 = 0,  /**< IEEE float32 */
-    TE_MOE_BF16 = 1, /**< bfloat16 (experts compute in float32) */
-};
+/** Most ranks, top-k and experts. */
+#define TE_MOE_MAX_RANKS 64
+#define TE_MOE_MAX_TOPK 8
+#define TE_MOE_MAX_EXPERTS 1024
 
-/** Exchange algorithm. */
-enum te_moe_mode {
-    TE_MOE_SPECULATIVE = 0, /**< the paper's: counts + private buffer, <= 2 writes */
-    TE_MOE_NAIVE = 1,       /**< counts first, then one write per token-expert pair */
-};
+/** Element types of tokens. */
+enum te_moe_dtype { TE_MOE_FP32 = 1, TE_MOE_BF16 = 2 };
 
-/** Shape and sizing of one rank; must agree on every rank (checked). */
-typedef struct te_moe_params {
-    uint32_t ranks;          /**< R, 1..256 */
-    uint32_t rank;           /**< this rank, 0..R-1 */
-    uint32_t experts;        /**< E, a multiple of R */
-    uint32_t top_k;          /**< K, 1..E */
-    uint32_t hidden;         /**< elements per token, a multiple of 8 */
-    uint32_t dtype;          /**< enum te_moe_dtype */
-    uint32_t max_tokens;     /**< most tokens per rank per batch */
-    uint32_t private_tokens; /**< records per source in the private buffer (0 = ceil(max_tokens*K/R)) */
-    uint32_t overflow_tokens;/**< records in the shared overflow buffer (0 = 2*max_tokens*K) */
-    uint32_t mode;           /**< enum te_moe_mode */
-    uint32_t imm_base;       /**< first raw immediate used (3*256 values); 0 = 0x4d000000 */
-    int32_t timeout_ms;      /**< deadline of each wait (0 = 10000) */
-    uint32_t reserved[4];    /**< zero */
-} te_moe_params;
+/** Shape of the layer (the same on every rank: checked at setup). */
+typedef struct te_moe_config {
+    uint32_t ranks;         /**< R */
+    uint32_t experts;       /**< E, a multiple of R */
+    uint32_t topk;          /**< k, 1..TE_MOE_MAX_TOPK */
+    uint32_t hidden;        /**< elements per token, a multiple of 8 */
+    uint32_t dtype;         /**< enum te_moe_dtype */
+    uint32_t max_tokens;    /**< tokens per rank per batch, at most */
+    uint32_t private_rows;  /**< P: rows per source taken at once (0 = the
+                                 naive protocol: counts first, rows after) */
+    int32_t timeout_ms;     /**< deadline of every phase (0: 5 s) */
+    uint32_t naive;         /**< baseline for benchmarks: a header, then
+                                 one write per row (no private buffer) */
+    uint64_t weights_seed;  /**< the experts' weights (same on every rank) */
+} te_moe_config;
+
+/** One rank (te_moe_rank_new). */
+typedef struct te_moe_rank te_moe_rank;
 
 /**
- * Collective exchange used once at setup: copy `len` bytes of every rank
- * (rank i's at all + i*len, this rank's being `mine`) into `all`. Returns 0
- * or -errno. Threads of one process or processes over a socket: caller's choice.
+ * Create rank `rank` on engine e (group 0): allocate and register its
+ * buffers, create its immediate space. The engine's address, the rank's
+ * descriptor (te_moe_rank_blob) and its config are exchanged by the
+ * application (te_moe_rank_connect).
  */
-typedef int (*te_moe_allgather_fn)(const void *mine, size_t len, void *all, void *arg);
-
-typedef struct te_moe te_moe; /**< one rank's state (opaque) */
+int te_moe_rank_new(te_engine *e, const te_moe_config *c, uint32_t rank,
+                    te_moe_rank **out);
 
 /**
- * Create rank p->rank on engine e (group 0): allocate and register the
- * buffers, exchange a setup header with every rank (shape, dtype, address,
- * descriptors) and add the peers. A mismatch in any shape field between
- * ranks fails every rank with -EINVAL naming the field and ranks.
+ * What peers need to reach this rank: bytes (engine address, descriptor,
+ * config and NIC count) to hand to every other rank's te_moe_rank_connect.
+ * *len: buffer size in, bytes out.
  */
-int te_moe_create(te_engine *e, const te_moe_params *p, te_moe_allgather_fn ag,
-                  void *ag_arg, te_moe **out);
-
-/** Free a rank (deregisters its buffers). NULL is allowed. */
-void te_moe_destroy(te_moe *m);
+int te_moe_rank_blob(te_moe_rank *r, void *buf, size_t *len);
 
 /**
- * Dispatch batch: `ntokens` tokens x[ntokens][hidden] (dtype), experts
- * ids[ntokens][top_k]. Validates ids (range, repeats allowed) before any
- * write; a rank with bad input tells every peer (its header carries the
- * error), so the whole batch fails on every rank. Returns when every token
- * routed to this rank's experts has arrived, or -errno (te_moe_last_error()).
- * x and ids must stay valid until te_moe_combine() returns.
+ * Connect to rank `peer` from its blob: refuses (-EINVAL naming the field)
+ * a peer whose config (ranks, experts, topk, hidden, dtype, max_tokens,
+ * private_rows) or NIC count differs.
  */
-int te_moe_dispatch(te_moe *m, uint32_t ntokens, const void *x, const uint32_t *ids);
-
-/** Run this rank's experts on the tokens received by te_moe_dispatch(). */
-int te_moe_compute(te_moe *m);
+int te_moe_rank_connect(te_moe_rank *r, uint32_t peer, const void *blob,
+                        size_t len);
 
 /**
- * Combine: send every source its outputs (one write per peer), wait for
- * ours, then out[t] = sum over k ascending of weights[t][k] * y(t, k), in
- * float32 (converted to dtype at the end).
+ * Routing of a batch on this rank: for token t, experts[t*k + j] and
+ * weights[t*k + j] (j < k, distinct experts). The application (or
+ * te_moe_route_random) decides.
  */
-int te_moe_combine(te_moe *m, const float *weights, void *out);
+int te_moe_route_random(const te_moe_config *c, uint32_t tokens,
+                        uint64_t seed, uint32_t skew, uint16_t *experts,
+                        float *weights);
 
-/** te_moe_dispatch + compute + combine. */
-int te_moe_forward(te_moe *m, uint32_t ntokens, const void *x, const uint32_t *ids,
-                   const float *weights, void *out);
+/**
+ * Run one batch: dispatch `tokens` tokens (fp32: tokens * hidden floats;
+ * bf16: uint16) with their routing, run the local experts on what arrives,
+ * combine. out receives, per token, the sum over ranks (in rank order) of
+ * that rank's gate-weighted expert outputs (fp32 always). Every rank of
+ * the job calls it with the same batch number. Returns 0, or an error
+ * naming the rank and phase that did not complete (-ETIMEDOUT,
+ * -ECONNRESET, -EINVAL for bad routing, -E2BIG for rows that would not fit,
+ * checked before anything is written).
+ */
+int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
+                 const void *x, const uint16_t *experts, const float *weights,
+                 float *out);
 
-/** Counters of the last batch, for tests and benchmarks. */
-typedef struct te_moe_batch_stats {
-    uint64_t batch;            /**< batch number (0-based) */
-    uint32_t max_dispatch_writes; /**< most dispatch writes this rank submitted to one peer */
-    uint32_t max_combine_writes;  /**< most combine writes to one peer */
-    uint32_t min_combine_writes;  /**< fewest combine writes to one peer (R>1) */
-    uint32_t overflow_peers;   /**< peers that needed the second dispatch write */
-    uint64_t dispatch_bytes;   /**< bytes written in dispatch */
-    uint64_t combine_bytes;    /**< bytes written in combine */
-    uint64_t received_tokens;  /**< records received from all sources (self included) */
-} te_moe_batch_stats;
+/** Writes this rank submitted to peer `peer` in the last batch, per phase. */
+typedef struct te_moe_stats {
+    uint32_t dispatch_writes[TE_MOE_MAX_RANKS];
+    uint32_t combine_writes[TE_MOE_MAX_RANKS];
+    uint32_t rows_sent, rows_received;
+    double dispatch_us, combine_us; /**< last batch */
+} te_moe_stats;
 
-/** Fill *out with the last batch's counters. */
-void te_moe_stats(const te_moe *m, te_moe_batch_stats *out);
+void te_moe_rank_stats(te_moe_rank *r, te_moe_stats *out);
 
-/** Message of the calling thread's last te_moe failure ("" if none). */
+/** The message of the last te_moe_* failure of this thread. */
 const char *te_moe_last_error(void);
 
-/** The expert function: y = expert(e)(x), x and y of `hidden` float32. */
-void te_moe_expert_apply(uint32_t expert, uint32_t hidden, const float *x, float *y);
+void te_moe_rank_free(te_moe_rank *r);
 
 /**
- * The dense single-process reference: the same routing, expert function
- * and summation order as the distributed path, so fp32 results are equal
- * bit for bit (and bf16 too: the same roundings happen in the same places).
+ * The dense single-process reference: the same result for all ranks'
+ * tokens with no network (for tests and te-moe run).
  */
-int te_moe_reference(uint32_t experts, uint32_t top_k, uint32_t hidden, uint32_t dtype,
-                     uint32_t ntokens, const void *x, const uint32_t *ids,
-                     const float *weights, void *out);
-
-/** bfloat16 <-> float32 (round to nearest even). */
-uint16_t te_moe_f32_to_bf16(float f);
-float te_moe_bf16_to_f32(uint16_t b);
+int te_moe_reference(const te_moe_config *c, uint32_t rank, uint32_t tokens,
+                     const void *x, const uint16_t *experts,
+                     const float *weights, float *out);
 
 #ifdef __cplusplus
 }
 #endif
-#endif /* TE_MOE_H */
+#endif

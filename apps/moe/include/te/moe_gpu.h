@@ -26,24 +26,34 @@ int te_moe_gpu_device_count(void);
 const char *te_moe_gpu_last_error(void);
 
 /**
- * Pack: pair p = t*top_k + k of token t goes to send + blk_off[dest[p]] +
- * hdr + pos[p]*rec as {t, ids[p], k, batch} then the token's row_bytes.
- * All pointers are device-visible.
+ * Route: for every destination rank d (one GPU thread each, tokens in
+ * order, as the CPU path stages them), pos[t*ranks + d] = the row of token
+ * t in d's dispatch slot, or UINT32_MAX when none of t's top-k experts
+ * lives on d; rows[d] = rows for d. experts: [tokens][topk] ids.
  */
-int te_moe_gpu_pack(const void *x, uint32_t row_bytes, const uint32_t *ids,
-                    const uint32_t *dest, const uint32_t *pos, const uint64_t *blk_off,
-                    uint32_t ntokens, uint32_t top_k, uint64_t hdr, uint64_t rec,
-                    uint32_t batch, void *send, void *stream);
+int te_moe_gpu_route(const uint16_t *experts, uint32_t tokens, uint32_t topk,
+                     uint32_t ranks, uint32_t experts_per_rank, uint32_t *pos,
+                     uint32_t *rows, void *stream);
 
 /**
- * Combine: out[t] = sum over k ascending of w[p] * y(p) in float32, y(p) at
- * comb + base[dest[p]] + pos[p]*orec; dtype 0 fp32, 1 bf16 (rounded as
- * te_moe_f32_to_bf16). Same order and roundings as the CPU path.
+ * Pack the dispatch rows in libte-moe's layout: row pos[t*ranks+d] of
+ * slot d lies at send + d*slot + 64 + row*row_bytes: the 64-byte meta
+ * {token, nexp, experts[8] (u16), weights[8]} (the experts of t that live
+ * on d, in top-k order) then the token's x_row_bytes.
  */
-int te_moe_gpu_combine(const void *comb, const uint64_t *base, const uint32_t *dest,
-                       const uint32_t *pos, const float *w, uint32_t ntokens,
-                       uint32_t top_k, uint32_t hidden, uint32_t dtype, uint64_t orec,
-                       void *out, void *stream);
+int te_moe_gpu_pack(const void *x, uint32_t x_row_bytes, const uint16_t *experts,
+                    const float *weights, const uint32_t *pos, uint32_t tokens,
+                    uint32_t topk, uint32_t ranks, uint32_t experts_per_rank,
+                    uint64_t slot, uint64_t row_bytes, void *send, void *stream);
+
+/**
+ * Combine: out[t] = 0 + partial of rank 0 + partial of rank 1 + ... (ranks
+ * ascending, float32, the CPU path's order), the partial of rank d for
+ * token t at comb + d*cslot + pos[t*ranks+d]*crow_bytes + 16.
+ */
+int te_moe_gpu_combine(const void *comb, const uint32_t *pos, uint32_t tokens,
+                       uint32_t ranks, uint32_t hidden, uint64_t cslot,
+                       uint64_t crow_bytes, float *out, void *stream);
 
 /**
  * Post `count` entries to a proxy ring from the GPU (one thread, in
