@@ -1,6 +1,6 @@
 /*
  * moe_proxy: the proxy thread driven by a CPU producer thread in place of
- * a GPU kernel (same ring protocol): 200 writes through an 8-entry ring
+ * a GPU kernel (same ring protocol): 256 writes through an 8-entry ring
  * (wrap-around and back-pressure), the receiver's flag raised by its
  * ImmCounter, the bytes checked; a bad entry (unknown target, out of
  * bounds) stops the ring with a reason and writes nothing; a watch that
@@ -16,7 +16,7 @@
 
 #include "te/moe_proxy.h"
 
-#define N 200
+#define N 256 /* N * CHUNK: a multiple of 4096 (aligned_alloc) */
 #define CHUNK 256
 
 static int failures;
