@@ -21,7 +21,7 @@
 #define PROXY_TARGETS 64
 
 struct proxy_target {
-    int set;
+    atomic_int set; /* published last: the proxy thread reads the rest after it */
     te_peer peer;
     te_mr *local;
     te_mr_desc remote;
@@ -29,7 +29,8 @@ struct proxy_target {
 
 struct proxy_watch {
     te_moe_proxy *p;
-    uint32_t flag, value;
+    uint32_t flag, value, imm;
+    atomic_int armed; /* destroy disarms what is still armed */
 };
 
 struct te_moe_proxy {
@@ -86,7 +87,7 @@ static void on_done(const te_completion *c, void *arg)
 /* Validate and submit one entry; -errno stops the ring. */
 static int submit_entry(te_moe_proxy *p, uint64_t pos, const te_moe_ring_entry *en)
 {
-    if (en->target >= PROXY_TARGETS || !p->targets[en->target].set) {
+    if (en->target >= PROXY_TARGETS || !atomic_load(&p->targets[en->target].set)) {
         ring_fail(p, -EINVAL, "ring entry %llu: unknown target %u", (unsigned long long)pos,
                   en->target);
         return -EINVAL;
@@ -199,8 +200,7 @@ int te_moe_proxy_target(te_moe_proxy *p, uint32_t index, te_peer peer, te_mr *lo
     t->peer = peer;
     t->local = local;
     t->remote = *remote;
-    atomic_thread_fence(memory_order_release);
-    t->set = 1;
+    atomic_store(&t->set, 1);
     return 0;
 }
 
@@ -210,6 +210,7 @@ static void on_watch(uint32_t imm, int status, void *arg)
     (void)imm;
     atomic_thread_fence(memory_order_release); /* the data before the flag */
     w->p->flags[w->flag] = status == 0 ? w->value : TE_MOE_FLAG_FAILED;
+    atomic_store(&w->armed, 0);
 }
 
 int te_moe_proxy_watch(te_moe_proxy *p, uint32_t imm, uint64_t count, uint32_t flag,
@@ -217,8 +218,15 @@ int te_moe_proxy_watch(te_moe_proxy *p, uint32_t imm, uint64_t count, uint32_t f
 {
     if (flag >= p->ring->flags)
         return -EINVAL;
-    p->watches[flag] = (struct proxy_watch){p, flag, value};
-    return te_imm_expect_timeout(p->e, imm, count, timeout_ms, on_watch, &p->watches[flag]);
+    struct proxy_watch *w = &p->watches[flag];
+    if (atomic_load(&w->armed))
+        return -EBUSY; /* one watch per flag at a time */
+    w->p = p, w->flag = flag, w->value = value, w->imm = imm;
+    atomic_store(&w->armed, 1);
+    int rc = te_imm_expect_timeout(p->e, imm, count, timeout_ms, on_watch, w);
+    if (rc)
+        atomic_store(&w->armed, 0);
+    return rc;
 }
 
 void te_moe_proxy_counts(const te_moe_proxy *p, uint64_t *submitted, uint64_t *completed)
@@ -238,6 +246,11 @@ void te_moe_proxy_destroy(te_moe_proxy *p)
     /* Bounded wait for completions: the callbacks use p. */
     for (int i = 0; i < 20000 && atomic_load(&p->completed) < atomic_load(&p->submitted); i++)
         usleep(500);
+    /* Watches still armed would call back into freed memory: disarm them
+     * (te_imm_remove does not run the callback). */
+    for (uint32_t f = 0; f < p->ring->flags; f++)
+        if (atomic_load(&p->watches[f].armed))
+            te_imm_remove(p->e, p->watches[f].imm, NULL);
     pthread_mutex_destroy(&p->mu);
     free(p->watches);
     free(p);

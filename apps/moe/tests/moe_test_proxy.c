@@ -7,6 +7,7 @@
  * times out raises TE_MOE_FLAG_FAILED.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +130,10 @@ int main(void)
         zero &= dst[i] == 0;
     CHECK(zero, "a refused entry wrote bytes");
     te_moe_proxy_destroy(pa);
+    /* A watch still armed at destroy is disarmed there: the engine's
+     * -ECANCELED at te_engine_destroy must not reach freed memory (ASan). */
+    CHECK(te_moe_proxy_watch(pb, imm + 2, 1, 0, 1, 60000) == 0, "watch 3");
+    CHECK(te_moe_proxy_watch(pb, imm + 3, 1, 0, 1, 60000) == -EBUSY, "second watch on a flag");
     te_moe_proxy_destroy(pb);
     te_mr_dereg(a, smr);
     te_mr_dereg(b, dmr);

@@ -68,7 +68,8 @@ int te_moe_proxy_target(te_moe_proxy *p, uint32_t index, te_peer peer, te_mr *lo
 
 /**
  * Raise flag `flag` to `value` once `count` arrivals of imm are counted (or
- * to TE_MOE_FLAG_FAILED after timeout_ms).
+ * to TE_MOE_FLAG_FAILED after timeout_ms). One watch per flag at a time
+ * (-EBUSY); te_moe_proxy_destroy() disarms the ones still armed.
  */
 int te_moe_proxy_watch(te_moe_proxy *p, uint32_t imm, uint64_t count, uint32_t flag,
                        uint32_t value, int timeout_ms);
