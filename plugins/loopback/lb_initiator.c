@@ -189,7 +189,8 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
             .imm = op->imm, .slot = idx, .gen = s->gen,
             .local_addr = (uint64_t)(uintptr_t)op->local_addr, .len = op->len,
             .remote_addr = op->remote_addr, .rkey = op->rkey,
-            .not_before_ns = not_before, .pid = nic->addr.pid};
+            .not_before_ns = not_before, .pid = nic->addr.pid,
+            .mem = op->len && op->mr->device ? LB_MEM_LOCAL_DEVICE : 0};
         lb_ring_prod_push(&p->req);
         p->outstanding++;
         if (p != last) {
