@@ -83,6 +83,13 @@ const struct te_config_key te_engine_keys[] = {
     {"peer_timeout_ms", "10000",
      "a peer with operations outstanding and no completion from it for this "
      "long is declared down and its requests fail; 0 = never"},
+    {"require", "any",
+     "capabilities every path must have, else te_engine_create (or "
+     "te_mr_reg of that memory kind) fails naming what is missing instead "
+     "of falling back: any, fast (= zero_copy,native_imm,native_rma,"
+     "device_direct), or a comma list of zero_copy, native_imm, native_rma, "
+     "device_direct, hardware, auto_progress (docs/paths.md); degraded "
+     "paths are logged once either way"},
     {"log_level", "1",
      "0 errors, 1 warnings, 2 info, 3 debug; messages go to stderr"},
     {NULL, NULL, NULL},

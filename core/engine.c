@@ -14,6 +14,7 @@
 
 #include "cuda_copy.h"
 #include "engine_internal.h"
+#include "paths.h"
 #include "layout.h"
 #include "te_error.h"
 
@@ -131,6 +132,10 @@ static int read_settings(const te_config *cfg, struct te_settings *s)
                            CPU_SETSIZE - 1);
         s->callback_cpu = (int)cpu;
     }
+    if ((rc = te_paths_parse_require(
+             te_config_get_str(cfg, "engine", "require", "any"),
+             &s->require_caps)))
+        return rc;
     snprintf(s->plugin, sizeof(s->plugin), "%s",
              te_config_get_str(cfg, "engine", "plugin", "loopback"));
     snprintf(s->plugin_path, sizeof(s->plugin_path), "%s",
@@ -189,6 +194,8 @@ static int open_group(struct te_engine *e, struct te_group *g, int index,
             return te_fail(rc, "group %d: cannot open NIC %s: %s%s%s", index,
                            n->info.name, te_strerror(rc),
                            te_last_error()[0] ? ": " : "", te_last_error());
+        if ((rc = te_paths_open_nic(e, g, n)))
+            return rc;
         n->addr_len = sizeof(n->addr);
         rc = P->nic_address(n->pn, n->addr, &n->addr_len);
         if (rc)
@@ -290,6 +297,20 @@ static void fire_to_callbacks(void *sink, uint32_t imm, te_imm_fn cb,
         te_log(e, 0, "imm %u: callback lost: out of memory", imm);
 }
 
+/* An expectation disarmed by an immediate space's retirement. */
+static void cancel_to_callbacks(void *sink, uint32_t imm, te_imm_fn cb,
+                                void *arg, int status)
+{
+    struct te_engine *e = sink;
+    struct te_cb_event ev = {.kind = TE_CB_IMM};
+    ev.u.imm.fn = cb;
+    ev.u.imm.arg = arg;
+    ev.u.imm.imm = imm;
+    ev.u.imm.status = status;
+    if (te_callbacks_push(&e->cb, &ev, 1))
+        te_log(e, 0, "imm %u: cancellation callback lost: out of memory", imm);
+}
+
 /* ------------------------------------------------------- create/destroy */
 
 static const char *const known_sections[] = {"engine", "loopback", "efa",
@@ -389,6 +410,7 @@ TE_API int te_engine_create(const te_config *cfg, te_engine **out)
         rc = te_fail(-ENOMEM, "ImmCounter table: out of memory");
         goto fail_init;
     }
+    te_imm_spaces_init(&e->spaces, e->imms, cancel_to_callbacks, e);
     if ((rc = te_callbacks_start(&e->cb, e->s.callback_spin_us,
                                  e->s.callback_cpu,
                                  e->s.completion_queue_depth))) {
@@ -434,6 +456,7 @@ fail_groups: {
 fail_cb:
     te_callbacks_stop(&e->cb);
 fail_imms:
+    te_imm_spaces_fini(&e->spaces);
     te_imm_table_free(e->imms);
 fail_init:
     e->plugin.ops->fini(e->pctx);
@@ -459,6 +482,7 @@ TE_API void te_engine_destroy(te_engine *e)
     for (uint32_t g = 0; g < e->ngroups; g++)
         close_group(e, &e->groups[g]);
     free(e->groups);
+    te_imm_spaces_fini(&e->spaces);
     te_imm_table_free(e->imms);
     e->plugin.ops->fini(e->pctx);
     te_plugin_unload(&e->plugin);

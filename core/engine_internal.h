@@ -15,6 +15,7 @@
 #include "loader.h"
 #include "wire.h"
 #include "imm_counter.h"
+#include "imm_space.h"
 #include "mpsc_queue.h"
 #include "callback.h"
 
@@ -50,6 +51,7 @@ struct te_settings {
     uint64_t shard_min_bytes;        /* smaller WRITE/READ: one NIC */
     uint32_t heartbeat_ms;           /* probe idle peers; 0 = never */
     int shard_by_speed;              /* weight shards by NIC link speed */
+    uint32_t require_caps;           /* engine.require: TE_CAP_* */
     int log_level;
 };
 
@@ -144,6 +146,9 @@ struct te_nic {
     uint32_t recv_to_post;             /* recv slots waiting to be reposted */
     int recv_broken;                   /* receive path failed: stop reposting */
     struct te_msg_slot **recv_repost;
+    /* paths the plugin described (paths.c) */
+    struct te_plugin_path paths[TE_PLUGIN_MAX_PATHS];
+    int npaths;
 };
 
 /** Control operation executed on the worker (peer add/remove). */
@@ -244,6 +249,8 @@ struct te_engine {
     uint32_t ngroups;
     struct te_group *groups;
     struct te_imm_table *imms;
+    struct te_imm_spaces spaces; /* named ranges of imms (imm_space.c) */
+    _Atomic int warned_mem_cuda; /* a degraded CUDA path was logged */
     struct te_callbacks cb;
     _Atomic int stopping;
     _Atomic int64_t next_req_id;

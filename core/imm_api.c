@@ -16,6 +16,9 @@ TE_API int te_imm_expect(te_engine *e, uint32_t imm, uint64_t count,
     if (count == 0)
         return te_fail(-EINVAL, "te_imm_expect: count must be > 0 (imm %u)",
                        imm);
+    int sc = te_imm_spaces_check(&e->spaces, imm, "te_imm_expect");
+    if (sc)
+        return sc;
     int rc = te_imm_table_expect(e->imms, imm, count, cb, arg);
     if (rc == -EBUSY)
         return te_fail(rc, "te_imm_expect: imm %u already has an armed "
@@ -52,6 +55,9 @@ TE_API int te_imm_expect_timeout(te_engine *e, uint32_t imm, uint64_t count,
     if (!e || !cb || timeout_ms <= 0 || count == 0)
         return te_fail(-EINVAL, "te_imm_expect_timeout: needs an engine, a "
                        "callback, count > 0 and timeout_ms > 0 (imm %u)", imm);
+    int sc = te_imm_spaces_check(&e->spaces, imm, "te_imm_expect_timeout");
+    if (sc)
+        return sc;
     struct imm_deadline *d = calloc(1, sizeof(*d));
     if (!d)
         return te_fail(-ENOMEM, "te_imm_expect_timeout: out of memory");
@@ -109,6 +115,9 @@ TE_API int te_imm_wait(te_engine *e, uint32_t imm, uint64_t count,
     te_error_clear();
     if (!e || count == 0)
         return te_fail(-EINVAL, "te_imm_wait: bad engine or count 0");
+    int sc = te_imm_spaces_check(&e->spaces, imm, "te_imm_wait");
+    if (sc)
+        return sc;
     uint64_t deadline = now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
     for (uint32_t spins = 0;; spins++) {
         int rc = te_imm_table_try_take(e->imms, imm, count);

@@ -397,7 +397,15 @@ int te_imm_table_try_take(struct te_imm_table *t, uint32_t imm, uint64_t count)
 
 int te_imm_table_remove(struct te_imm_table *t, uint32_t imm, uint64_t *surplus)
 {
+    te_imm_table_remove_ex(t, imm, surplus, NULL, NULL);
+    return 0;
+}
+
+int te_imm_table_remove_ex(struct te_imm_table *t, uint32_t imm,
+                           uint64_t *surplus, te_imm_fn *cb, void **arg)
+{
     uint64_t out = 0;
+    int disarmed = 0;
     struct imm_slot *s = slot_find(t, imm, 0);
     if (s) {
         unsigned spins = 0;
@@ -414,6 +422,11 @@ int te_imm_table_remove(struct te_imm_table *t, uint32_t imm, uint64_t *surplus)
                         &s->value, &v, 0, memory_order_acq_rel,
                         memory_order_acquire)) {
                     out = (uint64_t)(v + (int64_t)s->count);
+                    if (cb)
+                        *cb = s->cb;
+                    if (arg)
+                        *arg = s->arg;
+                    disarmed = 1;
                     atomic_store_explicit(&s->armed, 0, memory_order_release);
                     break;
                 }
@@ -428,7 +441,7 @@ int te_imm_table_remove(struct te_imm_table *t, uint32_t imm, uint64_t *surplus)
     }
     if (surplus)
         *surplus = out;
-    return 0;
+    return disarmed;
 }
 
 uint64_t te_imm_table_overflow(const struct te_imm_table *t)

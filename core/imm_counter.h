@@ -63,6 +63,13 @@ int te_imm_table_poll(struct te_imm_table *t, uint32_t imm, uint64_t *banked,
 int te_imm_table_try_take(struct te_imm_table *t, uint32_t imm, uint64_t count);
 /** See te_imm_remove(). */
 int te_imm_table_remove(struct te_imm_table *t, uint32_t imm, uint64_t *surplus);
+/**
+ * te_imm_table_remove() that also hands back the disarmed expectation:
+ * returns 1 and *cb / *arg (either may be NULL) when it disarmed an unmet
+ * one (its cb has not run and never will by itself), else 0.
+ */
+int te_imm_table_remove_ex(struct te_imm_table *t, uint32_t imm,
+                           uint64_t *surplus, te_imm_fn *cb, void **arg);
 /** Arrivals that found no slot (table full) since creation. */
 uint64_t te_imm_table_overflow(const struct te_imm_table *t);
 

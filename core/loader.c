@@ -24,6 +24,9 @@
 
 #include "te_error.h"
 
+#ifndef TE_PLUGIN_RELATIVE_DIR /* the plugin dir relative to the prefix */
+#define TE_PLUGIN_RELATIVE_DIR "lib/transferengine"
+#endif
 #ifndef TE_PLUGIN_INSTALL_DIR
 #define TE_PLUGIN_INSTALL_DIR "/usr/local/lib/transferengine"
 #endif
@@ -290,13 +293,46 @@ static int dirlist_add_colon(struct dirlist *l, const char *list)
     }
 }
 
-/* TE_PLUGIN_PATH, then config_path, then the install directory. */
+static const char library_anchor; /* any address inside this object */
+
+/* Where `cmake --install --prefix P` put the plugins, wherever P is, found
+ * from the object this code runs in: "<libdir>/transferengine" beside
+ * libtransferengine.so, or, for a program linked with the static core (the
+ * tools), "<bindir>/../<libdir>/transferengine". An install that was moved
+ * or made with another prefix than the configured one still finds its own
+ * plugins. */
+static int add_beside_library(struct dirlist *l)
+{
+    Dl_info info;
+    char real[PATH_MAX], dir[PATH_MAX + 64];
+    if (!dladdr(&library_anchor, &info) || !info.dli_fname ||
+        !realpath(info.dli_fname, real))
+        return 0;
+    char *slash = strrchr(real, '/');
+    if (!slash)
+        return 0;
+    *slash = 0;
+    const char *base = slash + 1;
+    int is_lib = strncmp(base, "lib", 3) == 0 && strstr(base, ".so");
+    int n = is_lib ? snprintf(dir, sizeof(dir), "%s/transferengine", real)
+                   : snprintf(dir, sizeof(dir), "%s/../%s", real,
+                              TE_PLUGIN_RELATIVE_DIR);
+    if (n <= 0 || (size_t)n >= sizeof(dir) ||
+        strcmp(dir, TE_PLUGIN_INSTALL_DIR) == 0)
+        return 0;
+    return dirlist_add(l, dir, (size_t)n);
+}
+
+/* TE_PLUGIN_PATH, then config_path, then beside the library, then the
+ * configured install directory. */
 static int search_dirs(const char *config_path, struct dirlist *l)
 {
     memset(l, 0, sizeof *l);
     int rc = dirlist_add_colon(l, getenv("TE_PLUGIN_PATH"));
     if (!rc)
         rc = dirlist_add_colon(l, config_path);
+    if (!rc)
+        rc = add_beside_library(l);
     if (!rc)
         rc = dirlist_add(l, TE_PLUGIN_INSTALL_DIR, strlen(TE_PLUGIN_INSTALL_DIR));
     if (rc)

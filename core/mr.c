@@ -6,6 +6,7 @@
 
 #include "cuda_pointer.h"
 #include "engine_internal.h"
+#include "paths.h"
 #include "te_error.h"
 
 static uint32_t plugin_access(uint32_t access)
@@ -41,6 +42,9 @@ TE_API int te_mr_reg(te_engine *e, int group, void *addr, size_t len,
     if (crc)
         return crc;
     struct te_group *g = &e->groups[group];
+    int prc = te_paths_check_mem(e, g, mem_kind);
+    if (prc)
+        return prc;
     struct te_mr *mr = calloc(1, sizeof(*mr));
     if (!mr)
         return te_fail(-ENOMEM, "te_mr_reg: out of memory");

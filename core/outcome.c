@@ -89,6 +89,7 @@ void te_req_deliver(struct te_engine *e, struct turn *t, struct te_req *q)
         snprintf(c->reason, sizeof(c->reason), "%s", q->reason);
     else
         c->reason[0] = 0;
+    memset(c->reserved, 0, sizeof(c->reserved)); /* growth rule: zero */
 }
 
 void te_req_settle(struct te_engine *e, struct turn *t, struct te_req *q)
@@ -119,8 +120,19 @@ void te_peer_down(struct te_engine *e, struct te_group *g, struct turn *t,
     if (atomic_load_explicit(&pe->state, memory_order_relaxed) !=
         TE_PEER_LIVE)
         return;
-    te_log(e, status == -ECONNABORTED ? 2 : 1, "group %d: peer %u is down: "
-           "%s", g->index, pe->id, why);
+    /* An orderly close (-ESHUTDOWN from the plugin) of a peer we owe
+     * nothing is the normal end of a conversation, not a warning; requests
+     * it leaves unfinished still fail with -ECONNRESET and are warned of. */
+    int busy = 0;
+    for (struct te_link *l = g->inflight.next; l != &g->inflight && !busy;
+         l = l->next)
+        busy = !((struct te_req *)l)->delivered &&
+               req_uses_peer((struct te_req *)l, pe);
+    int quiet = status == -ECONNABORTED || (status == -ESHUTDOWN && !busy);
+    if (status == -ESHUTDOWN)
+        status = -ECONNRESET;
+    te_log(e, quiet ? 2 : 1, "group %d: peer %u is down: %s", g->index,
+           pe->id, why);
     atomic_store_explicit(&pe->state, TE_PEER_DOWN, memory_order_release);
     /* In-flight first: requests whose operations the transport still holds
      * are delivered now, and freed when those operations come back. */

@@ -147,6 +147,8 @@ void te_poll_nic(struct te_engine *e, struct te_group *g, struct turn *t,
             on_local(e, g, t, n, &ce[i]);
             break;
         case TE_PCQ_IMM:
+            if (te_imm_spaces_stale(&e->spaces, ce[i].imm))
+                break; /* a retired life's: counted in its space only */
             if (te_imm_table_arrive(e->imms, ce[i].imm, 1) == -ENOSPC)
                 te_log(e, 0, "ImmCounter table full (engine.imm_table_size "
                        "= %u): arrival of imm %u counted as overflow",
@@ -159,9 +161,15 @@ void te_poll_nic(struct te_engine *e, struct te_group *g, struct turn *t,
             te_peer p = te_peer_of(g, nic, ce[i].peer);
             if (p != TE_PEER_UNKNOWN) {
                 char why[128];
-                snprintf(why, sizeof(why), "the transport reported it "
-                         "unreachable on NIC %s", n->info.name);
-                te_peer_down(e, g, t, te_group_peer(g, p), -ECONNRESET, why);
+                /* -ESHUTDOWN: the peer closed in order (plugin ABI 1.x,
+                 * older plugins report 0 = a failure). */
+                int orderly = ce[i].status == -ESHUTDOWN;
+                snprintf(why, sizeof(why), orderly
+                         ? "it closed its NIC %s in order"
+                         : "the transport reported it unreachable on NIC %s",
+                         n->info.name);
+                te_peer_down(e, g, t, te_group_peer(g, p),
+                             orderly ? -ESHUTDOWN : -ECONNRESET, why);
             }
             break;
         }

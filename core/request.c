@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "request_abi.h"
 #include "shard.h"
 #include "te_error.h"
 
@@ -158,6 +159,8 @@ static int validate(te_engine *e, struct te_group *g, const te_request *r,
             return rc;
         for (uint32_t i = 0; i < s->count; i++) {
             const te_scatter_dst *d = &s->dsts[i];
+            if ((rc = te_scatter_dst_check(d, i, what)))
+                return rc;
             if ((rc = check_peer(g, d->peer, what, &pe)))
                 return rc;
             if ((rc = check_local(g, s->src, d->src_off, d->len, what)))
@@ -175,6 +178,8 @@ static int validate(te_engine *e, struct te_group *g, const te_request *r,
         if (b->count && !b->dsts)
             return te_fail(-EINVAL, "barrier: dsts is NULL");
         for (uint32_t i = 0; i < b->count; i++) {
+            if ((rc = te_barrier_dst_check(&b->dsts[i], i, what)))
+                return rc;
             if ((rc = check_peer(g, b->dsts[i].peer, what, &pe)))
                 return rc;
             if (b->dsts[i].dst &&
@@ -363,6 +368,10 @@ TE_API int64_t te_submit(te_engine *e, const te_request *r)
     te_error_clear();
     if (!e || !r)
         return te_fail(-EINVAL, "te_submit: engine or request is NULL");
+    te_request tmp;
+    int vrc = te_request_view(r, &tmp, &r, "te_submit");
+    if (vrc)
+        return vrc;
     if (atomic_load_explicit(&e->stopping, memory_order_relaxed))
         return te_fail(-ESHUTDOWN, "te_submit: engine is being destroyed");
     if (r->group < 0 || (uint32_t)r->group >= e->ngroups)
@@ -370,6 +379,8 @@ TE_API int64_t te_submit(te_engine *e, const te_request *r)
                        "%u)", r->group, e->ngroups);
     struct te_group *g = &e->groups[r->group];
     uint32_t first, k;
+    if (te_route_check(&r->route, op_name(r->op)))
+        return -EINVAL;
     if (te_shard_nics(&r->route, g->nic_count, &first, &k))
         return te_fail(-EINVAL, "%s: route names NIC %u but group %d has %u "
                        "NICs", op_name(r->op), r->route.nic, g->index,
@@ -460,6 +471,12 @@ TE_API int64_t te_expected_imms(te_engine *e, const te_request *r,
     te_error_clear();
     if (!e || !r)
         return te_fail(-EINVAL, "te_expected_imms: engine or request is NULL");
+    te_request tmp;
+    int vrc = te_request_view(r, &tmp, &r, "te_expected_imms");
+    if (vrc)
+        return vrc;
+    if (te_route_check(&r->route, "te_expected_imms"))
+        return -EINVAL;
     if (r->group < 0 || (uint32_t)r->group >= e->ngroups)
         return te_fail(-EINVAL, "te_expected_imms: group %d out of range",
                        r->group);

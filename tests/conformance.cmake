@@ -45,7 +45,7 @@ add_test(NAME te_info_runs COMMAND te-info)
 set_tests_properties(demo_inproc demo_twoproc PROPERTIES
   ENVIRONMENT "${TE_CONF_ENV}" TIMEOUT 120 PASS_REGULAR_EXPRESSION "te-demo: OK")
 set_tests_properties(te_info_runs PROPERTIES ENVIRONMENT "${TE_CONF_ENV}"
-  TIMEOUT 60 PASS_REGULAR_EXPRESSION "loopback .*ABI 1\\.0.*group 0: 1 NIC")
+  TIMEOUT 60 PASS_REGULAR_EXPRESSION "loopback .*ABI 1\\.1.*group 0: 1 NIC")
 # te-info says how requests are split: NICs of 8 and 2 Gbit/s, small
 # requests whole (docs/sharding.md).
 add_test(NAME te_info_routing COMMAND te-info --groups)
@@ -57,6 +57,11 @@ set_tests_properties(te_info_routing PROPERTIES TIMEOUT 60
 # request completes once and every ImmCounter ends exact (tools/te-soak).
 add_test(NAME soak_loopback_1e7 COMMAND te-soak --ops 10000000 --seconds 400)
 set_tests_properties(soak_loopback_1e7 PROPERTIES ENVIRONMENT "${TE_CONF_ENV}"
+  TIMEOUT 600 PASS_REGULAR_EXPRESSION "te-soak: OK" LABELS soak)
+# The same with two subsystems on the receiver, each in its own immediate
+# space, using equal indexes: 0 arrivals credited across spaces.
+add_test(NAME soak_loopback_spaces_1e7 COMMAND te-soak --ops 10000000 --seconds 400 --spaces)
+set_tests_properties(soak_loopback_spaces_1e7 PROPERTIES ENVIRONMENT "${TE_CONF_ENV}"
   TIMEOUT 600 PASS_REGULAR_EXPRESSION "te-soak: OK" LABELS soak)
 
 # Peers with different NIC counts (the authors require equal counts).

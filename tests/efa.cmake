@@ -85,6 +85,21 @@ add_test(NAME efa_emulated_rma_warns COMMAND te-info --plugin efa --groups)
 set_tests_properties(efa_emulated_rma_warns PROPERTIES TIMEOUT 60 LABELS efa
   ENVIRONMENT "${TE_EFA_ENV};TE_EFA_PROVIDER=udp\;ofi_rxd;TE_EFA_NODE=127.0.0.1"
   PASS_REGULAR_EXPRESSION "warning: efa: provider udp;ofi_rxd: RMA is EMULATED")
+# Paths (docs/paths.md): every degraded path is reported by te-info --paths
+# and refused under engine.require, naming the capability.
+function(te_efa_paths name regex)
+  add_test(NAME efa_paths_${name} COMMAND te-info --paths --plugin efa ${ARGN})
+  set_tests_properties(efa_paths_${name} PROPERTIES TIMEOUT 60 LABELS efa
+    ENVIRONMENT "${TE_EFA_ENV}" PASS_REGULAR_EXPRESSION "${regex}")
+endfunction()
+te_efa_paths(shm_reported "write +DEGRADED has \\[zero_copy,native_rma\\] lacks \\[hardware,auto_progress\\]" ${TE_EFA_SHM})
+te_efa_paths(shm_hardware_refused "engine.require: write on NIC shm:shm lacks hardware" ${TE_EFA_SHM} --set engine.require=hardware)
+te_efa_paths(shm_auto_progress_refused "engine.require: write on NIC shm:shm lacks auto_progress" ${TE_EFA_SHM} --set engine.require=auto_progress)
+te_efa_paths(shm_fast_accepted "Paths \\(transport efa, engine.require = fast\\)" ${TE_EFA_SHM} --set engine.require=fast)
+te_efa_paths(tcp_hardware_refused "engine.require: write on NIC tcp.ofi_rxm:[^ ]* lacks hardware" ${TE_EFA_TCP} --set engine.require=hardware)
+te_efa_paths(udp_native_rma_refused "engine.require: write on NIC udp.ofi_rxd:[^ ]* lacks native_rma" --set "efa.provider=udp$<SEMICOLON>ofi_rxd" --set efa.node=127.0.0.1 --set engine.require=native_rma)
+te_efa_paths(udp_reported "write +DEGRADED .*lacks \\[native_rma" --set "efa.provider=udp$<SEMICOLON>ofi_rxd" --set efa.node=127.0.0.1)
+
 # A forced completion level is measured too: delivery completion never
 # completes an imm-only write on shm 1.17, so the plugin refuses it.
 add_test(NAME efa_forced_delivery_refused COMMAND te-info --plugin efa --groups)

@@ -47,7 +47,7 @@ extern "C" {
 /** ABI major version spoken by this header. */
 #define TE_PLUGIN_ABI_MAJOR 1
 /** ABI minor version spoken by this header. */
-#define TE_PLUGIN_ABI_MINOR 0
+#define TE_PLUGIN_ABI_MINOR 1
 
 /** Name of the single symbol every plugin exports. */
 #define TE_PLUGIN_ENTRY_SYMBOL "te_plugin_entry"
@@ -165,7 +165,11 @@ enum te_plugin_cq_kind {
 /** One completion. */
 struct te_plugin_cq_entry {
     uint32_t kind;       /**< enum te_plugin_cq_kind */
-    int32_t status;      /**< 0 or negative errno (LOCAL, RECV) */
+    /** 0 or negative errno (LOCAL, RECV). PEER_DOWN: -ESHUTDOWN when the
+     *  peer closed its NIC in order (the core then logs it at info level
+     *  unless requests to it were still running), anything else a failure
+     *  (0 from plugins older than this rule). */
+    int32_t status;
     uint64_t context;    /**< LOCAL/RECV: the op's context */
     uint64_t len;        /**< RECV: bytes received */
     uint32_t imm;        /**< IMM: the immediate value */
@@ -196,9 +200,49 @@ struct te_plugin_mr_info {
     uint64_t remote_base; /**< value a peer uses as remote_addr of byte 0 */
 };
 
+/* ------------------------------------------------------- paths (ABI 1.1) */
+
+/** What a path is used for (te_plugin_path.kind). */
+enum te_plugin_path_kind {
+    TE_PPATH_WRITE = 1,     /**< one-sided write without immediate */
+    TE_PPATH_WRITE_IMM = 2, /**< write with immediate (and zero-length imm) */
+    TE_PPATH_READ = 3,      /**< one-sided read */
+    TE_PPATH_SEND = 4,      /**< two-sided message */
+    TE_PPATH_MEM_HOST = 5,  /**< registration of host memory */
+    TE_PPATH_MEM_CUDA = 6,  /**< registration of CUDA device memory */
+};
+
+/** Capabilities of a path (same values as te.h's TE_CAP_*). */
+#define TE_PCAP_ZERO_COPY 0x1u     /**< no bounce through a staging buffer */
+#define TE_PCAP_NATIVE_IMM 0x2u    /**< imm carried by the transport itself */
+#define TE_PCAP_NATIVE_RMA 0x4u    /**< one-sided: no target software per op */
+#define TE_PCAP_DEVICE_DIRECT 0x8u /**< the NIC reaches device memory itself */
+#define TE_PCAP_HARDWARE 0x10u     /**< an RDMA NIC, not a software transport */
+#define TE_PCAP_AUTO_PROGRESS 0x20u /**< data moves without the target polling */
+
 /**
- * The operations table. Fields up to and including poll form ABI 1.0.
- * Append-only within a major version.
+ * How one kind of operation or registration is carried out on a NIC: the
+ * capabilities that apply to it (`relevant`), those it has (`caps`, a
+ * subset), and one line saying how ("fi_writemsg + FI_REMOTE_CQ_DATA,
+ * provider shm", "process_vm_writev"). A relevant capability missing from
+ * caps is a degradation the core reports and, under engine.require,
+ * refuses. Kinds the NIC cannot do at all are not listed.
+ */
+struct te_plugin_path {
+    uint32_t kind;     /**< enum te_plugin_path_kind */
+    uint32_t caps;     /**< TE_PCAP_* the path has */
+    uint32_t relevant; /**< TE_PCAP_* that mean something for this kind */
+    uint32_t reserved; /**< zero */
+    char text[192];    /**< how, for te-info --paths and logs */
+};
+
+/** Most paths a NIC describes. */
+#define TE_PLUGIN_MAX_PATHS 8
+
+/**
+ * The operations table. Fields up to and including poll form ABI 1.0;
+ * describe_paths was appended in 1.1. Append-only within a major version:
+ * the core reads a field only when struct_size covers it.
  */
 struct te_plugin_ops {
     uint32_t abi_major;   /**< TE_PLUGIN_ABI_MAJOR the plugin was built with */
@@ -272,6 +316,17 @@ struct te_plugin_ops {
 
     /** Fetch up to max completions; returns the count (>= 0) or -errno. */
     int (*poll)(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max);
+
+    /* ---- ABI 1.1 ---- */
+    /**
+     * Describe the NIC's paths (at most max, TE_PLUGIN_MAX_PATHS suffice):
+     * returns the number written or -errno. Called once after nic_open(),
+     * from the thread that opened the NIC. May be NULL (then the core says
+     * the plugin does not describe its paths, and a policy that requires a
+     * capability refuses it).
+     */
+    int (*describe_paths)(te_plugin_nic *nic, struct te_plugin_path *out,
+                          int max);
 };
 
 /**

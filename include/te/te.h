@@ -7,6 +7,24 @@
  *    gives the engine's message for the most recent failure on the calling
  *    thread (e.g. "descriptor truncated: 12 of 40 bytes").
  *  - Handles are opaque; requests and descriptors are plain structs.
+ *  - Public structs can grow without breaking binaries built against an
+ *    older header (the "growth rule", docs/abi.md):
+ *      * te_request starts with `size`, which the caller sets to
+ *        sizeof(te_request) (te_request_init() does). The library reads
+ *        only the caller's `size` bytes and treats fields past them as
+ *        zero, so an older binary keeps working; bytes past the library's
+ *        own layout must be zero (-E2BIG naming the offset otherwise), so a
+ *        newer binary that uses a field this library lacks is refused
+ *        rather than misread (the rule of Linux's openat2/clone3 structs).
+ *      * Structs passed in arrays or embedded in others (te_route,
+ *        te_scatter_dst, te_barrier_dst) have reserved fields that must be
+ *        zero (-EINVAL naming the field otherwise); a later minor version
+ *        gives them a meaning in which zero keeps today's behaviour.
+ *      * Structs the library fills (te_completion, te_nic_info) have
+ *        reserved fields the library sets to zero; a later minor version
+ *        may fill them. Read them only when te_version() says they exist.
+ *    Zero-initialise every public struct (= {0}, memset, te_request_init())
+ *    so that fields unknown to you are zero.
  *  - Nothing blocks forever: every wait takes a timeout.
  *
  * Model: an engine drives one or more NIC groups (typically one per GPU).
@@ -22,6 +40,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,7 +55,7 @@ extern "C" {
 
 /** Library version. */
 #define TE_VERSION_MAJOR 0
-#define TE_VERSION_MINOR 1
+#define TE_VERSION_MINOR 2
 #define TE_VERSION_PATCH 0
 
 /** Most NICs in one group (and entries in a memory descriptor). */
@@ -131,7 +150,7 @@ typedef struct te_nic_info {
     int32_t device;     /**< plugin device index */
     uint64_t link_gbps; /**< 0 if unknown / uncapped */
     uint32_t queue_depth; /**< send queue depth */
-    uint32_t reserved;
+    uint32_t reserved[9]; /**< zero; growth rule (top of this header) */
 } te_nic_info;
 
 /** Describe NIC `nic` of group `group`. */
@@ -144,6 +163,65 @@ TE_API int te_engine_nic_info(const te_engine *e, int group, int nic,
  * holds the size needed).
  */
 TE_API int te_engine_address(te_engine *e, int group, void *buf, size_t *len);
+
+/* ----------------------------------------------------------------- paths */
+
+/**
+ * Paths: how each kind of operation or registration is carried out on a
+ * NIC, so that nothing degrades silently (docs/paths.md). A path has the
+ * capabilities below; one it should have but lacks (an emulated immediate,
+ * RMA done by messages, device memory staged through the host, a software
+ * transport where a NIC was expected) is a degradation: logged once at
+ * warning level by default, refused under the configuration key
+ * engine.require (te_engine_create() fails, or te_mr_reg() for a memory
+ * kind), with an error naming the capability, the NIC and the path.
+ */
+#define TE_CAP_ZERO_COPY 0x1u     /**< no bounce through a staging buffer */
+#define TE_CAP_NATIVE_IMM 0x2u    /**< immediate carried by the transport */
+#define TE_CAP_NATIVE_RMA 0x4u    /**< one-sided: no target software per op */
+#define TE_CAP_DEVICE_DIRECT 0x8u /**< the NIC reaches device memory itself */
+#define TE_CAP_HARDWARE 0x10u     /**< an RDMA NIC, not a software transport */
+#define TE_CAP_AUTO_PROGRESS 0x20u /**< data moves without the target polling */
+/** engine.require = fast: the capabilities whose loss slows a path down. */
+#define TE_CAP_FAST (TE_CAP_ZERO_COPY | TE_CAP_NATIVE_IMM | TE_CAP_NATIVE_RMA | \
+                     TE_CAP_DEVICE_DIRECT)
+
+/** Kinds of paths (te_path_info.kind). */
+enum te_path_kind {
+    TE_PATH_WRITE = 1,     /**< write without immediate */
+    TE_PATH_WRITE_IMM = 2, /**< write with immediate, barrier */
+    TE_PATH_READ = 3,      /**< read */
+    TE_PATH_SEND = 4,      /**< send/receive */
+    TE_PATH_MEM_HOST = 5,  /**< host memory registration */
+    TE_PATH_MEM_CUDA = 6,  /**< CUDA memory registration */
+};
+
+/** One path of a NIC (te_engine_paths()). */
+typedef struct te_path_info {
+    uint32_t kind;        /**< enum te_path_kind */
+    uint32_t caps;        /**< TE_CAP_* the path has */
+    uint32_t missing;     /**< TE_CAP_* it should have and lacks */
+    uint32_t refused;     /**< missing & engine.require: te_mr_reg refuses it */
+    char text[192];       /**< how the plugin carries it out */
+    uint64_t reserved[4]; /**< zero; growth rule */
+} te_path_info;
+
+/**
+ * The paths of NIC `nic` of group `group`: up to max entries in out;
+ * returns how many the NIC has (possibly more than max), or -errno. A
+ * plugin that does not describe its paths (plugin ABI 1.0) has none.
+ */
+TE_API int te_engine_paths(const te_engine *e, int group, int nic,
+                           te_path_info *out, int max);
+
+/** Name of a path kind ("write", "mem_cuda", ...), "?" if unknown. */
+TE_API const char *te_path_kind_name(uint32_t kind);
+
+/**
+ * Names of the TE_CAP_* bits of caps, comma-separated ("native_rma,
+ * hardware"), into buf; returns buf ("" when caps is 0).
+ */
+TE_API const char *te_cap_names(uint32_t caps, char *buf, size_t len);
 
 /* ----------------------------------------------------------------- peers */
 
@@ -253,9 +331,10 @@ enum te_op {
  */
 enum te_route_kind { TE_ROUTE_SHARD = 0, TE_ROUTE_PIN = 1 };
 typedef struct te_route {
-    uint32_t kind; /**< enum te_route_kind */
-    uint32_t nics; /**< SHARD: most NICs to use (0 = all) */
-    uint32_t nic;  /**< PIN: the NIC index */
+    uint32_t kind;     /**< enum te_route_kind */
+    uint32_t nics;     /**< SHARD: most NICs to use (0 = all) */
+    uint32_t nic;      /**< PIN: the NIC index */
+    uint32_t reserved; /**< must be zero (growth rule) */
 } te_route;
 
 /** Scatter split policy. */
@@ -267,16 +346,20 @@ enum te_scatter_split {
 /** One destination of a scatter. */
 typedef struct te_scatter_dst {
     te_peer peer;          /**< destination peer */
+    uint32_t reserved0;    /**< must be zero (growth rule) */
     const te_mr_desc *dst; /**< destination region */
     uint64_t dst_off;      /**< offset into dst */
     uint64_t src_off;      /**< offset into the source registration */
     uint64_t len;          /**< bytes */
+    uint64_t reserved[2];  /**< must be zero (growth rule) */
 } te_scatter_dst;
 
 /** One target of a barrier. */
 typedef struct te_barrier_dst {
     te_peer peer;          /**< target */
+    uint32_t reserved0;    /**< must be zero (growth rule) */
     const te_mr_desc *dst; /**< a region of the target (some NICs need a key) */
+    uint64_t reserved;     /**< must be zero (growth rule) */
 } te_barrier_dst;
 
 /** Completion record (also delivered to callbacks). */
@@ -286,6 +369,7 @@ typedef struct te_completion {
     int32_t status;     /**< 0 or negative errno */
     uint32_t op;        /**< enum te_op */
     char reason[96];    /**< on failure: what went wrong, else "" */
+    uint64_t reserved[4]; /**< zero; growth rule (top of this header) */
 } te_completion;
 
 /** Request completion callback; runs on the engine's callback thread. */
@@ -297,11 +381,12 @@ typedef void (*te_done_fn)(const te_completion *c, void *arg);
  * registrations must stay registered until the request completes.
  */
 typedef struct te_request {
+    /** sizeof(te_request) as the caller was compiled (te_request_init()) */
+    uint32_t size;
     uint32_t op;        /**< enum te_op */
     uint32_t flags;     /**< TE_F_* */
     uint32_t imm;       /**< immediate when TE_F_IMM (and always for BARRIER) */
     int32_t group;      /**< local group submitting */
-    te_route route;     /**< NIC routing */
     /**
      * Deadline in ms from submission: 0 = engine.request_timeout_ms,
      * < 0 = none. A request still unfinished then fails with -ETIMEDOUT.
@@ -309,6 +394,7 @@ typedef struct te_request {
      * the transport has returned every operation it was given.
      */
     int32_t timeout_ms;
+    te_route route;     /**< NIC routing */
     uint64_t user_data; /**< returned in the completion */
     te_done_fn done;    /**< callback, or NULL to use te_poll_completions() */
     void *done_arg;     /**< passed to done */
@@ -354,6 +440,24 @@ typedef struct te_request {
 } te_request;
 
 /**
+ * Smallest te_request.size the library accepts: the layout of version 0.2,
+ * the first with the growth rule. Later fields are appended after it.
+ */
+#define TE_REQUEST_SIZE_V0_2 152u
+
+/**
+ * Start a request: zero every field (so fields unknown to the caller are
+ * zero) and set size and op. Equivalent to
+ * `te_request r = {.size = sizeof(te_request), .op = op};`.
+ */
+static inline void te_request_init(te_request *r, uint32_t op)
+{
+    memset(r, 0, sizeof(*r));
+    r->size = (uint32_t)sizeof(*r);
+    r->op = op;
+}
+
+/**
  * Submit a request to its group's worker. Never blocks: -EAGAIN when the
  * submission queue is full. Returns a request id (> 0) on success. Input is
  * validated here (bounds, keys present, peer known, NIC count): a bad
@@ -383,7 +487,9 @@ TE_API int te_poll_completions(te_engine *e, te_completion *out, int max,
 typedef void (*te_imm_fn)(uint32_t imm, int status, void *arg);
 
 /**
- * Expect `count` arrivals of immediate imm (count > 0). Arrivals before this
+ * Expect `count` arrivals of immediate imm (count > 0). -ESTALE when imm is
+ * a value of a retired life or a destroyed immediate space (see below).
+ * Arrivals before this
  * call are banked and count towards it; if enough are banked, cb fires at
  * once (still on the callback thread). When met, `count` arrivals are
  * consumed and the expectation ends (re-arm with another call); surplus
@@ -422,6 +528,101 @@ TE_API int te_imm_wait(te_engine *e, uint32_t imm, uint64_t count, int timeout_m
  * start a fresh count.
  */
 TE_API int te_imm_remove(te_engine *e, uint32_t imm, uint64_t *surplus);
+
+/* ----------------------------------------------------- immediate spaces */
+
+/**
+ * An immediate space: a named range of immediate values reserved for one
+ * subsystem of the process (KV-cache transfer, weight updates, MoE, ...),
+ * so that two subsystems sharing an engine can never count each other's
+ * arrivals (docs/imm-counter.md, "Spaces"). A space has `size` values
+ * (indexes 0..size-1) in each of `lives` lives; te_imm_space_retire() starts
+ * a new life, whose raw values differ from the previous ones, so late
+ * arrivals of an earlier life are counted as stale (reported by
+ * te_imm_space_stats()) and never credited to the current life. Spaces are
+ * receiver-side: hand the raw values (te_imm_space_value()) to the writers.
+ * Raw values outside every space keep working as before.
+ */
+typedef struct te_imm_space te_imm_space;
+
+/** te_imm_space_create() flag: place the space at `base` exactly. */
+#define TE_IMM_SPACE_FIXED 0x1u
+
+/** Defaults of te_imm_space_create(): where spaces are placed. */
+#define TE_IMM_SPACE_REGION_START 0x80000000u
+/** Lives per space when `lives` is 0. */
+#define TE_IMM_SPACE_DEFAULT_LIVES 16u
+/** Most spaces an engine holds at once (live or destroyed-but-quarantined). */
+#define TE_IMM_SPACE_MAX 64
+
+/**
+ * Reserve a space of `size` values (1..2^24) per life and `lives` lives
+ * (0 = TE_IMM_SPACE_DEFAULT_LIVES; a power of two, 2..256): size * lives
+ * consecutive raw values. name (1..31 characters) names it in errors and
+ * logs. Without TE_IMM_SPACE_FIXED the range is chosen at or above
+ * TE_IMM_SPACE_REGION_START (so raw values below 2^31 stay free for code
+ * that does not use spaces) and `base` is ignored; with it the range starts
+ * at `base` (e.g. the same base on every rank of a job). Errors: -EINVAL
+ * (bad size, lives, name or flags), -EADDRINUSE (overlaps the named space),
+ * -ENOSPC (no free range, or TE_IMM_SPACE_MAX spaces).
+ */
+TE_API int te_imm_space_create(te_engine *e, const char *name, uint32_t size,
+                               uint32_t lives, uint32_t flags, uint32_t base,
+                               te_imm_space **out);
+
+/**
+ * The raw immediate of value `index` in the space's current life: use it in
+ * te_request.imm (at the writer) and te_imm_expect()/te_imm_wait()/... (at
+ * this receiver). -ERANGE if index >= size, -ESTALE if the space was
+ * destroyed.
+ */
+TE_API int te_imm_space_value(const te_imm_space *s, uint32_t index,
+                              uint32_t *raw);
+
+/**
+ * Start the next life: every value of the current life is removed from the
+ * ImmCounter (banked arrivals are dropped and counted in
+ * retired_surplus; armed expectations are disarmed and their callbacks
+ * run with -ECANCELED), then the space's values move to the next life's
+ * raw range. Arrivals for any earlier life from then on are counted in
+ * stale_arrivals and never banked. After `lives` retirements the raw
+ * values repeat: a write delayed across that many lives would be counted.
+ * O(size). -ESTALE if destroyed.
+ */
+TE_API int te_imm_space_retire(te_imm_space *s);
+
+/** Counters of a space (te_imm_space_stats()). */
+typedef struct te_imm_space_stats {
+    uint32_t base;            /**< first raw value of the whole range */
+    uint32_t size;            /**< values per life */
+    uint32_t lives;           /**< lives before raw values repeat */
+    uint32_t life;            /**< current life index (0..lives-1) */
+    uint64_t epoch;           /**< retirements so far */
+    uint64_t stale_arrivals;  /**< arrivals for a retired life (not banked) */
+    uint64_t retired_surplus; /**< banked arrivals dropped by retirements */
+    uint64_t reserved[4];     /**< zero; growth rule */
+} te_imm_space_stats;
+
+/** Fill *out. -ESTALE (still filled) if destroyed. */
+TE_API int te_imm_space_stats_get(const te_imm_space *s,
+                                  te_imm_space_stats *out);
+
+/**
+ * The space, if any, that raw value imm belongs to, and the index and life
+ * of imm in it: returns 1 and fills what is non-NULL, 0 when imm is in no
+ * space. For logs and debugging of miscounts.
+ */
+TE_API int te_imm_space_lookup(te_engine *e, uint32_t imm, const char **name,
+                               uint32_t *index, uint32_t *life);
+
+/**
+ * Remove the space: like te_imm_space_retire() for its current life, then
+ * its range stays quarantined (arrivals counted as stale, expectations on
+ * it refused with -ESTALE) until a later te_imm_space_create() needs the
+ * room. The handle stays valid for te_imm_space_stats_get() until
+ * te_engine_destroy(); every other use returns -ESTALE.
+ */
+TE_API int te_imm_space_destroy(te_imm_space *s);
 
 /* --------------------------------------------------------------- messages */
 

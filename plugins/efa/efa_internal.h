@@ -343,6 +343,8 @@ int efa_recv_repost(efa_nic *nic, struct efa_slot *s);
 /* ----------------------------------------------------------- efa_cq.c */
 
 int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max);
+/* efa_paths.c: plugin ABI 1.1 */
+int efa_describe_paths(te_plugin_nic *nic, struct te_plugin_path *out, int max);
 void efa_cq_push(efa_nic *nic, const struct te_plugin_cq_entry *e);
 int efa_fifo_init(struct efa_fifo *f, uint32_t cap);
 void efa_fifo_free(struct efa_fifo *f);

@@ -204,6 +204,7 @@ static const struct te_plugin_ops efa_ops = {
     .peer_remove = efa_peer_remove,
     .post = efa_post,
     .poll = efa_poll,
+    .describe_paths = efa_describe_paths,
 };
 
 __attribute__((visibility("default"))) const struct te_plugin_ops *

@@ -440,7 +440,7 @@ int lb_peer_remove(te_plugin_nic *nic, te_plugin_peer h)
 }
 
 /* The target went away: finish what it did, fail the rest, report it once. */
-void lb_peer_down(lb_nic *nic, struct lb_peer *p, const char *why)
+void lb_peer_down(lb_nic *nic, struct lb_peer *p, const char *why, bool orderly)
 {
     if (p->dead)
         return;
@@ -450,9 +450,11 @@ void lb_peer_down(lb_nic *nic, struct lb_peer *p, const char *why)
     lb_chan_release(p);
     p->dead = true;
     nic->peers_gen++;
-    lb_log(nic->ctx, 1, "%s: peer lo%u of pid %u is down (%s)", nic->name,
-           p->nic_index, p->pid, why);
-    struct te_plugin_cq_entry e = {.kind = TE_PCQ_PEER_DOWN, .peer = p->handle};
+    lb_log(nic->ctx, orderly ? 2 : 1, "%s: peer lo%u of pid %u is down (%s)",
+           nic->name, p->nic_index, p->pid, why);
+    struct te_plugin_cq_entry e = {.kind = TE_PCQ_PEER_DOWN,
+                                   .status = orderly ? -ESHUTDOWN : -ECONNRESET,
+                                   .peer = p->handle};
     lb_cq_push(nic, &e);
 }
 

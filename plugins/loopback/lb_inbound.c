@@ -262,17 +262,20 @@ void lb_housekeeping(lb_nic *nic)
         struct lb_peer *p = nic->peers[i];
         if (!p || p->dead)
             continue;
+        /* A target that closed its NIC in order said so in the channel
+         * before its socket closed or its process ended. */
+        bool closed = p->shm && atomic_load(&p->shm->tgt_state) == LB_ST_CLOSED;
         if (pf[k].revents)
-            lb_peer_down(nic, p, "connection closed");
+            lb_peer_down(nic, p, closed ? "NIC closed, connection closed"
+                                        : "connection closed", closed);
         else if (pf[k + 1].revents ||
                  /* No pidfds (kernel < 5.3, valgrind): ask the pid. */
                  (p->fd >= 0 && p->pidfd < 0 && kill((pid_t)p->pid, 0) < 0 &&
                   errno == ESRCH))
-            lb_peer_down(nic, p, "process exited");
+            lb_peer_down(nic, p, closed ? "NIC closed, process exited"
+                                        : "process exited", closed);
         else if (p->shm && atomic_load(&p->shm->tgt_state) != LB_ST_OK)
-            lb_peer_down(nic, p,
-                         atomic_load(&p->shm->tgt_state) == LB_ST_DEAD
-                             ? "NIC dead" : "NIC closed");
+            lb_peer_down(nic, p, closed ? "NIC closed" : "NIC dead", closed);
     }
 
     /* Inbound channels whose initiator went away. */

@@ -413,7 +413,12 @@ void lb_peer_detach(lb_nic *nic, struct lb_peer *p);
 /* Cross-process target's socket or process is gone (one poll syscall). */
 bool lb_peer_hung_up(const struct lb_peer *p);
 /* The target is gone: ops fail with -ECONNRESET, one PEER_DOWN. */
-void lb_peer_down(lb_nic *nic, struct lb_peer *p, const char *why);
+/* orderly: the target closed its NIC in order (reported as -ESHUTDOWN, logged
+ * at info level); else it failed or vanished (a warning). */
+/* lb_paths.c: plugin ABI 1.1 describe_paths */
+int lb_describe_paths(te_plugin_nic *nic, struct te_plugin_path *out, int max);
+
+void lb_peer_down(lb_nic *nic, struct lb_peer *p, const char *why, bool orderly);
 /* This NIC died (fault_kill_after): ops to p fail with -ENETDOWN. */
 void lb_peer_kill(lb_nic *nic, struct lb_peer *p);
 void lb_peers_free_all(lb_nic *nic);

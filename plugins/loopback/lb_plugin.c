@@ -328,6 +328,7 @@ static const struct te_plugin_ops lb_ops = {
     .peer_remove = lb_peer_remove,
     .post = lb_post,
     .poll = lb_poll,
+    .describe_paths = lb_describe_paths,
 };
 
 __attribute__((visibility("default"))) const struct te_plugin_ops *

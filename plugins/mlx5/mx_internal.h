@@ -390,4 +390,7 @@ int mx_recv_progress(mx_nic *nic, struct te_plugin_cq_entry *out, int n,
 /* Accept a core RECV (post()); 0, or -ENOSPC when the FIFO is full. */
 int mx_recv_post(mx_nic *nic, const struct te_plugin_op *op);
 
+/* mx_paths.c: plugin ABI 1.1 describe_paths. */
+int mx_describe_paths(te_plugin_nic *nic, struct te_plugin_path *out, int max);
+
 #endif

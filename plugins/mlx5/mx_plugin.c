@@ -204,6 +204,7 @@ static const struct te_plugin_ops mx_ops = {
     .peer_remove = mx_peer_remove,
     .post = mx_post,
     .poll = mx_poll,
+    .describe_paths = mx_describe_paths,
 };
 
 __attribute__((visibility("default"))) const struct te_plugin_ops *

@@ -168,8 +168,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         LLVMFuzzerInitialize(NULL, NULL);
     struct in in = {data, size};
     te_request q;
-    memset(&q, 0, sizeof q);
-    q.op = u8(&in) % 8;
+    te_request_init(&q, u8(&in) % 8);
     q.flags = u8(&in) % 4;
     uint32_t imm = IMM_BASE | u8(&in);
     q.imm = imm;
@@ -183,6 +182,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     te_mr_desc scratch[8];
     te_scatter_dst sd[8];
     te_barrier_dst bd[8];
+    memset(bd, 0, sizeof(bd)); /* reserved fields must be zero */
+    memset(sd, 0, sizeof(sd));
     uint32_t sidx[16], didx[16];
     static uint8_t msg[RLEN + 2];
     uint32_t ntargets = 1;

@@ -67,4 +67,12 @@ esac
 step "run check_plugin"
 LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     "$work/check_plugin" "$plugin" skeleton || die "the out-of-tree plugin did not negotiate"
+step "run the installed tools from the prefix (no LD_LIBRARY_PATH, no TE_PLUGIN_PATH)"
+# They must find libtransferengine (install RPATH) and the installed
+# plugins (beside the library) on their own, whatever the prefix.
+out=$(env -u LD_LIBRARY_PATH -u TE_PLUGIN_PATH -u TE_CONFIG "$prefix/bin/te-info" --plugins 2>&1) \
+    || { echo "$out" >&2; die "installed te-info does not run from $prefix"; }
+echo "$out" | grep -q "loopback" || { echo "$out" >&2; die "installed te-info does not find the installed loopback plugin"; }
+out=$(env -u LD_LIBRARY_PATH -u TE_PLUGIN_PATH -u TE_CONFIG "$prefix/bin/te-demo" --pages 8 --layers 2 2>&1) \
+    || { echo "$out" >&2; die "installed te-demo does not run from $prefix"; }
 echo "out_of_tree_plugin: PASS"

@@ -12,6 +12,11 @@
 #include "loader.h"
 #include "te/te.h"
 
+/* The core's plugin ABI as messages print it, e.g. "1.1". */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define CORE_ABI STR(TE_PLUGIN_ABI_MAJOR) "." STR(TE_PLUGIN_ABI_MINOR)
+
 #ifndef TE_ABI_PLUGIN_DIR
 #error "TE_ABI_PLUGIN_DIR must be defined (tests/extra.cmake)"
 #endif
@@ -47,7 +52,7 @@ struct refusal {
 };
 
 static const struct refusal refusals[] = {
-    {"newmajor", -EPROTO, {"refused", "plugin speaks ABI 2.0, core speaks 1.0",
+    {"newmajor", -EPROTO, {"refused", "plugin speaks ABI 2.0, core speaks " CORE_ABI,
                            "major versions differ"}},
     {"short", -EPROTO, {"ops table too small: 16 bytes < ", "bytes required by ABI 1.0", NULL}},
     {"nosym", -ENOEXEC, {"has no symbol te_plugin_entry", "not a TransferEngine plugin?", NULL}},
@@ -254,7 +259,7 @@ START_TEST(refusal_stops_search)
     struct te_loaded_plugin p;
     ck_assert_int_eq(te_plugin_load("stop", NULL, &p), -EPROTO);
     ck_assert_ptr_null(p.dl);
-    ck_msg_has(PLUGIN(DIR1, "stop") " refused: plugin speaks ABI 2.0, core speaks 1.0");
+    ck_msg_has(PLUGIN(DIR1, "stop") " refused: plugin speaks ABI 2.0, core speaks " CORE_ABI);
     const char *m = te_last_error();
     ck_assert_msg(strstr(m, DIR2) == NULL, "searched past a refusal: %s", m);
     /* Same via the config path. */
@@ -339,7 +344,7 @@ START_TEST(check_ops_direct)
     o.abi_major = 3;
     o.abi_minor = 4;
     ck_assert_int_eq(te_plugin_check_ops(&o, "memmaj"), -EPROTO);
-    ck_msg_has("plugin memmaj refused: plugin speaks ABI 3.4, core speaks 1.0 "
+    ck_msg_has("plugin memmaj refused: plugin speaks ABI 3.4, core speaks " CORE_ABI " "
                "(major versions differ)");
     o.abi_major = 0;
     ck_assert_int_eq(te_plugin_check_ops(&o, "mem0"), -EPROTO);

@@ -208,7 +208,7 @@ START_TEST(destroy_completes_everything)
     atomic_store(&completed, 0);
     int submitted = 0;
     for (int i = 0; i < 500; i++) {
-        te_request r = {0};
+        te_request r = {.size = sizeof(te_request)};
         r.op = TE_OP_WRITE;
         r.u.xfer.peer = p;
         r.u.xfer.local = smr;
@@ -266,7 +266,7 @@ static void pair_close(struct pair *x)
 
 static te_request small_write(struct pair *x, int32_t timeout_ms)
 {
-    te_request r = {0};
+    te_request r = {.size = sizeof(te_request)};
     r.op = TE_OP_WRITE;
     r.timeout_ms = timeout_ms;
     r.u.xfer.peer = x->p;
@@ -335,7 +335,7 @@ START_TEST(silent_peer_declared_down)
                                TE_MEM_HOST, &adst), 0);
     te_mr_desc ad;
     te_mr_describe(adst, &ad);
-    te_request w = {0};
+    te_request w = {.size = sizeof(te_request)};
     w.op = TE_OP_WRITE;
     w.u.xfer.peer = back;
     w.u.xfer.local = bsrc;
@@ -364,7 +364,7 @@ static void on_imm(uint32_t imm, int status, void *arg)
 static void barrier_to(struct pair *x, uint32_t imm, int n)
 {
     te_barrier_dst d = {.peer = x->p, .dst = &x->d};
-    te_request r = {0};
+    te_request r = {.size = sizeof(te_request)};
     r.op = TE_OP_BARRIER;
     r.imm = imm;
     r.u.barrier.count = 1;
@@ -446,7 +446,7 @@ START_TEST(callback_thread_pinned)
     struct pair x;
     pair_open(&x, ini, 4096);
     atomic_store(&seen_done, 0);
-    te_request r = {0};
+    te_request r = {.size = sizeof(te_request)};
     r.op = TE_OP_WRITE;
     r.u.xfer.peer = x.p;
     r.u.xfer.local = x.smr;
@@ -514,7 +514,7 @@ START_TEST(asymmetric_nic_counts)
         te_engine_address(b, 0, addr, &len);
         te_peer p;
         ck_assert_int_eq(te_peer_add(a, 0, addr, len, &p), 0);
-        te_request r = {0};
+        te_request r = {.size = sizeof(te_request)};
         r.op = TE_OP_WRITE;
         r.flags = TE_F_IMM;
         r.imm = 77 + (uint32_t)k;
@@ -568,7 +568,7 @@ START_TEST(speed_weighted_and_small_whole)
     te_engine_address(b, 0, addr, &len);
     te_peer p;
     ck_assert_int_eq(te_peer_add(a, 0, addr, len, &p), 0);
-    te_request r = {0};
+    te_request r = {.size = sizeof(te_request)};
     r.op = TE_OP_WRITE;
     r.flags = TE_F_IMM;
     r.imm = 501;
@@ -591,7 +591,7 @@ START_TEST(speed_weighted_and_small_whole)
         si[j] = j;
         di[j] = (j * 11) % PAGES; /* a permutation: 11 and 37 are coprime */
     }
-    te_request pr = {0};
+    te_request pr = {.size = sizeof(te_request)};
     pr.op = TE_OP_PAGED;
     pr.flags = TE_F_IMM;
     pr.imm = 503;
@@ -691,7 +691,7 @@ static int64_t submit_after_peer_stops(const char *ini)
     static uint8_t src[64];
     te_mr *smr;
     ck_assert_int_eq(te_mr_reg(a, 0, src, sizeof(src), 0, TE_MEM_HOST, &smr), 0);
-    te_request r = {0};
+    te_request r = {.size = sizeof(te_request)};
     r.op = TE_OP_WRITE;
     r.u.xfer.peer = p;
     r.u.xfer.local = smr;

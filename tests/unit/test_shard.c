@@ -72,7 +72,7 @@ END_TEST
 
 static te_request req(uint32_t op, uint32_t flags)
 {
-    te_request r = {0};
+    te_request r = {.size = sizeof(te_request)};
     r.op = op;
     r.flags = flags;
     return r;
@@ -192,7 +192,7 @@ END_TEST
 /* engine.shard_min_bytes: shorter WRITE/READ stay whole (one imm). */
 START_TEST(small_requests_stay_whole)
 {
-    te_request w = {.op = TE_OP_WRITE, .flags = TE_F_IMM};
+    te_request w = {.size = sizeof(te_request), .op = TE_OP_WRITE, .flags = TE_F_IMM};
     w.u.xfer.len = 65536;
     ck_assert_int_eq(te_shard_keep_whole(&w, 131072, 4), 1);
     ck_assert_int_eq(te_shard_expected_imms(&w, 4, 131072, 0), 1);
@@ -205,11 +205,11 @@ START_TEST(small_requests_stay_whole)
     ck_assert_int_eq(te_shard_keep_whole(&w, 131072, 1), 0); /* one NIC */
     w.route.kind = TE_ROUTE_PIN;
     ck_assert_int_eq(te_shard_keep_whole(&w, 131072, 4), 0);
-    te_request p = {.op = TE_OP_PAGED, .flags = TE_F_IMM};
+    te_request p = {.size = sizeof(te_request), .op = TE_OP_PAGED, .flags = TE_F_IMM};
     p.u.paged.count = 3;
     ck_assert_int_eq(te_shard_keep_whole(&p, 131072, 4), 0);
     ck_assert_int_eq(te_shard_expected_imms(&p, 4, 131072, 0), 3);
-    te_request r = {.op = TE_OP_READ};
+    te_request r = {.size = sizeof(te_request), .op = TE_OP_READ};
     r.u.xfer.len = 100;
     ck_assert_int_eq(te_shard_keep_whole(&r, 131072, 2), 1);
     ck_assert_int_eq(te_shard_expected_imms(&r, 2, 131072, 0), 0);

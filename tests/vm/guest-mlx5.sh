@@ -45,6 +45,19 @@ step "conformance (rxe0+rxe1, 1 remote process, heartbeats)" \
   --set engine.heartbeat_ms=50
 step "conformance remote_killed (2 remote processes)" \
   timeout 120 "$conf" "${common[@]}" --remotes 2 --case remote_killed
+# No silent degradation: rxe is a software device; te-info --paths says so
+# and engine.require = hardware refuses it, naming the capability.
+info=$build/tools/te-info/te-info
+paths_check() {
+  local out
+  out=$("$info" --paths --plugin mlx5 2>&1)
+  echo "$out" | grep -q "write .*DEGRADED.*lacks \[hardware\]" || { echo "$out"; return 1; }
+  out=$("$info" --paths --plugin mlx5 --set engine.require=hardware 2>&1) && { echo "$out"; return 1; }
+  echo "$out" | grep -q "engine.require: write on NIC rxe[0-9]* lacks hardware" || { echo "$out"; return 1; }
+  "$info" --paths --plugin mlx5 --set engine.require=fast >/dev/null 2>&1
+}
+step "paths: rxe reported as software, refused under engine.require=hardware" \
+  paths_check
 step "pair rxe0<->rxe1" timeout 60 "$pair"
 "$here/netem-ud.sh" "loss 50% duplicate 50%" || rc=1
 for i in 1 2 3; do

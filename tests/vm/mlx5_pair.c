@@ -148,8 +148,7 @@ static te_request req(struct side *s, uint32_t op, uint64_t loff,
                       uint64_t roff, uint64_t len)
 {
     te_request q;
-    memset(&q, 0, sizeof(q));
-    q.op = op;
+    te_request_init(&q, op);
     q.u.xfer.peer = s->peer;
     q.u.xfer.local = s->mr;
     q.u.xfer.local_off = loff;
@@ -188,8 +187,7 @@ static int side_a(struct side *s)
         if (s->buf[b] != pat(REGION / 2 + b, 77))
             return fail(s, "read bytes", -EILSEQ);
     /* A message. */
-    memset(&q, 0, sizeof(q));
-    q.op = TE_OP_SEND;
+    te_request_init(&q, TE_OP_SEND);
     q.u.send.peer = s->peer;
     q.u.send.buf = "hello over the veth";
     q.u.send.len = 20;

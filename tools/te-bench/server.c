@@ -80,8 +80,7 @@ static void on_msg(int group, te_peer from, const void *data, size_t len,
     uint64_t n = atomic_fetch_add_explicit(&s->msgs, 1, memory_order_relaxed) + 1;
     if (atomic_load_explicit(&s->echo, memory_order_relaxed)) {
         te_request r;
-        memset(&r, 0, sizeof(r));
-        r.op = TE_OP_SEND;
+        te_request_init(&r, TE_OP_SEND);
         r.u.send.peer = s->client_peer;
         r.u.send.buf = data;
         r.u.send.len = (uint32_t)len;

@@ -48,7 +48,7 @@ static void build_requests(struct bw *b)
     const struct tb_opts *o = b->s->o;
     for (uint32_t w = 0; w < c->window; w++) {
         te_request *r = &b->req[w];
-        memset(r, 0, sizeof(*r));
+        te_request_init(r, 0); /* op set per test below */
         r->group = 0;
         r->user_data = w;
         if (o->route_pin >= 0) {

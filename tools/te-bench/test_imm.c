@@ -56,7 +56,7 @@ void tb_test_imm(struct tb_session *s, struct tb_result_row *row)
         for (uint32_t k = 0; k < c->batch; k++)
             ix[k] = c->size ? w * c->batch + k : 0;
         te_request *r = &req[w];
-        r->op = TE_OP_PAGED;
+        te_request_init(r, TE_OP_PAGED);
         r->flags = TE_F_IMM;
         r->imm = IMM_RATE;
         r->user_data = w;

@@ -79,8 +79,7 @@ void tb_test_immlat(struct tb_session *s, struct tb_result_row *row)
     }
 
     te_request r;
-    memset(&r, 0, sizeof(r));
-    r.op = TE_OP_WRITE;
+    te_request_init(&r, TE_OP_WRITE);
     r.flags = TE_F_IMM;
     r.route.kind = TE_ROUTE_PIN; /* one imm per request (k shards = k imms) */
     r.u.xfer.peer = env.peer[0];

@@ -84,8 +84,7 @@ void tb_test_post(struct tb_session *s, struct tb_result_row *row)
         d[i].len = c->size;
     }
     te_request r;
-    memset(&r, 0, sizeof(r));
-    r.op = TE_OP_SCATTER;
+    te_request_init(&r, TE_OP_SCATTER);
     r.flags = TE_F_IMM;
     r.imm = POST_IMM;
     if (o->route_pin >= 0) {

@@ -111,8 +111,7 @@ void tb_test_send(struct tb_session *s, struct tb_result_row *row)
     row->lat_key[0] = "half_rtt_us";
     tb_fill(msg, c->size, 5);
     te_request r;
-    memset(&r, 0, sizeof(r));
-    r.op = TE_OP_SEND;
+    te_request_init(&r, TE_OP_SEND);
     r.u.send.peer = env.peer[0];
     r.u.send.buf = msg;
     r.u.send.len = (uint32_t)c->size;

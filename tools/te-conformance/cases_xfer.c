@@ -195,6 +195,7 @@ static int case_scatter(struct conf *c)
 {
     enum { PER = 3 };
     te_scatter_dst d[CONF_MAX_REMOTES * PER];
+    memset(d, 0, sizeof(d)); /* reserved fields must be zero */
     for (int split = 0; split < 2; split++) {
         int n = 0;
         uint32_t imm = conf_imm();
@@ -242,6 +243,7 @@ static int case_scatter(struct conf *c)
 static int case_barrier(struct conf *c)
 {
     te_barrier_dst d[CONF_MAX_REMOTES];
+    memset(d, 0, sizeof(d)); /* reserved fields must be zero */
     for (int i = 0; i < c->nremotes; i++) {
         d[i].peer = c->rem[i].peer;
         d[i].dst = (i & 1) ? NULL : &c->rem[i].desc;

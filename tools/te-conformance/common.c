@@ -33,8 +33,7 @@ uint32_t conf_imm(void)
 te_request conf_req(uint32_t op)
 {
     te_request r;
-    memset(&r, 0, sizeof(r));
-    r.op = op;
+    te_request_init(&r, op);
     r.group = 0;
     r.route.kind = TE_ROUTE_SHARD;
     return r;

@@ -39,6 +39,10 @@ struct remote_ops {
     /* Wait for the next message the remote received: bytes and sender. */
     int (*recv_wait)(struct remote *r, void *buf, size_t cap, size_t *len,
                      int *from_known, int timeout_ms);
+    /* An immediate space of the remote engine (CMD_SPACE_* of wire_cmd.h,
+     * side_space()). */
+    int (*space)(struct remote *r, uint32_t cmd, uint32_t slot, uint64_t a,
+                 uint64_t *v);
     void (*close)(struct remote *r);
     /* Kill the remote abruptly (SIGKILL); NULL where it cannot be done
      * (a remote in this process). */
@@ -88,6 +92,7 @@ struct conf_case {
 extern const struct conf_case conf_cases_xfer[];
 extern const struct conf_case conf_cases_misc[];
 extern const struct conf_case conf_cases_fault[];
+extern const struct conf_case conf_cases_spaces[];
 
 /* Failure reporting helpers for cases. */
 #define CHECK(cond, ...)                                                       \

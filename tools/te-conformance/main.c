@@ -45,7 +45,8 @@ static void usage(FILE *f)
 
 static const struct conf_case *const suites[] = {conf_cases_xfer,
                                                  conf_cases_misc,
-                                                 conf_cases_fault, NULL};
+                                                 conf_cases_fault,
+                                                 conf_cases_spaces, NULL};
 
 static int selected(const char *name, const char **only, int nonly)
 {

@@ -103,6 +103,12 @@ static int ip_recv_wait(struct remote *r, void *buf, size_t cap, size_t *len,
     return side_recv_wait(S(r), buf, cap, len, from_known, ms);
 }
 
+static int ip_space(struct remote *r, uint32_t cmd, uint32_t slot, uint64_t a,
+                    uint64_t *v)
+{
+    return side_space(S(r), cmd, slot, a, v);
+}
+
 static void ip_close(struct remote *r)
 {
     side_close(S(r));
@@ -112,7 +118,7 @@ static void ip_close(struct remote *r)
 
 static const struct remote_ops inproc_ops = {
     ip_fill, ip_fetch, ip_imm_wait, ip_imm_banked, ip_imm_remove,
-    ip_recv_wait, ip_close, NULL};
+    ip_recv_wait, ip_space, ip_close, NULL};
 
 /* ---------------------------------------------------------- child */
 
@@ -190,6 +196,15 @@ static int ch_recv_wait(struct remote *r, void *buf, size_t cap, size_t *len,
     return rc;
 }
 
+static int ch_space(struct remote *r, uint32_t cmd, uint32_t slot, uint64_t a,
+                    uint64_t *v)
+{
+    struct cmd_reply rep = {0};
+    int rc = call(r, cmd, slot, a, 0, &rep, NULL, 0, CONF_TIMEOUT_MS);
+    *v = rep.v;
+    return rc;
+}
+
 static void ch_close(struct remote *r)
 {
     struct child *ch = C(r);
@@ -216,7 +231,7 @@ static int ch_kill(struct remote *r)
 
 static const struct remote_ops child_ops = {
     ch_fill, ch_fetch, ch_imm_wait, ch_imm_banked, ch_imm_remove,
-    ch_recv_wait, ch_close, ch_kill};
+    ch_recv_wait, ch_space, ch_close, ch_kill};
 
 static int open_child(struct conf *c, struct remote *r, uint8_t *addr,
                       size_t *addr_len, te_mr_desc *desc)

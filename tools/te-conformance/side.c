@@ -109,6 +109,41 @@ int side_recv_wait(struct side *s, void *buf, size_t cap, size_t *len,
     return rc;
 }
 
+int side_space(struct side *s, uint32_t cmd, uint32_t slot, uint64_t a,
+               uint64_t *v)
+{
+    static const char *const names[SIDE_SPACES] = {"conf-A", "conf-B"};
+    *v = 0;
+    if (slot >= SIDE_SPACES)
+        return -EINVAL;
+    int rc = 0;
+    uint32_t raw = 0;
+    te_imm_space_stats st;
+    switch (cmd) {
+    case CMD_SPACE_CREATE:
+        if (s->space[slot] || a == 0 || a > UINT32_MAX)
+            return -EINVAL;
+        rc = te_imm_space_create(s->e, names[slot], (uint32_t)a, 0, 0, 0,
+                                 &s->space[slot]);
+        break;
+    case CMD_SPACE_RETIRE:
+        rc = s->space[slot] ? te_imm_space_retire(s->space[slot]) : -EINVAL;
+        break;
+    case CMD_SPACE_STALE:
+        if (!s->space[slot])
+            return -EINVAL;
+        rc = te_imm_space_stats_get(s->space[slot], &st);
+        *v = st.stale_arrivals;
+        return rc;
+    default:
+        return -EINVAL;
+    }
+    if (!rc)
+        rc = te_imm_space_value(s->space[slot], 0, &raw);
+    *v = raw;
+    return rc;
+}
+
 int side_serve(const te_config *cfg, int fd)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -187,6 +222,11 @@ int side_serve(const te_config *cfg, int fd)
             payload = scratch;
             break;
         }
+        case CMD_SPACE_CREATE:
+        case CMD_SPACE_RETIRE:
+        case CMD_SPACE_STALE:
+            rep.rc = side_space(&s, q.cmd, q.imm, q.a, &rep.v);
+            break;
         case CMD_QUIT:
             goto out;
         default:

@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include "conformance.h"
 
+#define SIDE_SPACES 2
+
 struct side_msg {
     struct side_msg *next;
     size_t len;
@@ -21,7 +23,13 @@ struct side {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     struct side_msg *head, *tail;
+    te_imm_space *space[SIDE_SPACES]; /* CMD_SPACE_* */
 };
+
+/* One CMD_SPACE_* on space slot `slot` (a: size for CREATE); *v as the
+ * command says. */
+int side_space(struct side *s, uint32_t cmd, uint32_t slot, uint64_t a,
+               uint64_t *v);
 
 int side_open(struct side *s, const te_config *cfg);
 void side_close(struct side *s);

@@ -14,6 +14,10 @@ enum {
     CMD_IMM_REMOVE = 5,/* imm -> v */
     CMD_RECV_WAIT = 6, /* b = timeout ms -> payload, v = from_known */
     CMD_QUIT = 7,
+    /* Immediate spaces of the remote (side_space()): imm = slot 0..1. */
+    CMD_SPACE_CREATE = 8,  /* a = size -> v = raw value of index 0 */
+    CMD_SPACE_RETIRE = 9,  /* -> v = raw value of index 0 of the new life */
+    CMD_SPACE_STALE = 10,  /* -> v = stale arrivals */
 };
 
 struct cmd_hello {

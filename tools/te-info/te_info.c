@@ -21,13 +21,18 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: te-info [--config FILE] [--plugin NAME|PATH] [--plugins]\n"
-        "               [--groups] [--topology] [--show-config] [--help]\n"
+        "               [--groups] [--paths] [--topology] [--show-config]\n"
+        "               [--set SECTION.KEY=VALUE]... [--help]\n"
         "\n"
         "Without a section option, prints everything.\n"
         "  --config FILE     load this INI file (default: $TE_CONFIG if set)\n"
         "  --plugin NAME     use this transport (overrides engine.plugin)\n"
         "  --plugins         list plugins found on the search path\n"
         "  --groups          create an engine and list its NIC groups\n"
+        "  --paths           how each NIC carries out each kind of operation\n"
+        "                    and registration, and what it lacks (degraded\n"
+        "                    paths; engine.require refuses them)\n"
+        "  --set S.K=V       set one configuration key (repeatable)\n"
         "  --topology        GPUs, NUMA nodes, CPUs and NICs found, the\n"
         "                    grouping chosen and why (engine.topology)\n"
         "  --show-config     print every configuration key: effective value,\n"
@@ -119,6 +124,45 @@ static int list_groups(const te_config *cfg)
     return 0;
 }
 
+/* --paths: te_engine_paths() of every NIC, degradations marked. Exit
+ * status 1 when the engine cannot be created (engine.require refused a
+ * path: the message names it). */
+static int list_paths(const te_config *cfg)
+{
+    te_engine *e;
+    int rc = te_engine_create(cfg, &e);
+    if (rc) {
+        printf("Paths: engine cannot be created: %s\n  %s\n\n",
+               te_strerror(rc), te_last_error());
+        return rc;
+    }
+    const char *req = te_config_get(cfg, "engine", "require");
+    printf("Paths (transport %s, engine.require = %s)\n",
+           te_engine_plugin_name(e), req && *req ? req : "any");
+    for (int g = 0; g < te_engine_group_count(e); g++)
+        for (int i = 0; i < te_engine_nic_count(e, g); i++) {
+            te_nic_info ni;
+            te_path_info p[16];
+            te_engine_nic_info(e, g, i, &ni);
+            int n = te_engine_paths(e, g, i, p, 16);
+            printf("  group %d nic %d (%s):%s\n", g, i, ni.name,
+                   n == 0 ? " not described (plugin ABI 1.0)" : "");
+            for (int k = 0; k < n && k < 16; k++) {
+                char has[128], lacks[128];
+                te_cap_names(p[k].caps, has, sizeof(has));
+                te_cap_names(p[k].missing, lacks, sizeof(lacks));
+                printf("    %-9s %-8s has [%s]%s%s%s\n      %s\n",
+                       te_path_kind_name(p[k].kind),
+                       p[k].missing ? "DEGRADED" : "ok", has,
+                       p[k].missing ? " lacks [" : "", lacks,
+                       p[k].missing ? "]" : "", p[k].text);
+            }
+        }
+    printf("\n");
+    te_engine_destroy(e);
+    return 0;
+}
+
 static int show_topology(const te_config *cfg)
 {
     te_engine *e;
@@ -187,6 +231,8 @@ int main(int argc, char **argv)
         {"plugin", required_argument, 0, 'p'},
         {"plugins", no_argument, 0, 'P'},
         {"groups", no_argument, 0, 'g'},
+        {"paths", no_argument, 0, 'a'},
+        {"set", required_argument, 0, 'S'},
         {"show-config", no_argument, 0, 's'},
         {"topology", no_argument, 0, 't'},
         {"config-keys", no_argument, 0, 's'},
@@ -195,7 +241,9 @@ int main(int argc, char **argv)
     const char *config = getenv("TE_CONFIG");
     const char *plugin = NULL;
     int want_plugins = 0, want_groups = 0, want_config = 0, want_topo = 0, o;
-    while ((o = getopt_long(argc, argv, "c:p:Pgsth", opts, NULL)) != -1) {
+    int want_paths = 0, nsets = 0;
+    const char *sets[32];
+    while ((o = getopt_long(argc, argv, "c:p:PgsthaS:", opts, NULL)) != -1) {
         switch (o) {
         case 'c': config = optarg; break;
         case 'p': plugin = optarg; break;
@@ -203,6 +251,14 @@ int main(int argc, char **argv)
         case 'g': want_groups = 1; break;
         case 's': want_config = 1; break;
         case 't': want_topo = 1; break;
+        case 'a': want_paths = 1; break;
+        case 'S':
+            if (nsets == 32) {
+                fprintf(stderr, "te-info: at most 32 --set\n");
+                return 2;
+            }
+            sets[nsets++] = optarg;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -212,8 +268,9 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (!want_plugins && !want_groups && !want_config && !want_topo)
-        want_plugins = want_groups = want_config = want_topo = 1;
+    if (!want_plugins && !want_groups && !want_config && !want_topo &&
+        !want_paths)
+        want_plugins = want_groups = want_config = want_topo = want_paths = 1;
     te_config *cfg = te_config_new();
     if (!cfg)
         return 1;
@@ -224,11 +281,30 @@ int main(int argc, char **argv)
     }
     if (plugin)
         te_config_set(cfg, "engine", "plugin", plugin);
+    for (int i = 0; i < nsets; i++) {
+        char sec[64], key[64];
+        const char *dot = strchr(sets[i], '.'), *eq = strchr(sets[i], '=');
+        if (!dot || !eq || dot > eq || dot - sets[i] >= 64 || eq - dot > 64) {
+            fprintf(stderr, "te-info: --set \"%s\": expected "
+                    "section.key=value\n", sets[i]);
+            te_config_free(cfg);
+            return 2;
+        }
+        snprintf(sec, sizeof(sec), "%.*s", (int)(dot - sets[i]), sets[i]);
+        snprintf(key, sizeof(key), "%.*s", (int)(eq - dot - 1), dot + 1);
+        if (te_config_set(cfg, sec, key, eq + 1)) {
+            fprintf(stderr, "te-info: --set %s: %s\n", sets[i], te_last_error());
+            te_config_free(cfg);
+            return 2;
+        }
+    }
     printf("TransferEngine %s\n\n", te_version());
     int rc = 0;
     if (want_plugins)
         list_plugins(cfg);
     if (want_groups && list_groups(cfg))
+        rc = 1;
+    if (want_paths && list_paths(cfg))
         rc = 1;
     if (want_topo && show_topology(cfg))
         rc = 1;

@@ -4,7 +4,14 @@
  * once, and each receiver-side ImmCounter ends at exactly the number of
  * requests that succeeded with that immediate.
  *
- *   te-soak [--ops N] [--window W] [--imms K] [--seconds S] [--set s.k=v]...
+ *   te-soak [--ops N] [--window W] [--imms K] [--seconds S] [--spaces]
+ *           [--set s.k=v]...
+ *
+ * --spaces: two subsystems share the receiving engine, each with its own
+ * immediate space (te_imm_space_create) of K values, and use the SAME
+ * indexes: request i goes to subsystem i % 2 with index (i / 2) % K. Each
+ * subsystem's counts must come out exact: no arrival of one may be
+ * credited to the other.
  *
  * Each request is one operation (a write pinned to one NIC, alternating),
  * so success or failure of a request says whether its immediate arrived.
@@ -44,12 +51,20 @@ static int apply(te_config *c, const char *set)
     return te_config_set(c, buf, dot + 1, eq + 1);
 }
 
+/* Counter slot of request i: subsystem i % nsub, index (i / nsub) % per,
+ * where per = total / nsub values per subsystem. */
+static uint32_t slot_of(uint64_t i, uint32_t nsub, uint32_t total)
+{
+    uint32_t per = total / nsub;
+    return (uint32_t)(i % nsub) * per + (uint32_t)((i / nsub) % per);
+}
+
 int main(int argc, char **argv)
 {
     uint64_t ops = 1000000;
     uint32_t window = 512, nimms = 64;
     double seconds = 600;
-    int faults = 1;
+    int faults = 1, spaces = 0;
     const char *sets[64];
     int nsets = 0;
     static const struct option lo[] = {
@@ -58,6 +73,7 @@ int main(int argc, char **argv)
         {"imms", required_argument, 0, 'k'},
         {"seconds", required_argument, 0, 's'},
         {"set", required_argument, 0, 'S'},
+        {"spaces", no_argument, 0, 'P'},
         {"no-faults", no_argument, 0, 'F'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
@@ -67,12 +83,13 @@ int main(int argc, char **argv)
         case 'n': ops = strtoull(optarg, NULL, 0); break;
         case 'w': window = (uint32_t)atoi(optarg); break;
         case 'k': nimms = (uint32_t)atoi(optarg); break;
+        case 'P': spaces = 1; break;
         case 's': seconds = atof(optarg); break;
         case 'S': if (nsets < 64) sets[nsets++] = optarg; break;
         case 'F': faults = 0; break;
         case 'h':
             printf("usage: te-soak [--ops N (1000000)] [--window W (512)] "
-                   "[--imms K (64)]\n"
+                   "[--imms K (64)] [--spaces]\n"
                    "               [--seconds S (600): stop submitting after "
                    "S]\n"
                    "               [--set section.key=value]... "
@@ -119,6 +136,24 @@ int main(int argc, char **argv)
         return 1;
     }
     int nics = te_engine_nic_count(a, 0);
+    /* The raw immediate of each (subsystem, index): a flat range without
+     * --spaces, else the value of index k in subsystem s's own space. */
+    uint32_t nsub = spaces ? 2 : 1;
+    uint32_t *raw = calloc((size_t)nsub * nimms, sizeof(uint32_t));
+    te_imm_space *space[2] = {NULL, NULL};
+    for (uint32_t s = 0; s < nsub; s++) {
+        if (spaces && te_imm_space_create(b, s ? "soak-B" : "soak-A", nimms, 0,
+                                          0, 0, &space[s])) {
+            fprintf(stderr, "te-soak: space: %s\n", te_last_error());
+            return 1;
+        }
+        for (uint32_t k = 0; k < nimms; k++)
+            if (spaces)
+                te_imm_space_value(space[s], k, &raw[s * nimms + k]);
+            else
+                raw[k] = 0x50000u + k;
+    }
+    nimms *= nsub; /* counters below are per (subsystem, index) */
     uint64_t *want = calloc(nimms, sizeof(uint64_t));
     uint8_t *seen = calloc((size_t)(ops + 7) / 8, 1);
     uint64_t submitted = 0, completed = 0, failed = 0, dup = 0, bad_id = 0;
@@ -127,10 +162,10 @@ int main(int argc, char **argv)
     double t0 = now_s(), stop_at = t0 + seconds, last_report = t0;
     while (completed < submitted || (submitted < ops && now_s() < stop_at)) {
         while (outstanding < window && submitted < ops && now_s() < stop_at) {
-            te_request r = {0};
+            te_request r = {.size = sizeof(te_request)};
             r.op = TE_OP_WRITE;
             r.flags = TE_F_IMM;
-            r.imm = 0x50000u + (uint32_t)(submitted % nimms);
+            r.imm = raw[slot_of(submitted, nsub, nimms)];
             r.route.kind = TE_ROUTE_PIN;
             r.route.nic = (uint32_t)(submitted % (uint64_t)nics);
             r.timeout_ms = -1;
@@ -170,7 +205,7 @@ int main(int argc, char **argv)
             completed++;
             outstanding--;
             if (cq[i].status == 0)
-                want[u % nimms]++;
+                want[slot_of(u, nsub, nimms)]++;
             else
                 failed++;
         }
@@ -185,13 +220,13 @@ int main(int argc, char **argv)
     /* The receiver's counts must match the successes exactly. */
     uint64_t mismatched = 0, total = 0;
     for (uint32_t k = 0; k < nimms; k++) {
-        int rc = want[k] ? te_imm_wait(b, 0x50000u + k, want[k], 10000) : 0;
+        int rc = want[k] ? te_imm_wait(b, raw[k], want[k], 10000) : 0;
         uint64_t extra = 0;
-        te_imm_poll(b, 0x50000u + k, &extra, NULL);
+        te_imm_poll(b, raw[k], &extra, NULL);
         if (rc || extra) {
             mismatched++;
             fprintf(stderr, "te-soak: imm %u: want %" PRIu64 " (%s), %" PRIu64
-                    " surplus\n", 0x50000u + k, want[k],
+                    " surplus\n", raw[k], want[k],
                     rc ? te_last_error() : "ok", extra);
         }
         total += want[k];
@@ -212,6 +247,7 @@ int main(int argc, char **argv)
     free(src);
     free(dst);
     free(want);
+    free(raw);
     free(seen);
     printf("%s\n", ok ? "te-soak: OK" : "te-soak: FAILED");
     return ok ? 0 : 1;

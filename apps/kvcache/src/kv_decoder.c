@@ -1,0 +1,666 @@
+/*
+ * The decoder side of te-kv. One service thread runs every state change;
+ * the engine's callbacks (messages, ImmCounter) only queue events, so a
+ * slow user callback never stalls the network and fencing (te_mr_revoke,
+ * which blocks until nothing can land) runs off the engine's threads.
+ *
+ * Request life: SENT (REQUEST sent, waiting for ACCEPT) -> ARMED (expecting
+ * the ACCEPTed count on the request's immediate) -> DONE (every write
+ * landed; pages USED until te_kv_decoder_release). CANCEL from SENT or
+ * ARMED -> CANCELLING (pages FENCING) -> CANCELLED from the prefiller: pages
+ * FREE, cb(-ECANCELED). Any deadline passing, a REJECT, or the prefiller's
+ * peer going down -> the prefiller is fenced: its registration of the pool
+ * is revoked (te_mr_revoke returns only when no write with the old key can
+ * land), every request of it fails, their pages go back.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "kv_internal.h"
+
+#define MAX_PREFILLERS 64
+
+enum rstate { R_FREE = 0, R_SENT, R_ARMED, R_DONE, R_CANCELLING };
+
+struct kv_req {
+    enum rstate state;
+    uint64_t id;
+    uint32_t pf;
+    uint32_t imm;
+    uint32_t npages;
+    uint32_t *pages;
+    uint64_t deadline_ns;   /* whole request */
+    uint64_t phase_ns;      /* accept / cancel confirmation */
+    te_kv_done_fn cb;
+    void *arg;
+};
+
+struct prefiller {
+    int live;
+    te_peer peer;
+    te_mr *mr;              /* the pool, registered for this prefiller */
+    te_mr_desc desc;
+};
+
+enum ev_kind { EV_MSG = 1, EV_IMM = 2 };
+
+struct ev {
+    struct ev *next;
+    enum ev_kind kind;
+    te_peer from;
+    uint32_t imm;
+    int status;
+    te_kv_msg *m;
+};
+
+struct te_kv_decoder {
+    te_engine *e;
+    uint64_t token; /* names us in every message (HELLO introduces it) */
+    te_kv_decoder_opts o;
+    uint64_t page_bytes, layer_stride, hidden_bytes, region;
+    uint8_t *mem;
+    te_kv_pool *pool;
+    te_imm_space *space;
+    struct prefiller pf[MAX_PREFILLERS];
+    uint32_t npf;
+    struct kv_req *req;     /* max_requests slots; slot i uses imm value i */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct ev *head, *tail;
+    int stopping;
+    pthread_t thread;
+};
+
+/* ------------------------------------------------------------- events */
+
+static void push(te_kv_decoder *d, struct ev *v)
+{
+    v->next = NULL;
+    pthread_mutex_lock(&d->lock);
+    if (d->tail)
+        d->tail->next = v;
+    else
+        d->head = v;
+    d->tail = v;
+    pthread_cond_signal(&d->cond);
+    pthread_mutex_unlock(&d->lock);
+}
+
+static void on_msg(int group, te_peer from, const void *data, size_t len,
+                   void *arg)
+{
+    te_kv_decoder *d = arg;
+    (void)group;
+    struct ev *v = calloc(1, sizeof(*v));
+    te_kv_msg *m = malloc(sizeof(*m));
+    if (!v || !m || te_kv_msg_parse(data, len, m)) {
+        if (v && m)
+            fprintf(stderr, "te-kv decoder: dropped a message from peer %u: "
+                    "%s\n", from, te_kv_last_error());
+        free(v);
+        free(m);
+        return;
+    }
+    v->kind = EV_MSG;
+    v->from = from;
+    v->m = m;
+    push(d, v);
+}
+
+static void on_imm(uint32_t imm, int status, void *arg)
+{
+    te_kv_decoder *d = arg;
+    struct ev *v = calloc(1, sizeof(*v));
+    if (!v)
+        return;
+    v->kind = EV_IMM;
+    v->imm = imm;
+    v->status = status;
+    push(d, v);
+}
+
+/* ---------------------------------------------------------- helpers */
+
+static int send_msg(te_kv_decoder *d, uint32_t pf, const te_kv_msg *m)
+{
+    static __thread uint8_t buf[TE_KV_MSG_MAX];
+    ((te_kv_msg *)m)->sender = d->token;
+    int n = te_kv_msg_encode(m, buf, sizeof(buf));
+    if (n < 0)
+        return n;
+    te_request r;
+    te_request_init(&r, TE_OP_SEND);
+    r.group = d->o.group;
+    r.u.send.peer = d->pf[pf].peer;
+    r.u.send.buf = buf;
+    r.u.send.len = (uint32_t)n;
+    for (int i = 0; i < 2000; i++) {
+        int64_t id = te_submit(d->e, &r);
+        if (id != -EAGAIN)
+            return id < 0 ? kv_fail((int)id, "send to prefiller %u: %s", pf,
+                                    te_last_error()) : 0;
+        usleep(100);
+    }
+    return kv_fail(-EAGAIN, "send to prefiller %u: queue full", pf);
+}
+
+static struct kv_req *find(te_kv_decoder *d, uint64_t id)
+{
+    for (uint32_t i = 0; i < d->o.max_requests; i++)
+        if (d->req[i].state != R_FREE && d->req[i].id == id)
+            return &d->req[i];
+    return NULL;
+}
+
+static struct kv_req *by_imm(te_kv_decoder *d, uint32_t imm)
+{
+    for (uint32_t i = 0; i < d->o.max_requests; i++)
+        if (d->req[i].state != R_FREE && d->req[i].imm == imm)
+            return &d->req[i];
+    return NULL;
+}
+
+/* End a request whose writes can no longer land: pages back, imm cleared,
+ * user told. Called with the lock held; drops it around the callback. */
+static void finish(te_kv_decoder *d, struct kv_req *q, int status,
+                   const char *why)
+{
+    if (q->state != R_CANCELLING)
+        te_kv_pool_fence(d->pool, q->npages, q->pages);
+    te_kv_pool_release(d->pool, q->npages, q->pages);
+    te_imm_remove(d->e, q->imm, NULL); /* partial arrivals of this life */
+    te_kv_done_fn cb = q->cb;
+    void *arg = q->arg;
+    uint64_t id = q->id;
+    q->state = R_FREE;
+    pthread_mutex_unlock(&d->lock);
+    if (cb)
+        cb(id, status, why, arg);
+    pthread_mutex_lock(&d->lock);
+}
+
+/* The prefiller is dead, silent or misbehaving: revoke its keys (returns
+ * when nothing with them can land), then fail each of its requests. Lock
+ * held; dropped around the revocation. */
+static void fence_prefiller(te_kv_decoder *d, uint32_t pf, int status,
+                            const char *why)
+{
+    struct prefiller *p = &d->pf[pf];
+    if (!p->live)
+        return;
+    p->live = 0;
+    for (uint32_t i = 0; i < d->o.max_requests; i++) {
+        struct kv_req *q = &d->req[i];
+        if (q->state != R_FREE && q->pf == pf && q->state != R_DONE &&
+            q->state != R_CANCELLING) {
+            te_kv_pool_fence(d->pool, q->npages, q->pages);
+            q->state = R_CANCELLING;
+        }
+    }
+    pthread_mutex_unlock(&d->lock);
+    te_mr_desc fresh;
+    int rc = te_mr_revoke(d->e, p->mr, &fresh);
+    if (rc)
+        fprintf(stderr, "te-kv decoder: fencing prefiller %u: %s\n", pf,
+                te_last_error());
+    pthread_mutex_lock(&d->lock);
+    p->desc = fresh;
+    char msg[240];
+    snprintf(msg, sizeof(msg), "prefiller %u fenced (%s): its keys revoked, "
+             "no write can land", pf, why);
+    for (uint32_t i = 0; i < d->o.max_requests; i++) {
+        struct kv_req *q = &d->req[i];
+        if (q->state == R_CANCELLING && q->pf == pf)
+            finish(d, q, status, msg);
+    }
+}
+
+static void handle_msg(te_kv_decoder *d, te_peer from, const te_kv_msg *m)
+{
+    struct kv_req *q = find(d, m->request_id);
+    (void)from; /* request ids are unique among our requests in flight */
+    if (!q) {
+        fprintf(stderr, "te-kv decoder: message type %u for unknown request "
+                "%" PRIu64 ": ignored\n", m->type, m->request_id);
+        return;
+    }
+    char why[160];
+    switch (m->type) {
+    case TE_KV_MSG_ACCEPT:
+        if (q->state != R_SENT)
+            return;
+        if (!m->expected_imms) {
+            fence_prefiller(d, q->pf, -EPROTO, "accepted with 0 immediates");
+            return;
+        }
+        int left = (int)((q->deadline_ns - kv_now_ns()) / 1000000);
+        int rc = te_imm_expect_timeout(d->e, q->imm, m->expected_imms,
+                                       left > 1 ? left : 1, on_imm, d);
+        if (rc) {
+            snprintf(why, sizeof(why), "arming imm %u: %s", q->imm,
+                     te_last_error());
+            fence_prefiller(d, q->pf, rc, why);
+            return;
+        }
+        q->state = R_ARMED;
+        return;
+    case TE_KV_MSG_REJECT:
+        /* Nothing was written: the prefiller refused before any write. */
+        snprintf(why, sizeof(why), "rejected by prefiller %u: %s", q->pf,
+                 strerror((int)m->status));
+        if (q->state == R_SENT)
+            finish(d, q, -(int)(m->status ? m->status : EPROTO), why);
+        return;
+    case TE_KV_MSG_CANCELLED:
+        if (q->state != R_CANCELLING)
+            return;
+        if (m->status == ENOENT) {
+            /* The prefiller did not have it: finished or never started.
+             * Its writes, if any, all completed before that answer. */
+        }
+        finish(d, q, -ECANCELED, "cancelled; the prefiller confirmed that no "
+               "write can land");
+        return;
+    default:
+        return;
+    }
+}
+
+static void handle_imm(te_kv_decoder *d, uint32_t imm, int status)
+{
+    struct kv_req *q = by_imm(d, imm);
+    if (!q || q->state != R_ARMED)
+        return;
+    if (status == 0) {
+        q->state = R_DONE; /* pages stay USED until released */
+        te_kv_done_fn cb = q->cb;
+        void *arg = q->arg;
+        uint64_t id = q->id;
+        pthread_mutex_unlock(&d->lock);
+        if (cb)
+            cb(id, 0, "", arg);
+        pthread_mutex_lock(&d->lock);
+        return;
+    }
+    fence_prefiller(d, q->pf, status, status == -ETIMEDOUT
+                    ? "the request's deadline passed before every write "
+                      "was counted" : "expectation ended");
+}
+
+static void check_deadlines(te_kv_decoder *d)
+{
+    uint64_t now = kv_now_ns();
+    for (uint32_t i = 0; i < d->o.max_requests; i++) {
+        struct kv_req *q = &d->req[i];
+        if ((q->state == R_SENT || q->state == R_CANCELLING) &&
+            now > q->phase_ns)
+            fence_prefiller(d, q->pf, q->state == R_SENT ? -ETIMEDOUT
+                                                         : -ECANCELED,
+                            q->state == R_SENT ? "no ACCEPT in time"
+                                               : "no CANCELLED in time");
+    }
+}
+
+static void *service(void *arg)
+{
+    te_kv_decoder *d = arg;
+    pthread_mutex_lock(&d->lock);
+    while (!d->stopping || d->head) {
+        if (!d->head) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 5000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&d->cond, &d->lock, &ts);
+        }
+        while (d->head) {
+            struct ev *v = d->head;
+            d->head = v->next;
+            if (!d->head)
+                d->tail = NULL;
+            if (v->kind == EV_MSG)
+                handle_msg(d, v->from, v->m);
+            else
+                handle_imm(d, v->imm, v->status);
+            free(v->m);
+            free(v);
+        }
+        check_deadlines(d);
+    }
+    pthread_mutex_unlock(&d->lock);
+    return NULL;
+}
+
+/* --------------------------------------------------------------- API */
+
+int te_kv_decoder_new(te_engine *e, const te_kv_decoder_opts *o,
+                      te_kv_decoder **out)
+{
+    kv_clear();
+    if (!e || !o || !out || !o->pool_pages || !o->max_requests ||
+        o->max_requests > 65536 || !o->shape.layers)
+        return kv_fail(-EINVAL, "te_kv_decoder_new: bad arguments");
+    te_kv_decoder *d = calloc(1, sizeof(*d));
+    if (!d)
+        return kv_fail(-ENOMEM, "te_kv_decoder_new: out of memory");
+    d->e = e;
+    d->o = *o;
+    if (getrandom(&d->token, sizeof(d->token), 0) != sizeof(d->token))
+        d->token = kv_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)d;
+    if (!d->o.accept_timeout_ms)
+        d->o.accept_timeout_ms = 5000;
+    if (!d->o.cancel_timeout_ms)
+        d->o.cancel_timeout_ms = 5000;
+    d->page_bytes = te_kv_page_bytes(&o->shape);
+    d->layer_stride = (uint64_t)o->pool_pages * d->page_bytes;
+    d->hidden_bytes = (uint64_t)o->shape.hidden * o->shape.elem_bytes;
+    d->region = o->shape.layers * d->layer_stride +
+                o->max_requests * d->hidden_bytes;
+    int rc;
+    d->req = calloc(o->max_requests, sizeof(*d->req));
+    d->mem = aligned_alloc(4096, (d->region + 4095) & ~(uint64_t)4095);
+    if (!d->req || !d->mem) {
+        rc = kv_fail(-ENOMEM, "te_kv_decoder_new: %" PRIu64 " bytes",
+                     d->region);
+        goto fail;
+    }
+    memset(d->mem, 0, d->region);
+    for (uint32_t i = 0; i < o->max_requests; i++)
+        if (!(d->req[i].pages = calloc(TE_KV_MAX_PAGES, sizeof(uint32_t)))) {
+            rc = kv_fail(-ENOMEM, "te_kv_decoder_new: out of memory");
+            goto fail;
+        }
+    if ((rc = te_kv_pool_new(o->pool_pages, &d->pool)))
+        goto fail;
+    /* The decoder's own immediates: no other subsystem can alias them. */
+    if ((rc = te_imm_space_create(e, "te-kv", o->max_requests, 0, 0, 0,
+                                  &d->space))) {
+        rc = kv_fail(rc, "te_kv_decoder_new: immediate space: %s",
+                     te_last_error());
+        goto fail;
+    }
+    for (uint32_t i = 0; i < o->max_requests; i++)
+        te_imm_space_value(d->space, i, &d->req[i].imm);
+    pthread_mutex_init(&d->lock, NULL);
+    pthread_cond_init(&d->cond, NULL);
+    if ((rc = te_set_recv_handler(e, o->group, on_msg, d))) {
+        rc = kv_fail(rc, "te_kv_decoder_new: %s", te_last_error());
+        goto fail;
+    }
+    if (pthread_create(&d->thread, NULL, service, d)) {
+        te_set_recv_handler(e, o->group, NULL, NULL);
+        rc = kv_fail(-EAGAIN, "te_kv_decoder_new: no thread");
+        goto fail;
+    }
+    *out = d;
+    return 0;
+fail:
+    if (d->space)
+        te_imm_space_destroy(d->space);
+    te_kv_pool_free(d->pool);
+    if (d->req)
+        for (uint32_t i = 0; i < o->max_requests; i++)
+            free(d->req[i].pages);
+    free(d->req);
+    free(d->mem);
+    free(d);
+    return rc;
+}
+
+int te_kv_decoder_add_prefiller(te_kv_decoder *d, const void *addr,
+                                size_t len, uint32_t *id)
+{
+    kv_clear();
+    pthread_mutex_lock(&d->lock);
+    if (d->npf == MAX_PREFILLERS) {
+        pthread_mutex_unlock(&d->lock);
+        return kv_fail(-ENOSPC, "decoder: at most %d prefillers",
+                       MAX_PREFILLERS);
+    }
+    uint32_t i = d->npf;
+    pthread_mutex_unlock(&d->lock);
+    struct prefiller p = {0};
+    int rc = te_peer_add(d->e, d->o.group, addr, len, &p.peer);
+    if (rc)
+        return kv_fail(rc, "decoder: prefiller address: %s", te_last_error());
+    if ((rc = te_mr_reg(d->e, d->o.group, d->mem, d->region,
+                        TE_MR_REMOTE_WRITE, TE_MEM_HOST, &p.mr)))
+        return kv_fail(rc, "decoder: registering the pool: %s",
+                       te_last_error());
+    te_mr_describe(p.mr, &p.desc);
+    p.live = 1;
+    pthread_mutex_lock(&d->lock);
+    d->pf[i] = p;
+    d->npf = i + 1;
+    pthread_mutex_unlock(&d->lock);
+    te_kv_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = TE_KV_MSG_HELLO;
+    size_t alen = sizeof(m.addr);
+    te_engine_address(d->e, d->o.group, m.addr, &alen);
+    m.addr_len = (uint32_t)alen;
+    if ((rc = send_msg(d, i, &m)))
+        return rc;
+    *id = i;
+    return 0;
+}
+
+int te_kv_decoder_submit(te_kv_decoder *d, uint32_t pf, uint64_t id,
+                         uint32_t tokens, int timeout_ms, te_kv_done_fn cb,
+                         void *arg)
+{
+    kv_clear();
+    uint32_t npages = tokens ? te_kv_pages_for(&d->o.shape, tokens) : 0;
+    if (!tokens || npages > TE_KV_MAX_PAGES)
+        return kv_fail(-EINVAL, "decoder: %u tokens = %u pages (1..%d pages)",
+                       tokens, npages, TE_KV_MAX_PAGES);
+    static __thread te_kv_msg m;
+    pthread_mutex_lock(&d->lock);
+    int rc = 0;
+    struct kv_req *q = NULL;
+    if (pf >= d->npf || !d->pf[pf].live)
+        rc = kv_fail(-ENOENT, "decoder: prefiller %u is not live", pf);
+    else if (find(d, id))
+        rc = kv_fail(-EEXIST, "decoder: request %" PRIu64 " already in "
+                     "flight", id);
+    for (uint32_t i = 0; !rc && i < d->o.max_requests && !q; i++)
+        if (d->req[i].state == R_FREE)
+            q = &d->req[i];
+    if (!rc && !q)
+        rc = kv_fail(-EBUSY, "decoder: %u requests in flight already",
+                     d->o.max_requests);
+    if (!rc)
+        rc = te_kv_pool_alloc(d->pool, npages, q->pages);
+    if (rc) {
+        pthread_mutex_unlock(&d->lock);
+        return rc;
+    }
+    uint32_t slot = (uint32_t)(q - d->req);
+    q->state = R_SENT;
+    q->id = id;
+    q->pf = pf;
+    q->npages = npages;
+    q->cb = cb;
+    q->arg = arg;
+    uint64_t now = kv_now_ns();
+    q->deadline_ns = now + (uint64_t)(timeout_ms > 0 ? timeout_ms : 60000) *
+                               1000000ull;
+    q->phase_ns = now + (uint64_t)d->o.accept_timeout_ms * 1000000ull;
+    memset(&m, 0, offsetof(te_kv_msg, pages));
+    m.type = TE_KV_MSG_REQUEST;
+    m.request_id = id;
+    m.tokens = tokens;
+    m.layers = d->o.shape.layers;
+    m.page_bytes = d->page_bytes;
+    m.layer_stride = d->layer_stride;
+    m.imm = q->imm;
+    m.npages = npages;
+    m.hidden_off = d->o.shape.layers * d->layer_stride +
+                   slot * d->hidden_bytes;
+    m.hidden_bytes = (uint32_t)d->hidden_bytes;
+    size_t dl = sizeof(m.desc);
+    te_desc_serialize(&d->pf[pf].desc, m.desc, &dl);
+    m.desc_len = (uint32_t)dl;
+    memcpy(m.pages, q->pages, npages * sizeof(uint32_t));
+    pthread_mutex_unlock(&d->lock);
+    if ((rc = send_msg(d, pf, &m))) {
+        pthread_mutex_lock(&d->lock);
+        /* Nothing sent: nothing can land. */
+        te_kv_pool_fence(d->pool, q->npages, q->pages);
+        te_kv_pool_release(d->pool, q->npages, q->pages);
+        q->state = R_FREE;
+        pthread_mutex_unlock(&d->lock);
+    }
+    return rc;
+}
+
+int te_kv_decoder_cancel(te_kv_decoder *d, uint64_t id)
+{
+    kv_clear();
+    pthread_mutex_lock(&d->lock);
+    struct kv_req *q = find(d, id);
+    if (!q || q->state == R_DONE || q->state == R_CANCELLING) {
+        pthread_mutex_unlock(&d->lock);
+        return kv_fail(q ? -EALREADY : -ENOENT, "decoder: request %" PRIu64
+                       " %s", id, q ? "cannot be cancelled now (done or "
+                       "cancelling)" : "is not in flight");
+    }
+    if (q->state == R_ARMED) {
+        /* Disarm: later arrivals stay banked until te_imm_remove. */
+        te_imm_remove(d->e, q->imm, NULL);
+    }
+    te_kv_pool_fence(d->pool, q->npages, q->pages);
+    q->state = R_CANCELLING;
+    q->phase_ns = kv_now_ns() + (uint64_t)d->o.cancel_timeout_ms * 1000000ull;
+    uint32_t pf = q->pf;
+    pthread_mutex_unlock(&d->lock);
+    te_kv_msg m;
+    memset(&m, 0, offsetof(te_kv_msg, desc));
+    m.type = TE_KV_MSG_CANCEL;
+    m.request_id = id;
+    int rc = send_msg(d, pf, &m);
+    /* A failed send falls to the confirmation deadline (then a fence). */
+    return rc == -ECONNRESET ? 0 : rc;
+}
+
+int te_kv_decoder_release(te_kv_decoder *d, uint64_t id)
+{
+    kv_clear();
+    pthread_mutex_lock(&d->lock);
+    struct kv_req *q = find(d, id);
+    int rc = 0;
+    if (!q)
+        rc = kv_fail(-ENOENT, "decoder: request %" PRIu64 " unknown", id);
+    else if (q->state != R_DONE)
+        rc = kv_fail(-EBUSY, "decoder: request %" PRIu64 " still in flight",
+                     id);
+    else {
+        te_kv_pool_release(d->pool, q->npages, q->pages);
+        q->state = R_FREE;
+    }
+    pthread_mutex_unlock(&d->lock);
+    return rc;
+}
+
+int te_kv_decoder_pages(te_kv_decoder *d, uint64_t id, uint32_t *idx,
+                        uint32_t *n)
+{
+    pthread_mutex_lock(&d->lock);
+    struct kv_req *q = find(d, id);
+    int rc = 0;
+    if (!q || q->state != R_DONE)
+        rc = kv_fail(-ENOENT, "decoder: request %" PRIu64 " not completed", id);
+    else if (*n < q->npages)
+        rc = kv_fail(-ENOSPC, "decoder: %u pages", q->npages);
+    else {
+        memcpy(idx, q->pages, q->npages * sizeof(uint32_t));
+        *n = q->npages;
+    }
+    pthread_mutex_unlock(&d->lock);
+    return rc;
+}
+
+int te_kv_decoder_verify(te_kv_decoder *d, uint64_t id)
+{
+    pthread_mutex_lock(&d->lock);
+    struct kv_req *q = find(d, id);
+    if (!q || q->state != R_DONE) {
+        pthread_mutex_unlock(&d->lock);
+        return kv_fail(-ENOENT, "decoder: request %" PRIu64 " not completed",
+                       id);
+    }
+    uint32_t slot = (uint32_t)(q - d->req);
+    int rc = 0;
+    for (uint32_t l = 0; l < d->o.shape.layers && !rc; l++)
+        for (uint32_t k = 0; k < q->npages && !rc; k++) {
+            const uint8_t *b = d->mem + l * d->layer_stride +
+                               (uint64_t)q->pages[k] * d->page_bytes;
+            uint64_t off = kv_pattern_check(b, d->page_bytes, id, l, k);
+            if (off < d->page_bytes)
+                rc = kv_fail(-EIO, "request %" PRIu64 ": layer %u page %u "
+                             "(pool page %u) byte %" PRIu64 " wrong", id, l,
+                             k, q->pages[k], off);
+        }
+    const uint8_t *h = d->mem + d->o.shape.layers * d->layer_stride +
+                       slot * d->hidden_bytes;
+    uint64_t hoff = rc ? d->hidden_bytes
+                       : kv_pattern_check(h, d->hidden_bytes, id, UINT32_MAX, 0);
+    if (hoff < d->hidden_bytes)
+        rc = kv_fail(-EIO, "request %" PRIu64 ": hidden state byte %" PRIu64
+                     " wrong", id, hoff);
+    pthread_mutex_unlock(&d->lock);
+    return rc;
+}
+
+te_kv_pool *te_kv_decoder_pool(te_kv_decoder *d) { return d->pool; }
+
+uint32_t te_kv_decoder_inflight(te_kv_decoder *d)
+{
+    uint32_t n = 0;
+    pthread_mutex_lock(&d->lock);
+    for (uint32_t i = 0; i < d->o.max_requests; i++)
+        n += d->req[i].state != R_FREE && d->req[i].state != R_DONE;
+    pthread_mutex_unlock(&d->lock);
+    return n;
+}
+
+void te_kv_decoder_free(te_kv_decoder *d)
+{
+    if (!d)
+        return;
+    /* Requests still in flight: fence their prefillers (nothing lands). */
+    pthread_mutex_lock(&d->lock);
+    for (uint32_t pf = 0; pf < d->npf; pf++) {
+        int busy = 0;
+        for (uint32_t i = 0; i < d->o.max_requests; i++)
+            busy |= d->req[i].state != R_FREE && d->req[i].state != R_DONE &&
+                    d->req[i].pf == pf;
+        if (busy)
+            fence_prefiller(d, pf, -ECANCELED, "decoder shutting down");
+    }
+    d->stopping = 1;
+    pthread_cond_broadcast(&d->cond);
+    pthread_mutex_unlock(&d->lock);
+    pthread_join(d->thread, NULL);
+    te_set_recv_handler(d->e, d->o.group, NULL, NULL);
+    for (uint32_t pf = 0; pf < d->npf; pf++)
+        te_mr_dereg(d->e, d->pf[pf].mr);
+    te_imm_space_destroy(d->space);
+    te_kv_pool_free(d->pool);
+    for (uint32_t i = 0; i < d->o.max_requests; i++)
+        free(d->req[i].pages);
+    free(d->req);
+    free(d->mem);
+    pthread_mutex_destroy(&d->lock);
+    pthread_cond_destroy(&d->cond);
+    free(d);
+}

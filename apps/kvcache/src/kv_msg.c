@@ -1,0 +1,202 @@
+/*
+ * The request protocol's wire format (docs/kvcache.md): little-endian,
+ *   header: magic "TEKV" u32, version u8 (1), type u8, reserved u16 (0),
+ *           total length u32, sender u64 (the decoder's token, which
+ *           its HELLO introduced), request id u64                 28 bytes
+ *   REQUEST:   tokens u32, layers u32, page_bytes u64, layer_stride u64,
+ *              imm u32, npages u32, hidden_off u64, hidden_bytes u32,
+ *              desc_len u32, desc[desc_len], pages u32[npages]
+ *   ACCEPT:    expected_imms u64
+ *   REJECT, CANCELLED: status u32
+ *   CANCEL:    (nothing)
+ *   HELLO:     addr_len u32, addr[addr_len]
+ * Parsing untrusted bytes never reads past the buffer and names the field
+ * that is wrong.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "kv_internal.h"
+
+#define MAGIC 0x564b4554u /* "TEKV" */
+#define VERSION 1u
+
+struct wr {
+    uint8_t *p;
+    size_t at, cap;
+    int over;
+};
+
+static void put(struct wr *w, const void *src, size_t n)
+{
+    if (w->over || n > w->cap - w->at) {
+        w->over = 1;
+        return;
+    }
+    memcpy(w->p + w->at, src, n);
+    w->at += n;
+}
+static void put32(struct wr *w, uint32_t v) { put(w, &v, 4); }
+static void put64(struct wr *w, uint64_t v) { put(w, &v, 8); }
+
+int te_kv_msg_encode(const te_kv_msg *m, void *buf, size_t cap)
+{
+    kv_clear();
+    struct wr w = {buf, 0, cap, 0};
+    uint8_t vt[4] = {VERSION, (uint8_t)m->type, 0, 0};
+    put32(&w, MAGIC);
+    put(&w, vt, 4);
+    put32(&w, 0); /* length, patched below */
+    put64(&w, m->sender);
+    put64(&w, m->request_id);
+    switch (m->type) {
+    case TE_KV_MSG_REQUEST:
+        if (m->npages > TE_KV_MAX_PAGES || m->desc_len > TE_DESC_MAX)
+            return kv_fail(-EINVAL, "kv message: %u pages (max %d) or "
+                           "descriptor of %u bytes", m->npages,
+                           TE_KV_MAX_PAGES, m->desc_len);
+        put32(&w, m->tokens);
+        put32(&w, m->layers);
+        put64(&w, m->page_bytes);
+        put64(&w, m->layer_stride);
+        put32(&w, m->imm);
+        put32(&w, m->npages);
+        put64(&w, m->hidden_off);
+        put32(&w, m->hidden_bytes);
+        put32(&w, m->desc_len);
+        put(&w, m->desc, m->desc_len);
+        put(&w, m->pages, (size_t)m->npages * 4);
+        break;
+    case TE_KV_MSG_ACCEPT:
+        put64(&w, m->expected_imms);
+        break;
+    case TE_KV_MSG_REJECT:
+    case TE_KV_MSG_CANCELLED:
+        put32(&w, m->status);
+        break;
+    case TE_KV_MSG_CANCEL:
+        break;
+    case TE_KV_MSG_HELLO:
+        if (m->addr_len > TE_ADDR_MAX)
+            return kv_fail(-EINVAL, "kv message: address of %u bytes",
+                           m->addr_len);
+        put32(&w, m->addr_len);
+        put(&w, m->addr, m->addr_len);
+        break;
+    default:
+        return kv_fail(-EINVAL, "kv message: unknown type %u", m->type);
+    }
+    if (w.over)
+        return kv_fail(-ENOSPC, "kv message: needs more than %zu bytes", cap);
+    uint32_t len = (uint32_t)w.at;
+    memcpy((uint8_t *)buf + 8, &len, 4);
+    return (int)len;
+}
+
+struct rd {
+    const uint8_t *p;
+    size_t at, len;
+    const char *field; /* the first field that did not fit */
+};
+
+static int get(struct rd *r, void *dst, size_t n, const char *field)
+{
+    if (r->field)
+        return -1;
+    if (n > r->len - r->at) {
+        r->field = field;
+        return -1;
+    }
+    memcpy(dst, r->p + r->at, n);
+    r->at += n;
+    return 0;
+}
+#define GET32(r, v, f) get(r, &(v), 4, f)
+#define GET64(r, v, f) get(r, &(v), 8, f)
+
+int te_kv_msg_parse(const void *buf, size_t len, te_kv_msg *m)
+{
+    kv_clear();
+    if (!buf || !m)
+        return kv_fail(-EINVAL, "kv message: NULL argument");
+    struct rd r = {buf, 0, len, NULL};
+    uint32_t magic = 0, total = 0;
+    uint8_t vt[4] = {0};
+    memset(m, 0, offsetof(te_kv_msg, desc));
+    m->expected_imms = 0;
+    m->addr_len = 0;
+    GET32(&r, magic, "magic");
+    get(&r, vt, 4, "version");
+    GET32(&r, total, "length");
+    GET64(&r, m->sender, "sender");
+    GET64(&r, m->request_id, "request id");
+    if (r.field)
+        return kv_fail(-EBADMSG, "kv message truncated: %zu bytes, header "
+                       "field '%s' incomplete", len, r.field);
+    if (magic != MAGIC)
+        return kv_fail(-EPROTO, "kv message: bad magic 0x%08x", magic);
+    if (vt[0] != VERSION)
+        return kv_fail(-EPROTO, "kv message: version %u, this library "
+                       "speaks %u", vt[0], VERSION);
+    if (vt[2] || vt[3])
+        return kv_fail(-EPROTO, "kv message: reserved header bytes set");
+    if (total != len)
+        return kv_fail(-EBADMSG, "kv message: header says %u bytes, %zu "
+                       "received", total, len);
+    m->type = vt[1];
+    switch (m->type) {
+    case TE_KV_MSG_REQUEST:
+        GET32(&r, m->tokens, "tokens");
+        GET32(&r, m->layers, "layers");
+        GET64(&r, m->page_bytes, "page_bytes");
+        GET64(&r, m->layer_stride, "layer_stride");
+        GET32(&r, m->imm, "imm");
+        GET32(&r, m->npages, "npages");
+        GET64(&r, m->hidden_off, "hidden_off");
+        GET32(&r, m->hidden_bytes, "hidden_bytes");
+        GET32(&r, m->desc_len, "desc_len");
+        if (r.field)
+            break;
+        if (m->desc_len > TE_DESC_MAX)
+            return kv_fail(-EBADMSG, "kv request %llu: descriptor of %u "
+                           "bytes (max %d)", (unsigned long long)m->request_id,
+                           m->desc_len, TE_DESC_MAX);
+        if (m->npages > TE_KV_MAX_PAGES)
+            return kv_fail(-EBADMSG, "kv request %llu: %u pages (max %d)",
+                           (unsigned long long)m->request_id, m->npages,
+                           TE_KV_MAX_PAGES);
+        get(&r, m->desc, m->desc_len, "descriptor");
+        get(&r, m->pages, (size_t)m->npages * 4, "page indices");
+        if (!r.field && (!m->layers || !m->page_bytes || !m->tokens))
+            return kv_fail(-EBADMSG, "kv request %llu: layers %u, page_bytes "
+                           "%llu, tokens %u must be > 0",
+                           (unsigned long long)m->request_id, m->layers,
+                           (unsigned long long)m->page_bytes, m->tokens);
+        break;
+    case TE_KV_MSG_ACCEPT:
+        GET64(&r, m->expected_imms, "expected_imms");
+        break;
+    case TE_KV_MSG_REJECT:
+    case TE_KV_MSG_CANCELLED:
+        GET32(&r, m->status, "status");
+        break;
+    case TE_KV_MSG_CANCEL:
+        break;
+    case TE_KV_MSG_HELLO:
+        GET32(&r, m->addr_len, "addr_len");
+        if (!r.field && (m->addr_len == 0 || m->addr_len > TE_ADDR_MAX))
+            return kv_fail(-EBADMSG, "kv hello: address of %u bytes",
+                           m->addr_len);
+        get(&r, m->addr, m->addr_len, "address");
+        break;
+    default:
+        return kv_fail(-EPROTO, "kv message: unknown type %u", m->type);
+    }
+    if (r.field)
+        return kv_fail(-EBADMSG, "kv message truncated: field '%s' incomplete "
+                       "(%zu bytes)", r.field, len);
+    if (r.at != len)
+        return kv_fail(-EBADMSG, "kv message: %zu trailing bytes", len - r.at);
+    return 0;
+}

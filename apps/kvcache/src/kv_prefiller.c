@@ -1,0 +1,512 @@
+/*
+ * The prefiller side of te-kv: receives HELLO/REQUEST/CANCEL messages on
+ * its engine's receive handler (callback thread: only queued there), and a
+ * worker thread serves requests one at a time: ACCEPT with the exact count
+ * of immediates, then per layer a simulated compute and one paged write,
+ * then the hidden state as a single write. A CANCEL stops it between
+ * layers; CANCELLED is sent only once every submitted write has completed
+ * locally, i.e. nothing more can land in the decoder's pages.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kv_internal.h"
+
+#define MAX_DECODERS 64
+
+struct job {
+    struct job *next;
+    te_peer from;
+    te_kv_msg m; /* a REQUEST */
+};
+
+/* Decoders that said HELLO: their token and our peer handle of them. */
+struct decoder_ref {
+    uint64_t token;
+    te_peer peer;
+};
+
+struct te_kv_prefiller {
+    te_engine *e;
+    struct decoder_ref dec[MAX_DECODERS];
+    uint32_t ndec;
+    te_kv_prefiller_opts o;
+    uint64_t page_bytes, layer_span, hidden_bytes;
+    uint8_t *src;
+    te_mr *mr;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct job *head, *tail;
+    uint64_t current;          /* request id being served, 0 = none */
+    te_peer current_from;
+    int cancel_current;
+    int stopping;
+    te_kv_prefiller_stats st;
+    struct { uint64_t id, t; } last[256]; /* te_kv_prefiller_last_layer_ns */
+    /* writes of the current request still outstanding */
+    atomic_int outstanding;
+    atomic_int write_failed;
+};
+
+static void send_msg(te_kv_prefiller *p, te_peer to, const te_kv_msg *m)
+{
+    uint8_t buf[64];
+    int n = te_kv_msg_encode(m, buf, sizeof(buf));
+    if (n < 0)
+        return;
+    te_request r;
+    te_request_init(&r, TE_OP_SEND);
+    r.group = p->o.group;
+    r.u.send.peer = to;
+    r.u.send.buf = buf;
+    r.u.send.len = (uint32_t)n;
+    for (int i = 0; i < 1000; i++) {
+        int64_t id = te_submit(p->e, &r);
+        if (id != -EAGAIN) {
+            if (id < 0)
+                fprintf(stderr, "te-kv prefiller: reply to peer %u: %s\n", to,
+                        te_last_error());
+            return;
+        }
+        usleep(100);
+    }
+}
+
+static void reply(te_kv_prefiller *p, te_peer to, uint32_t type, uint64_t id,
+                  uint32_t status)
+{
+    te_kv_msg m;
+    memset(&m, 0, offsetof(te_kv_msg, desc));
+    m.type = type;
+    m.request_id = id;
+    m.status = status;
+    send_msg(p, to, &m);
+}
+
+/* Receive handler (engine callback thread): queue, never block long. */
+static void on_msg(int group, te_peer from, const void *data, size_t len,
+                   void *arg)
+{
+    te_kv_prefiller *p = arg;
+    (void)group;
+    struct job *j = malloc(sizeof(*j));
+    if (!j)
+        return;
+    if (te_kv_msg_parse(data, len, &j->m)) {
+        fprintf(stderr, "te-kv prefiller: dropped a message from peer %u: "
+                "%s\n", from, te_kv_last_error());
+        free(j);
+        return;
+    }
+    (void)from; /* senders are named by their HELLO token, not the transport */
+    if (j->m.type == TE_KV_MSG_HELLO) {
+        te_peer peer;
+        if (te_peer_add(p->e, p->o.group, j->m.addr, j->m.addr_len, &peer)) {
+            fprintf(stderr, "te-kv prefiller: hello: %s\n", te_last_error());
+        } else {
+            pthread_mutex_lock(&p->lock);
+            uint32_t i = 0;
+            while (i < p->ndec && p->dec[i].token != j->m.sender)
+                i++;
+            if (i < MAX_DECODERS) {
+                p->dec[i].token = j->m.sender;
+                p->dec[i].peer = peer;
+                if (i == p->ndec)
+                    p->ndec++;
+            }
+            pthread_mutex_unlock(&p->lock);
+        }
+        free(j);
+        return;
+    }
+    pthread_mutex_lock(&p->lock);
+    uint32_t di = 0;
+    while (di < p->ndec && p->dec[di].token != j->m.sender)
+        di++;
+    int known = di < p->ndec;
+    te_peer dpeer = known ? p->dec[di].peer : 0;
+    pthread_mutex_unlock(&p->lock);
+    if (!known) {
+        fprintf(stderr, "te-kv prefiller: message from unknown decoder %016llx "
+                "(no HELLO): dropped\n", (unsigned long long)j->m.sender);
+        free(j);
+        return;
+    }
+    from = dpeer;
+    j->from = from;
+    j->next = NULL;
+    pthread_mutex_lock(&p->lock);
+    if (j->m.type == TE_KV_MSG_CANCEL) {
+        uint64_t id = j->m.request_id;
+        free(j);
+        if (p->current == id && p->current_from == from) {
+            p->cancel_current = 1; /* the worker answers when quiet */
+            pthread_mutex_unlock(&p->lock);
+            return;
+        }
+        /* Not started yet: drop it from the queue, nothing was written. */
+        int found = 0;
+        for (struct job **pp = &p->head; *pp; pp = &(*pp)->next)
+            if ((*pp)->m.request_id == id && (*pp)->from == from) {
+                struct job *q = *pp;
+                *pp = q->next;
+                if (p->tail == q) {
+                    p->tail = p->head;
+                    while (p->tail && p->tail->next)
+                        p->tail = p->tail->next;
+                }
+                free(q);
+                found = 1;
+                break;
+            }
+        if (found)
+            p->st.cancelled++;
+        pthread_mutex_unlock(&p->lock);
+        reply(p, from, TE_KV_MSG_CANCELLED, id, found ? 0 : ENOENT);
+        return;
+    }
+    if (j->m.type != TE_KV_MSG_REQUEST) {
+        pthread_mutex_unlock(&p->lock);
+        free(j);
+        return;
+    }
+    if (p->tail)
+        p->tail->next = j;
+    else
+        p->head = j;
+    p->tail = j;
+    pthread_cond_signal(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+}
+
+static void on_write_done(const te_completion *c, void *arg)
+{
+    te_kv_prefiller *p = arg;
+    if (c->status) {
+        atomic_store(&p->write_failed, c->status);
+        fprintf(stderr, "te-kv prefiller: write failed: %s\n", c->reason);
+    }
+    atomic_fetch_sub(&p->outstanding, 1);
+}
+
+static int submit(te_kv_prefiller *p, te_request *r)
+{
+    r->done = on_write_done;
+    r->done_arg = p;
+    r->group = p->o.group;
+    r->timeout_ms = p->o.timeout_ms ? p->o.timeout_ms : 30000;
+    atomic_fetch_add(&p->outstanding, 1);
+    for (;;) {
+        int64_t id = te_submit(p->e, r);
+        if (id > 0)
+            return 0;
+        if (id != -EAGAIN) {
+            atomic_fetch_sub(&p->outstanding, 1);
+            return (int)id;
+        }
+        usleep(50);
+    }
+}
+
+/* The paged write of one layer of request m (also used for the count). */
+static void layer_request(te_kv_prefiller *p, const struct job *j,
+                          const te_mr_desc *d, const uint32_t *src_idx,
+                          uint32_t layer, te_request *r)
+{
+    te_request_init(r, TE_OP_PAGED);
+    r->group = p->o.group;
+    r->flags = TE_F_IMM;
+    r->imm = j->m.imm;
+    r->u.paged.peer = j->from;
+    r->u.paged.src = p->mr;
+    r->u.paged.src_off = layer * p->layer_span;
+    r->u.paged.src_stride = p->page_bytes;
+    r->u.paged.src_idx = src_idx;
+    r->u.paged.dst = d;
+    r->u.paged.dst_off = layer * j->m.layer_stride;
+    r->u.paged.dst_stride = p->page_bytes;
+    r->u.paged.dst_idx = j->m.pages;
+    r->u.paged.page_len = p->page_bytes;
+    r->u.paged.count = j->m.npages;
+}
+
+static void hidden_request(te_kv_prefiller *p, const struct job *j,
+                           const te_mr_desc *d, te_request *r)
+{
+    te_request_init(r, TE_OP_WRITE);
+    r->group = p->o.group;
+    r->flags = TE_F_IMM;
+    r->imm = j->m.imm;
+    r->u.xfer.peer = j->from;
+    r->u.xfer.local = p->mr;
+    r->u.xfer.local_off = p->o.shape.layers * p->layer_span;
+    r->u.xfer.remote = d;
+    r->u.xfer.remote_off = j->m.hidden_off;
+    r->u.xfer.len = p->hidden_bytes;
+}
+
+/* Why request m cannot be served, or 0. */
+static int check_request(te_kv_prefiller *p, const struct job *j,
+                         te_mr_desc *d, char *why, size_t wlen)
+{
+    const te_kv_msg *m = &j->m;
+    if (te_desc_parse(m->desc, m->desc_len, d)) {
+        snprintf(why, wlen, "descriptor: %s", te_last_error());
+        return EBADMSG;
+    }
+    if (m->layers != p->o.shape.layers || m->page_bytes != p->page_bytes ||
+        m->hidden_bytes != p->hidden_bytes) {
+        snprintf(why, wlen, "model mismatch: %u layers, %" PRIu64 "-byte "
+                 "pages, %u-byte hidden; this prefiller serves %s (%u, %"
+                 PRIu64 ", %" PRIu64 ")", m->layers, m->page_bytes,
+                 m->hidden_bytes, p->o.shape.name, p->o.shape.layers,
+                 p->page_bytes, p->hidden_bytes);
+        return EINVAL;
+    }
+    if (m->npages != te_kv_pages_for(&p->o.shape, m->tokens) ||
+        m->npages > p->o.max_pages) {
+        snprintf(why, wlen, "%u pages for %u tokens (want %u, at most %u)",
+                 m->npages, m->tokens, te_kv_pages_for(&p->o.shape, m->tokens),
+                 p->o.max_pages);
+        return EINVAL;
+    }
+    uint64_t last_layer = (uint64_t)(m->layers - 1) * m->layer_stride;
+    for (uint32_t k = 0; k < m->npages; k++) {
+        unsigned __int128 end = (unsigned __int128)m->pages[k] * p->page_bytes +
+                                last_layer + p->page_bytes;
+        if (end > d->len) {
+            snprintf(why, wlen, "page %u (index %u) ends past the decoder's "
+                     "region of %" PRIu64 " bytes", k, m->pages[k], d->len);
+            return ERANGE;
+        }
+    }
+    if (m->hidden_off > d->len || p->hidden_bytes > d->len - m->hidden_off) {
+        snprintf(why, wlen, "hidden state at %" PRIu64 " ends past the "
+                 "region", m->hidden_off);
+        return ERANGE;
+    }
+    return 0;
+}
+
+static void fill(te_kv_prefiller *p, uint64_t id, uint32_t layer,
+                 uint32_t npages)
+{
+    for (uint32_t pg = 0; pg < npages; pg++) {
+        uint8_t *b = p->src + layer * p->layer_span + pg * p->page_bytes;
+        kv_pattern_fill(b, p->page_bytes, id, layer, pg);
+    }
+}
+
+static void wait_quiet(te_kv_prefiller *p)
+{
+    uint64_t deadline = kv_now_ns() + 120ull * 1000000000ull;
+    while (atomic_load(&p->outstanding) > 0 && kv_now_ns() < deadline)
+        usleep(50);
+}
+
+static void serve(te_kv_prefiller *p, struct job *j)
+{
+    te_mr_desc d;
+    char why[200];
+    int bad = check_request(p, j, &d, why, sizeof(why));
+    if (bad) {
+        fprintf(stderr, "te-kv prefiller: request %" PRIu64 " rejected: %s\n",
+                j->m.request_id, why);
+        p->st.rejected++;
+        reply(p, j->from, TE_KV_MSG_REJECT, j->m.request_id, (uint32_t)bad);
+        return;
+    }
+    static __thread uint32_t src_idx[TE_KV_MAX_PAGES];
+    for (uint32_t k = 0; k < j->m.npages; k++)
+        src_idx[k] = k;
+    /* The count the decoder expects: te_expected_imms of exactly these. */
+    uint64_t expect = 0;
+    te_request r;
+    for (uint32_t l = 0; l < j->m.layers; l++) {
+        layer_request(p, j, &d, src_idx, l, &r);
+        int64_t n = te_expected_imms(p->e, &r, 0);
+        if (n < 0) {
+            p->st.rejected++;
+            reply(p, j->from, TE_KV_MSG_REJECT, j->m.request_id, EINVAL);
+            return;
+        }
+        expect += (uint64_t)n;
+    }
+    hidden_request(p, j, &d, &r);
+    expect += (uint64_t)te_expected_imms(p->e, &r, 0);
+    te_kv_msg acc;
+    memset(&acc, 0, offsetof(te_kv_msg, desc));
+    acc.type = TE_KV_MSG_ACCEPT;
+    acc.request_id = j->m.request_id;
+    acc.expected_imms = expect;
+    send_msg(p, j->from, &acc);
+    p->st.accepted++;
+
+    atomic_store(&p->write_failed, 0);
+    uint64_t compute_ns = (uint64_t)p->o.layer_us * 1000u *
+                          j->m.tokens / (p->o.ref_tokens ? p->o.ref_tokens : 1);
+    int cancelled = 0;
+    for (uint32_t l = 0; l < j->m.layers && !cancelled; l++) {
+        uint64_t t0 = kv_now_ns();
+        if (!p->o.no_fill)
+            fill(p, j->m.request_id, l, j->m.npages); /* part of "compute" */
+        while (kv_now_ns() - t0 < compute_ns)
+            usleep(compute_ns > 200000 ? 100 : 10);
+        pthread_mutex_lock(&p->lock);
+        cancelled = p->cancel_current;
+        pthread_mutex_unlock(&p->lock);
+        if (cancelled)
+            break;
+        uint64_t t_submit = kv_now_ns(); /* this layer's compute is done */
+        layer_request(p, j, &d, src_idx, l, &r);
+        if (submit(p, &r)) {
+            fprintf(stderr, "te-kv prefiller: layer %u of request %" PRIu64
+                    ": %s\n", l, j->m.request_id, te_last_error());
+            break;
+        }
+        p->st.layer_writes++;
+        p->st.bytes += j->m.npages * p->page_bytes;
+        if (l + 1 == j->m.layers) {
+            pthread_mutex_lock(&p->lock);
+            p->last[j->m.request_id % 256].id = j->m.request_id;
+            p->last[j->m.request_id % 256].t = t_submit;
+            pthread_mutex_unlock(&p->lock);
+        }
+    }
+    if (!cancelled) {
+        uint8_t *h = p->src + p->o.shape.layers * p->layer_span;
+        kv_pattern_fill(h, p->hidden_bytes, j->m.request_id, UINT32_MAX, 0);
+        hidden_request(p, j, &d, &r);
+        if (!submit(p, &r))
+            p->st.bytes += p->hidden_bytes;
+    }
+    /* Nothing of this request can land after its writes completed. */
+    wait_quiet(p);
+    pthread_mutex_lock(&p->lock);
+    cancelled |= p->cancel_current;
+    p->current = 0;
+    p->cancel_current = 0;
+    pthread_mutex_unlock(&p->lock);
+    if (cancelled) {
+        p->st.cancelled++;
+        reply(p, j->from, TE_KV_MSG_CANCELLED, j->m.request_id, 0);
+    } else if (atomic_load(&p->write_failed)) {
+        p->st.failed++;
+    } else {
+        p->st.completed++;
+    }
+}
+
+static void *worker(void *arg)
+{
+    te_kv_prefiller *p = arg;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        while (!p->head && !p->stopping)
+            pthread_cond_wait(&p->cond, &p->lock);
+        if (p->stopping)
+            break;
+        struct job *j = p->head;
+        p->head = j->next;
+        if (!p->head)
+            p->tail = NULL;
+        p->current = j->m.request_id;
+        p->current_from = j->from;
+        p->cancel_current = 0;
+        pthread_mutex_unlock(&p->lock);
+        serve(p, j);
+        free(j);
+        pthread_mutex_lock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+int te_kv_prefiller_new(te_engine *e, const te_kv_prefiller_opts *o,
+                        te_kv_prefiller **out)
+{
+    kv_clear();
+    if (!e || !o || !out || !o->max_pages || o->max_pages > TE_KV_MAX_PAGES ||
+        !o->shape.layers || !o->shape.tokens_per_page)
+        return kv_fail(-EINVAL, "te_kv_prefiller_new: bad arguments (max_pages "
+                       "1..%d, a shape from te_kv_shape_*)", TE_KV_MAX_PAGES);
+    te_kv_prefiller *p = calloc(1, sizeof(*p));
+    if (!p)
+        return kv_fail(-ENOMEM, "te_kv_prefiller_new: out of memory");
+    p->e = e;
+    p->o = *o;
+    p->page_bytes = te_kv_page_bytes(&o->shape);
+    p->layer_span = o->max_pages * p->page_bytes;
+    p->hidden_bytes = (uint64_t)o->shape.hidden * o->shape.elem_bytes;
+    size_t size = o->shape.layers * p->layer_span + p->hidden_bytes;
+    p->src = aligned_alloc(4096, (size + 4095) & ~(size_t)4095);
+    if (!p->src) {
+        free(p);
+        return kv_fail(-ENOMEM, "te_kv_prefiller_new: %zu bytes", size);
+    }
+    int rc = te_mr_reg(e, o->group, p->src, size, 0, TE_MEM_HOST, &p->mr);
+    if (rc) {
+        free(p->src);
+        free(p);
+        return kv_fail(rc, "te_kv_prefiller_new: registration: %s",
+                       te_last_error());
+    }
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->cond, NULL);
+    if ((rc = te_set_recv_handler(e, o->group, on_msg, p)) ||
+        pthread_create(&p->thread, NULL, worker, p)) {
+        te_set_recv_handler(e, o->group, NULL, NULL);
+        te_mr_dereg(e, p->mr);
+        free(p->src);
+        free(p);
+        return kv_fail(rc ? rc : -EAGAIN, "te_kv_prefiller_new: cannot start");
+    }
+    *out = p;
+    return 0;
+}
+
+void te_kv_prefiller_stats_get(te_kv_prefiller *p, te_kv_prefiller_stats *out)
+{
+    pthread_mutex_lock(&p->lock);
+    *out = p->st;
+    pthread_mutex_unlock(&p->lock);
+}
+
+uint64_t te_kv_prefiller_last_layer_ns(te_kv_prefiller *p, uint64_t id)
+{
+    pthread_mutex_lock(&p->lock);
+    uint64_t t = p->last[id % 256].id == id ? p->last[id % 256].t : 0;
+    pthread_mutex_unlock(&p->lock);
+    return t;
+}
+
+void te_kv_prefiller_free(te_kv_prefiller *p)
+{
+    if (!p)
+        return;
+    te_set_recv_handler(p->e, p->o.group, NULL, NULL);
+    pthread_mutex_lock(&p->lock);
+    p->stopping = 1;
+    p->cancel_current = 1;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    pthread_join(p->thread, NULL);
+    while (p->head) {
+        struct job *j = p->head;
+        p->head = j->next;
+        free(j);
+    }
+    wait_quiet(p);
+    te_mr_dereg(p->e, p->mr);
+    free(p->src);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->cond);
+    free(p);
+}

@@ -1,0 +1,278 @@
+/* te-kv end to end on the loopback plugin: requests pushed layer by layer
+ * and verified byte for byte, cancellation confirmed before pages are
+ * reused, a killed prefiller fenced within the deadline, and bad input. */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "te/kv.h"
+
+static te_engine *engine(void)
+{
+    te_config *c = te_config_new();
+    char v[32];
+    snprintf(v, sizeof(v), "%d", TE_KV_MSG_MAX + 64);
+    te_config_set(c, "engine", "max_msg_size", v);
+    te_engine *e = NULL;
+    ck_assert_msg(te_engine_create(c, &e) == 0, "%s", te_last_error());
+    te_config_free(c);
+    return e;
+}
+
+static te_kv_shape shape(uint32_t layers)
+{
+    te_kv_shape s;
+    ck_assert_int_eq(te_kv_shape_preset("qwen3-235b-a22b", 8192, &s), 0);
+    s.layers = layers; /* the real shape, fewer layers */
+    return s;
+}
+
+struct result {
+    atomic_int done;
+    int status[64];
+    char why[64][200];
+};
+
+static void on_done(uint64_t id, int status, const char *why, void *arg)
+{
+    struct result *r = arg;
+    r->status[id % 64] = status;
+    snprintf(r->why[id % 64], sizeof(r->why[0]), "%s", why);
+    atomic_fetch_add(&r->done, 1);
+}
+
+static void wait_done(struct result *r, int n, int seconds)
+{
+    for (int i = 0; i < seconds * 1000 && atomic_load(&r->done) < n; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&r->done), n);
+}
+
+struct side {
+    te_engine *e;
+    te_kv_prefiller *p;
+};
+
+static struct side prefiller(te_kv_shape s, uint32_t layer_us)
+{
+    struct side x = {engine(), NULL};
+    te_kv_prefiller_opts o = {.shape = s, .max_pages = 64,
+                              .layer_us = layer_us, .ref_tokens = 128};
+    ck_assert_int_eq(te_kv_prefiller_new(x.e, &o, &x.p), 0);
+    return x;
+}
+
+static uint32_t add(te_kv_decoder *d, te_engine *pe)
+{
+    uint8_t addr[TE_ADDR_MAX];
+    size_t len = sizeof(addr);
+    ck_assert_int_eq(te_engine_address(pe, 0, addr, &len), 0);
+    uint32_t id;
+    ck_assert_msg(te_kv_decoder_add_prefiller(d, addr, len, &id) == 0, "%s",
+                  te_kv_last_error());
+    return id;
+}
+
+static te_kv_decoder *decoder(te_engine *e, te_kv_shape s, uint32_t pages)
+{
+    te_kv_decoder_opts o = {.shape = s, .pool_pages = pages,
+                            .max_requests = 8, .accept_timeout_ms = 3000,
+                            .cancel_timeout_ms = 3000};
+    te_kv_decoder *d;
+    ck_assert_int_eq(te_kv_decoder_new(e, &o, &d), 0);
+    return d;
+}
+
+static uint32_t free_pages(te_kv_decoder *d)
+{
+    uint32_t f;
+    te_kv_pool_counts(te_kv_decoder_pool(d), &f, NULL, NULL);
+    return f;
+}
+
+START_TEST(requests_land_and_verify)
+{
+    te_kv_shape s = shape(5);
+    te_engine *de = engine();
+    te_kv_decoder *d = decoder(de, s, 256);
+    struct side p1 = prefiller(s, 100), p2 = prefiller(s, 100);
+    uint32_t a = add(d, p1.e), b = add(d, p2.e);
+    struct result r = {0};
+    /* 100 tokens = 25 pages of 4 tokens (8 KiB pages of 2 KiB tokens) */
+    for (uint64_t id = 1; id <= 6; id++)
+        ck_assert_msg(te_kv_decoder_submit(d, id & 1 ? a : b, id, 100, 20000,
+                                           on_done, &r) == 0, "%s",
+                      te_kv_last_error());
+    wait_done(&r, 6, 60);
+    for (uint64_t id = 1; id <= 6; id++) {
+        ck_assert_msg(r.status[id] == 0, "request %d: %s", (int)id, r.why[id]);
+        ck_assert_msg(te_kv_decoder_verify(d, id) == 0, "%s", te_kv_last_error());
+        ck_assert_int_eq(te_kv_decoder_release(d, id), 0);
+    }
+    ck_assert_uint_eq(free_pages(d), 256);
+    te_kv_prefiller_stats st;
+    te_kv_prefiller_stats_get(p1.p, &st);
+    ck_assert_uint_eq(st.completed, 3);
+    ck_assert_uint_eq(st.layer_writes, 15);
+    /* Bad input at the decoder. */
+    ck_assert_int_eq(te_kv_decoder_cancel(d, 999), -ENOENT);
+    ck_assert_int_eq(te_kv_decoder_release(d, 999), -ENOENT);
+    ck_assert_int_eq(te_kv_decoder_submit(d, 9, 50, 100, 0, on_done, &r), -ENOENT);
+    ck_assert_int_eq(te_kv_decoder_submit(d, a, 50, 2000, 0, on_done, &r),
+                     -ENOSPC); /* 500 pages, the pool has 256 */
+    ck_assert_int_eq(te_kv_decoder_submit(d, a, 50, 100000, 0, on_done, &r),
+                     -EINVAL); /* more pages than a request can carry */
+    ck_assert_uint_eq(free_pages(d), 256); /* nothing taken by the refusal */
+    te_kv_decoder_free(d);
+    te_kv_prefiller_free(p1.p);
+    te_kv_prefiller_free(p2.p);
+    te_engine_destroy(p1.e);
+    te_engine_destroy(p2.e);
+    te_engine_destroy(de);
+}
+END_TEST
+
+START_TEST(cancel_is_confirmed_before_pages_return)
+{
+    te_kv_shape s = shape(20);
+    te_engine *de = engine();
+    /* Exactly one request's pages: the next request reuses them. */
+    te_kv_decoder *d = decoder(de, s, 32);
+    struct side p = prefiller(s, 20000); /* 20 ms per layer at 128 tokens */
+    uint32_t pf = add(d, p.e);
+    struct result r = {0};
+    ck_assert_int_eq(te_kv_decoder_submit(d, pf, 1, 128, 30000, on_done, &r), 0);
+    usleep(70000); /* a few layers written */
+    ck_assert_int_eq(te_kv_decoder_cancel(d, 1), 0);
+    ck_assert_int_eq(te_kv_decoder_cancel(d, 1), -EALREADY);
+    ck_assert_uint_eq(free_pages(d), 0); /* fencing, not free */
+    wait_done(&r, 1, 30);
+    ck_assert_int_eq(r.status[1], -ECANCELED);
+    ck_assert_ptr_nonnull(strstr(r.why[1], "confirmed"));
+    ck_assert_uint_eq(free_pages(d), 32);
+    /* The same pages again: a late write of request 1 would break request
+     * 2's bytes. */
+    ck_assert_int_eq(te_kv_decoder_submit(d, pf, 2, 128, 30000, on_done, &r), 0);
+    wait_done(&r, 2, 30);
+    ck_assert_msg(r.status[2] == 0, "%s", r.why[2]);
+    ck_assert_msg(te_kv_decoder_verify(d, 2) == 0, "%s", te_kv_last_error());
+    te_kv_prefiller_stats st;
+    te_kv_prefiller_stats_get(p.p, &st);
+    ck_assert_uint_eq(st.completed, 1);
+    te_kv_decoder_free(d);
+    te_kv_prefiller_free(p.p);
+    te_engine_destroy(p.e);
+    te_engine_destroy(de);
+}
+END_TEST
+
+START_TEST(model_mismatch_is_rejected)
+{
+    te_engine *de = engine();
+    te_kv_decoder *d = decoder(de, shape(4), 64);
+    struct side p = prefiller(shape(6), 0);
+    uint32_t pf = add(d, p.e);
+    struct result r = {0};
+    ck_assert_int_eq(te_kv_decoder_submit(d, pf, 3, 64, 10000, on_done, &r), 0);
+    wait_done(&r, 1, 30);
+    ck_assert_int_eq(r.status[3], -EINVAL);
+    ck_assert_ptr_nonnull(strstr(r.why[3], "rejected"));
+    ck_assert_uint_eq(free_pages(d), 64);
+    /* Garbage sent to the prefiller is dropped; it keeps serving. */
+    te_peer peer;
+    uint8_t addr[TE_ADDR_MAX];
+    size_t len = sizeof(addr);
+    te_engine_address(p.e, 0, addr, &len);
+    ck_assert_int_eq(te_peer_add(de, 0, addr, len, &peer), 0);
+    te_request q;
+    te_request_init(&q, TE_OP_SEND);
+    q.u.send.peer = peer;
+    q.u.send.buf = "TEKV garbage";
+    q.u.send.len = 12;
+    ck_assert_int_gt(te_submit(de, &q), 0);
+    te_kv_decoder_free(d);
+    d = decoder(de, shape(6), 64);
+    pf = add(d, p.e);
+    ck_assert_int_eq(te_kv_decoder_submit(d, pf, 4, 64, 10000, on_done, &r), 0);
+    wait_done(&r, 2, 30);
+    ck_assert_msg(r.status[4] == 0, "%s", r.why[4]);
+    te_kv_decoder_free(d);
+    te_kv_prefiller_free(p.p);
+    te_engine_destroy(p.e);
+    te_engine_destroy(de);
+}
+END_TEST
+
+/* A prefiller in another process, SIGKILLed mid-request. */
+START_TEST(killed_prefiller_is_fenced_within_the_deadline)
+{
+    te_kv_shape s = shape(40);
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        struct side p = prefiller(s, 30000); /* 30 ms per layer */
+        uint8_t addr[TE_ADDR_MAX];
+        size_t len = sizeof(addr);
+        te_engine_address(p.e, 0, addr, &len);
+        uint64_t l = len;
+        if (write(sv[1], &l, 8) != 8 || write(sv[1], addr, len) != (ssize_t)len)
+            _exit(1);
+        pause();
+        _exit(0);
+    }
+    close(sv[1]);
+    uint64_t len = 0;
+    uint8_t addr[TE_ADDR_MAX];
+    ck_assert_int_eq(read(sv[0], &len, 8), 8);
+    ck_assert_int_eq(read(sv[0], addr, len), (ssize_t)len);
+    te_engine *de = engine();
+    te_kv_decoder *d = decoder(de, s, 64);
+    uint32_t pf;
+    ck_assert_int_eq(te_kv_decoder_add_prefiller(d, addr, len, &pf), 0);
+    struct result r = {0};
+    ck_assert_int_eq(te_kv_decoder_submit(d, pf, 5, 128, 4000, on_done, &r), 0);
+    usleep(150000); /* some layers landed */
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    wait_done(&r, 1, 20);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ck_assert_int_ne(r.status[5], 0);
+    ck_assert_msg(strstr(r.why[5], "fenced"), "%s", r.why[5]);
+    ck_assert_uint_eq(free_pages(d), 64);
+    /* The dead prefiller takes no more requests. */
+    ck_assert_int_eq(te_kv_decoder_submit(d, pf, 6, 128, 4000, on_done, &r),
+                     -ENOENT);
+    te_kv_decoder_free(d);
+    te_engine_destroy(de);
+    close(sv[0]);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("kv_transfer");
+    TCase *t = tcase_create("transfer");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, requests_land_and_verify);
+    tcase_add_test(t, cancel_is_confirmed_before_pages_return);
+    tcase_add_test(t, model_mismatch_is_rejected);
+    tcase_add_test(t, killed_prefiller_is_fenced_within_the_deadline);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,492 @@
+/*
+ * te-kv: KV-cache transfer roles on TransferEngine (docs/kvcache.md).
+ *
+ *   te-kv demo    [options]  one host, no set-up: N prefiller processes and a
+ *                            decoder find each other in the embedded store,
+ *                            R requests are pushed and every byte checked
+ *   te-kv prefill [options]  serve as a prefiller until --seconds or SIGTERM
+ *   te-kv decode  [options]  push --requests requests through the live
+ *                            prefillers of the store, verify, report
+ *   te-kv members [options]  list the live members of the store
+ *   te-kv bench   [options]  decoder and prefillers in one process: overlap
+ *                            of transfer and compute, notification latency,
+ *                            aggregate bandwidth against loopback link caps
+ * Options: --model NAME (qwen3-235b-a22b, llama-3.1-70b, deepseek-v3) or
+ * --layers/--kv-heads/--head-dim/--hidden for a custom shape; --layers also
+ * trims a preset (tests: fewer layers of the real shape); --page-kib N;
+ * --tokens T; --layer-us U (per-layer compute at --ref-tokens, default the
+ * paper's 2.3 ms at 4096 tokens); --prefillers N; --requests R; --store URL
+ * (etcd://HOST:PORT or dir:PATH); --cluster NAME; --name NAME;
+ * --seconds S; --link-gbps G (loopback cap per NIC); --set sec.key=val.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <te/kv.h>
+
+struct opts {
+    const char *model, *store, *cluster, *name;
+    uint32_t layers, kv_heads, head_dim, hidden, page_kib, tokens;
+    uint32_t layer_us, ref_tokens, prefillers, requests, pool_pages;
+    double seconds, link_gbps;
+    int no_fill;
+    const char *sets[32];
+    int nsets;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int shape_of(const struct opts *o, te_kv_shape *s)
+{
+    int rc;
+    if (o->kv_heads) {
+        rc = te_kv_shape_custom(o->layers ? o->layers : 4, o->kv_heads,
+                                o->head_dim ? o->head_dim : 128, 2, 2,
+                                o->hidden ? o->hidden : 4096,
+                                o->page_kib * 1024u, s);
+    } else {
+        rc = te_kv_shape_preset(o->model, o->page_kib * 1024u, s);
+        if (!rc && o->layers && o->layers < s->layers)
+            s->layers = o->layers; /* the real shape, fewer layers */
+    }
+    if (rc)
+        fprintf(stderr, "te-kv: %s\n", te_kv_last_error());
+    return rc;
+}
+
+static te_engine *engine(const struct opts *o)
+{
+    te_config *c = te_config_new();
+    char v[32];
+    snprintf(v, sizeof(v), "%d", TE_KV_MSG_MAX + 64);
+    te_config_set(c, "engine", "max_msg_size", v);
+    if (o->link_gbps > 0) {
+        snprintf(v, sizeof(v), "%g", o->link_gbps);
+        te_config_set(c, "loopback", "link_gbps", v);
+    }
+    for (int i = 0; i < o->nsets; i++) {
+        char b[256];
+        snprintf(b, sizeof(b), "%s", o->sets[i]);
+        char *dot = strchr(b, '.'), *eq = strchr(b, '=');
+        if (!dot || !eq || dot > eq) {
+            fprintf(stderr, "te-kv: --set %s: want section.key=value\n", b);
+            exit(2);
+        }
+        *dot = *eq = 0;
+        te_config_set(c, b, dot + 1, eq + 1);
+    }
+    te_engine *e = NULL;
+    if (te_engine_create(c, &e)) {
+        fprintf(stderr, "te-kv: engine: %s\n", te_last_error());
+        exit(1);
+    }
+    te_config_free(c);
+    return e;
+}
+
+/* ------------------------------------------------------------ prefill */
+
+static volatile sig_atomic_t stop_flag;
+static void on_term(int sig) { (void)sig; stop_flag = 1; }
+
+static int run_prefill(const struct opts *o)
+{
+    te_kv_shape s;
+    if (shape_of(o, &s))
+        return 2;
+    te_engine *e = engine(o);
+    te_kv_prefiller_opts po = {.shape = s, .max_pages =
+                               te_kv_pages_for(&s, o->tokens),
+                               .layer_us = o->layer_us,
+                               .ref_tokens = o->ref_tokens};
+    te_kv_prefiller *p;
+    if (te_kv_prefiller_new(e, &po, &p)) {
+        fprintf(stderr, "te-kv prefill: %s\n", te_kv_last_error());
+        return 1;
+    }
+    te_kv_store *st;
+    if (te_kv_store_open(o->store, o->cluster, &st)) {
+        fprintf(stderr, "te-kv prefill: store: %s\n", te_kv_last_error());
+        return 1;
+    }
+    uint8_t addr[TE_ADDR_MAX];
+    size_t alen = sizeof(addr);
+    te_engine_address(e, 0, addr, &alen);
+    if (te_kv_store_register(st, o->name, "prefill", addr, alen,
+                             po.max_pages, 3)) {
+        fprintf(stderr, "te-kv prefill: register: %s\n", te_kv_last_error());
+        return 1;
+    }
+    signal(SIGTERM, on_term);
+    signal(SIGINT, on_term);
+    double end = now_s() + o->seconds;
+    while (!stop_flag && now_s() < end) {
+        usleep(200000);
+        if (te_kv_store_keepalive(st))
+            fprintf(stderr, "te-kv prefill: keepalive: %s\n",
+                    te_kv_last_error());
+    }
+    te_kv_store_unregister(st);
+    te_kv_store_close(st);
+    te_kv_prefiller_stats ps;
+    te_kv_prefiller_stats_get(p, &ps);
+    printf("te-kv prefill %s: %" PRIu64 " completed, %" PRIu64 " cancelled, %"
+           PRIu64 " rejected\n", o->name, ps.completed, ps.cancelled,
+           ps.rejected);
+    te_kv_prefiller_free(p);
+    te_engine_destroy(e);
+    return 0;
+}
+
+/* ------------------------------------------------------------- decode */
+
+struct tally {
+    atomic_int done, ok, failed;
+    double *t_end;
+    int verify_bad, no_verify;
+};
+
+static te_kv_decoder *g_dec;
+
+static void on_done(uint64_t id, int status, const char *why, void *arg)
+{
+    struct tally *t = arg;
+    if (status) {
+        fprintf(stderr, "te-kv: request %" PRIu64 ": %s (%s)\n", id,
+                strerror(-status), why);
+        atomic_fetch_add(&t->failed, 1);
+    } else {
+        t->t_end[id] = now_s();
+        if (!t->no_verify && te_kv_decoder_verify(g_dec, id)) {
+            fprintf(stderr, "te-kv: %s\n", te_kv_last_error());
+            t->verify_bad = 1;
+        }
+        te_kv_decoder_release(g_dec, id);
+        atomic_fetch_add(&t->ok, 1);
+    }
+    atomic_fetch_add(&t->done, 1);
+}
+
+static int run_decode(const struct opts *o)
+{
+    te_kv_shape s;
+    if (shape_of(o, &s))
+        return 2;
+    te_kv_store *st;
+    if (te_kv_store_open(o->store, o->cluster, &st)) {
+        fprintf(stderr, "te-kv decode: store: %s\n", te_kv_last_error());
+        return 1;
+    }
+    te_kv_member m[64];
+    int n = 0;
+    double deadline = now_s() + 30;
+    while ((n = te_kv_store_list(st, "prefill", m, 64)) < (int)o->prefillers &&
+           now_s() < deadline)
+        usleep(50000);
+    if (n < (int)o->prefillers) {
+        fprintf(stderr, "te-kv decode: %d of %u prefillers in the store "
+                "after 30 s\n", n < 0 ? 0 : n, o->prefillers);
+        return 1;
+    }
+    te_engine *e = engine(o);
+    uint32_t per = te_kv_pages_for(&s, o->tokens);
+    te_kv_decoder_opts dopt = {.shape = s, .pool_pages = o->pool_pages ?
+                               o->pool_pages : per * 8, .max_requests = 8};
+    if (te_kv_decoder_new(e, &dopt, &g_dec)) {
+        fprintf(stderr, "te-kv decode: %s\n", te_kv_last_error());
+        return 1;
+    }
+    uint32_t ids[64];
+    int npf = n < 64 ? n : 64;
+    for (int i = 0; i < npf; i++)
+        if (te_kv_decoder_add_prefiller(g_dec, m[i].addr, m[i].addr_len,
+                                        &ids[i])) {
+            fprintf(stderr, "te-kv decode: %s: %s\n", m[i].name,
+                    te_kv_last_error());
+            return 1;
+        }
+    struct tally t = {0};
+    t.t_end = calloc(o->requests + 1, sizeof(double));
+    double t0 = now_s();
+    for (uint32_t r = 1; r <= o->requests; r++) {
+        int rc;
+        while ((rc = te_kv_decoder_submit(g_dec, ids[r % npf], r, o->tokens,
+                                          60000, on_done, &t)) == -EBUSY ||
+               rc == -ENOSPC)
+            usleep(200);
+        if (rc) {
+            fprintf(stderr, "te-kv decode: submit: %s\n", te_kv_last_error());
+            return 1;
+        }
+    }
+    while (atomic_load(&t.done) < (int)o->requests && now_s() < t0 + 120)
+        usleep(1000);
+    double dt = now_s() - t0;
+    uint64_t bytes = (uint64_t)o->requests * s.layers * per *
+                     te_kv_page_bytes(&s);
+    printf("te-kv decode: %d/%u requests completed from %d prefillers, %d "
+           "failed, every byte %s; %.1f MiB in %.2f s (%.2f GB/s)\n",
+           atomic_load(&t.ok), o->requests, npf, atomic_load(&t.failed),
+           t.verify_bad ? "NOT verified" : "verified",
+           (double)bytes / (1 << 20), dt, (double)bytes / dt / 1e9);
+    int ok = atomic_load(&t.ok) == (int)o->requests && !t.verify_bad;
+    te_kv_decoder_free(g_dec);
+    te_engine_destroy(e);
+    te_kv_store_close(st);
+    free(t.t_end);
+    return ok ? 0 : 1;
+}
+
+/* --------------------------------------------------------------- demo */
+
+static int run_demo(struct opts *o)
+{
+    char dir[] = "/tmp/te-kv-demo-XXXXXX";
+    if (!mkdtemp(dir))
+        return 1;
+    char url[64];
+    snprintf(url, sizeof(url), "dir:%s", dir);
+    o->store = url;
+    pid_t pids[16];
+    uint32_t np = o->prefillers > 16 ? 16 : o->prefillers;
+    for (uint32_t i = 0; i < np; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            char name[32];
+            snprintf(name, sizeof(name), "prefill-%u", i);
+            o->name = name;
+            o->seconds = 120;
+            _exit(run_prefill(o));
+        }
+    }
+    printf("te-kv demo: %u prefiller processes, store %s\n", np, url);
+    int rc = run_decode(o);
+    for (uint32_t i = 0; i < np; i++)
+        kill(pids[i], SIGTERM);
+    for (uint32_t i = 0; i < np; i++)
+        waitpid(pids[i], NULL, 0);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd)) {}
+    printf("%s\n", rc ? "te-kv demo: FAILED" : "te-kv demo: OK");
+    return rc;
+}
+
+/* ------------------------------------------------------------ members */
+
+static int run_members(const struct opts *o)
+{
+    te_kv_store *st;
+    if (te_kv_store_open(o->store, o->cluster, &st)) {
+        fprintf(stderr, "te-kv members: %s\n", te_kv_last_error());
+        return 1;
+    }
+    te_kv_member m[64];
+    int n = te_kv_store_list(st, NULL, m, 64);
+    if (n < 0) {
+        fprintf(stderr, "te-kv members: %s\n", te_kv_last_error());
+        return 1;
+    }
+    for (int i = 0; i < n && i < 64; i++)
+        printf("%s %s capacity %u address %u bytes\n", m[i].name, m[i].role,
+               m[i].capacity, m[i].addr_len);
+    te_kv_store_close(st);
+    return 0;
+}
+
+/* -------------------------------------------------------------- bench */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* One run: `requests` requests spread over the prefillers, one at a time
+ * per prefiller; per request the exposed transfer time (end - start - the
+ * layers' compute) as a fraction of one layer's compute. */
+static int run_bench(const struct opts *o)
+{
+    te_kv_shape s;
+    if (shape_of(o, &s))
+        return 2;
+    uint32_t np = o->prefillers ? o->prefillers : 1;
+    if (np > 16)
+        np = 16;
+    uint32_t per = te_kv_pages_for(&s, o->tokens);
+    te_engine *pe[16];
+    te_kv_prefiller *pf[16];
+    te_engine *de = engine(o);
+    te_kv_decoder_opts dopt = {.shape = s, .pool_pages = per * (np + 1),
+                               .max_requests = np + 1};
+    if (te_kv_decoder_new(de, &dopt, &g_dec)) {
+        fprintf(stderr, "te-kv bench: %s\n", te_kv_last_error());
+        return 1;
+    }
+    uint32_t ids[16];
+    for (uint32_t i = 0; i < np; i++) {
+        pe[i] = engine(o);
+        te_kv_prefiller_opts po = {.shape = s, .max_pages = per,
+                                   .layer_us = o->layer_us,
+                                   .ref_tokens = o->ref_tokens,
+                                   .no_fill = o->no_fill};
+        uint8_t addr[TE_ADDR_MAX];
+        size_t alen = sizeof(addr);
+        te_engine_address(pe[i], 0, addr, &alen);
+        if (te_kv_prefiller_new(pe[i], &po, &pf[i]) ||
+            te_kv_decoder_add_prefiller(g_dec, addr, alen, &ids[i])) {
+            fprintf(stderr, "te-kv bench: %s\n", te_kv_last_error());
+            return 1;
+        }
+    }
+    struct tally t = {0};
+    t.no_verify = o->no_fill;
+    uint32_t R = o->requests;
+    t.t_end = calloc(R + 1, sizeof(double));
+    double *t_start = calloc(R + 1, sizeof(double));
+    double compute = (double)o->layer_us * 1e-6 * o->tokens /
+                     (o->ref_tokens ? o->ref_tokens : 1);
+    double t0 = now_s();
+    uint32_t next = 1;
+    while (atomic_load(&t.done) < (int)R && now_s() < t0 + 300) {
+        /* keep one request per prefiller in flight */
+        while (next <= R && te_kv_decoder_inflight(g_dec) < np) {
+            t_start[next] = now_s();
+            if (te_kv_decoder_submit(g_dec, ids[next % np], next, o->tokens,
+                                     120000, on_done, &t))
+                break;
+            next++;
+        }
+        usleep(100);
+    }
+    double dt = now_s() - t0;
+    /* Per request: decoder notified - last layer computed (prefiller's
+     * clock = ours: one process, CLOCK_MONOTONIC). That is the transfer
+     * time not hidden behind compute (the last layer's own bytes, the
+     * hidden state, the notification), in us and in layers' compute. */
+    double *exposed = calloc(R, sizeof(double)), *lat = calloc(R, sizeof(double));
+    uint32_t ne = 0;
+    for (uint32_t r = 1; r <= R; r++) {
+        uint64_t tl = te_kv_prefiller_last_layer_ns(pf[r % np], r);
+        if (t.t_end[r] <= 0 || !tl)
+            continue;
+        double gap = t.t_end[r] - (double)tl * 1e-9;
+        exposed[ne] = gap / (compute > 0 ? compute : 1e-9);
+        lat[ne++] = gap * 1e6;
+    }
+    qsort(exposed, ne, sizeof(double), cmp_double);
+    qsort(lat, ne, sizeof(double), cmp_double);
+    uint64_t bytes = (uint64_t)atomic_load(&t.ok) * s.layers * per *
+                     te_kv_page_bytes(&s);
+    double gbps = (double)bytes * 8 / dt / 1e9;
+    /* The binding cap: the decoder's ingress or the prefillers' egress. */
+    double cap_in = o->link_gbps * te_engine_nic_count(de, 0);
+    double cap_out = o->link_gbps * np * te_engine_nic_count(pe[0], 0);
+    double caps = cap_in < cap_out ? cap_in : cap_out;
+    printf("{\"model\": \"%s\", \"layers\": %u, \"tokens\": %u, \"pages\": %u, "
+           "\"page_bytes\": %" PRIu64 ", \"prefillers\": %u, \"requests\": %u, "
+           "\"ok\": %d, \"layer_ms\": %.3f, \"exposed_p50_of_layer\": %.4f, "
+           "\"exposed_p99_of_layer\": %.4f, \"notify_p50_us\": %.1f, "
+           "\"notify_p99_us\": %.1f, \"gbit_per_s\": %.2f, "
+           "\"link_gbps\": %g, \"caps_gbit\": %g, \"of_caps\": %.3f, "
+           "\"verified\": %s}\n",
+           s.name, s.layers, o->tokens, per, te_kv_page_bytes(&s), np, R,
+           atomic_load(&t.ok), compute * 1e3, ne ? exposed[ne / 2] : -1,
+           ne ? exposed[ne * 99 / 100] : -1, ne ? lat[ne / 2] : -1,
+           ne ? lat[ne * 99 / 100] : -1, gbps, o->link_gbps, caps,
+           caps > 0 ? gbps / caps : 0,
+           o->no_fill ? "\"skipped (--no-fill)\"" : t.verify_bad ? "false" : "true");
+    free(lat);
+    te_kv_decoder_free(g_dec);
+    for (uint32_t i = 0; i < np; i++) {
+        te_kv_prefiller_free(pf[i]);
+        te_engine_destroy(pe[i]);
+    }
+    te_engine_destroy(de);
+    free(exposed);
+    free(t_start);
+    free(t.t_end);
+    return atomic_load(&t.ok) == (int)R && !t.verify_bad ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {.model = "qwen3-235b-a22b", .cluster = "default",
+                     .name = "prefill-0", .page_kib = 32, .tokens = 512,
+                     .layer_us = 2300, .ref_tokens = 4096, .prefillers = 1,
+                     .requests = 8, .seconds = 3600};
+    if (argc < 2 || argv[1][0] == '-') {
+        fprintf(stderr, "usage: te-kv demo|prefill|decode|bench [options] "
+                "(docs/kvcache.md)\n");
+        return 2;
+    }
+    const char *role = argv[1];
+    static const struct option lo[] = {
+        {"model", 1, 0, 'm'}, {"layers", 1, 0, 'L'}, {"kv-heads", 1, 0, 'H'},
+        {"head-dim", 1, 0, 'D'}, {"hidden", 1, 0, 'h'},
+        {"page-kib", 1, 0, 'P'}, {"tokens", 1, 0, 't'},
+        {"layer-us", 1, 0, 'u'}, {"ref-tokens", 1, 0, 'r'},
+        {"prefillers", 1, 0, 'p'}, {"requests", 1, 0, 'n'},
+        {"store", 1, 0, 's'}, {"cluster", 1, 0, 'c'}, {"name", 1, 0, 'N'},
+        {"seconds", 1, 0, 'S'}, {"link-gbps", 1, 0, 'g'},
+        {"pool-pages", 1, 0, 'o'}, {"set", 1, 0, 'x'},
+        {"no-fill", 0, 0, 'F'}, {0, 0, 0, 0}};
+    int c;
+    optind = 2;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm': o.model = optarg; break;
+        case 'L': o.layers = (uint32_t)atoi(optarg); break;
+        case 'H': o.kv_heads = (uint32_t)atoi(optarg); break;
+        case 'D': o.head_dim = (uint32_t)atoi(optarg); break;
+        case 'h': o.hidden = (uint32_t)atoi(optarg); break;
+        case 'P': o.page_kib = (uint32_t)atoi(optarg); break;
+        case 't': o.tokens = (uint32_t)atoi(optarg); break;
+        case 'u': o.layer_us = (uint32_t)atoi(optarg); break;
+        case 'r': o.ref_tokens = (uint32_t)atoi(optarg); break;
+        case 'p': o.prefillers = (uint32_t)atoi(optarg); break;
+        case 'n': o.requests = (uint32_t)atoi(optarg); break;
+        case 's': o.store = optarg; break;
+        case 'c': o.cluster = optarg; break;
+        case 'N': o.name = optarg; break;
+        case 'S': o.seconds = atof(optarg); break;
+        case 'g': o.link_gbps = atof(optarg); break;
+        case 'o': o.pool_pages = (uint32_t)atoi(optarg); break;
+        case 'x': if (o.nsets < 32) o.sets[o.nsets++] = optarg; break;
+        case 'F': o.no_fill = 1; break;
+        default: return 2;
+        }
+    }
+    if (!o.tokens || !o.requests || o.requests > 1000000 || !o.page_kib) {
+        fprintf(stderr, "te-kv: --tokens, --requests, --page-kib must be > 0\n");
+        return 2;
+    }
+    if (!strcmp(role, "prefill"))
+        return run_prefill(&o);
+    if (!strcmp(role, "decode"))
+        return run_decode(&o);
+    if (!strcmp(role, "demo"))
+        return run_demo(&o);
+    if (!strcmp(role, "bench"))
+        return run_bench(&o);
+    if (!strcmp(role, "members"))
+        return run_members(&o);
+    fprintf(stderr, "te-kv: unknown role \"%s\" (demo, prefill, decode, "
+            "bench)\n", role);
+    return 2;
+}

@@ -1,0 +1,135 @@
+/*
+ * te-moe: MoE dispatch/combine over TransferEngine (docs/moe.md), on the
+ * public API te/te.h only. CPU path: host memory, any plugin.
+ *
+ * Per batch, every rank routes its tokens to the top-k of E experts (E / R
+ * experts per rank). Dispatch: to each remote rank d, ONE write carries a
+ * header with the number of rows it sends followed by the first rows, into
+ * d's private buffer for this source (P rows, speculative: no round trip
+ * for the counts); only when there are more than P rows does a SECOND write
+ * carry the rest. A row is one token for one destination rank with the
+ * expert ids and gate weights of the experts of its top-k that live there.
+ * The receiver runs its experts on every row and, in combine, writes ONE
+ * contiguous block back to each source: per row, the weighted sum of its
+ * local experts' outputs (zero-length when it got no rows). The source sums
+ * the partial results of the ranks in rank order. ImmCounters end every
+ * phase; every wait has a deadline.
+ *
+ * Immediates: one immediate space per rank ("te-moe"), index
+ * ((batch & 1) * R + source) * 3 + phase (0 dispatch head, 1 dispatch rest,
+ * 2 combine); a failed batch retires the space, so a late write of batch b
+ * is counted as stale and never in batch b + 2.
+ */
+#ifndef TE_MOE_H
+#define TE_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <te/te.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Most ranks, top-k and experts. */
+#define TE_MOE_MAX_RANKS 64
+#define TE_MOE_MAX_TOPK 8
+#define TE_MOE_MAX_EXPERTS 1024
+
+/** Element types of tokens. */
+enum te_moe_dtype { TE_MOE_FP32 = 1, TE_MOE_BF16 = 2 };
+
+/** Shape of the layer (the same on every rank: checked at setup). */
+typedef struct te_moe_config {
+    uint32_t ranks;         /**< R */
+    uint32_t experts;       /**< E, a multiple of R */
+    uint32_t topk;          /**< k, 1..TE_MOE_MAX_TOPK */
+    uint32_t hidden;        /**< elements per token, a multiple of 8 */
+    uint32_t dtype;         /**< enum te_moe_dtype */
+    uint32_t max_tokens;    /**< tokens per rank per batch, at most */
+    uint32_t private_rows;  /**< P: rows per source taken at once (0 = the
+                                 naive protocol: counts first, rows after) */
+    int32_t timeout_ms;     /**< deadline of every phase (0: 5 s) */
+    uint32_t naive;         /**< baseline for benchmarks: a header, then
+                                 one write per row (no private buffer) */
+    uint64_t weights_seed;  /**< the experts' weights (same on every rank) */
+} te_moe_config;
+
+/** One rank (te_moe_rank_new). */
+typedef struct te_moe_rank te_moe_rank;
+
+/**
+ * Create rank `rank` on engine e (group 0): allocate and register its
+ * buffers, create its immediate space. The engine's address, the rank's
+ * descriptor (te_moe_rank_blob) and its config are exchanged by the
+ * application (te_moe_rank_connect).
+ */
+int te_moe_rank_new(te_engine *e, const te_moe_config *c, uint32_t rank,
+                    te_moe_rank **out);
+
+/**
+ * What peers need to reach this rank: bytes (engine address, descriptor,
+ * config and NIC count) to hand to every other rank's te_moe_rank_connect.
+ * *len: buffer size in, bytes out.
+ */
+int te_moe_rank_blob(te_moe_rank *r, void *buf, size_t *len);
+
+/**
+ * Connect to rank `peer` from its blob: refuses (-EINVAL naming the field)
+ * a peer whose config (ranks, experts, topk, hidden, dtype, max_tokens,
+ * private_rows) or NIC count differs.
+ */
+int te_moe_rank_connect(te_moe_rank *r, uint32_t peer, const void *blob,
+                        size_t len);
+
+/**
+ * Routing of a batch on this rank: for token t, experts[t*k + j] and
+ * weights[t*k + j] (j < k, distinct experts). The application (or
+ * te_moe_route_random) decides.
+ */
+int te_moe_route_random(const te_moe_config *c, uint32_t tokens,
+                        uint64_t seed, uint32_t skew, uint16_t *experts,
+                        float *weights);
+
+/**
+ * Run one batch: dispatch `tokens` tokens (fp32: tokens * hidden floats;
+ * bf16: uint16) with their routing, run the local experts on what arrives,
+ * combine. out receives, per token, the sum over ranks (in rank order) of
+ * that rank's gate-weighted expert outputs (fp32 always). Every rank of
+ * the job calls it with the same batch number. Returns 0, or an error
+ * naming the rank and phase that did not complete (-ETIMEDOUT,
+ * -ECONNRESET, -EINVAL for bad routing, -E2BIG for rows that would not fit,
+ * checked before anything is written).
+ */
+int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
+                 const void *x, const uint16_t *experts, const float *weights,
+                 float *out);
+
+/** Writes this rank submitted to peer `peer` in the last batch, per phase. */
+typedef struct te_moe_stats {
+    uint32_t dispatch_writes[TE_MOE_MAX_RANKS];
+    uint32_t combine_writes[TE_MOE_MAX_RANKS];
+    uint32_t rows_sent, rows_received;
+    double dispatch_us, combine_us; /**< last batch */
+} te_moe_stats;
+
+void te_moe_rank_stats(te_moe_rank *r, te_moe_stats *out);
+
+/** The message of the last te_moe_* failure of this thread. */
+const char *te_moe_last_error(void);
+
+void te_moe_rank_free(te_moe_rank *r);
+
+/**
+ * The dense single-process reference: the same result for all ranks'
+ * tokens with no network (for tests and te-moe run).
+ */
+int te_moe_reference(const te_moe_config *c, uint32_t rank, uint32_t tokens,
+                     const void *x, const uint16_t *experts,
+                     const float *weights, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,48 @@
+/* Internals of libte-moe. */
+#ifndef TE_MOE_INTERNAL_H
+#define TE_MOE_INTERNAL_H
+
+#include <stdint.h>
+
+#include "te/moe.h"
+
+typedef struct moe_weights {
+    float *m; /* experts x 8 x 8 */
+} moe_weights;
+
+int moe_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int moe_weights_init(const te_moe_config *c, moe_weights *W);
+void moe_weights_free(moe_weights *W);
+void moe_expert_matrix(uint64_t seed, uint32_t e, float m[64]);
+void moe_expert_accumulate(const moe_weights *W, uint32_t e, float w,
+                           const float *x, uint32_t hidden, float *acc);
+void moe_partial(const te_moe_config *c, const moe_weights *W, uint32_t d,
+                 uint32_t nexp, const uint16_t *ex, const float *wt,
+                 const float *x, float *acc);
+void moe_token_f32(const te_moe_config *c, const void *x, uint32_t t,
+                   float *out);
+float moe_bf16_to_f32(uint16_t v);
+uint16_t moe_f32_to_bf16(float f);
+int moe_check_routing(const te_moe_config *c, uint32_t tokens,
+                      const uint16_t *experts, const float *weights);
+
+/* A dispatch row: this meta, then hidden elements of the token. */
+struct moe_row_meta {
+    uint32_t token;
+    uint32_t nexp;
+    uint16_t experts[TE_MOE_MAX_TOPK];
+    float weights[TE_MOE_MAX_TOPK];
+    uint32_t pad[2];
+};
+_Static_assert(sizeof(struct moe_row_meta) == 64, "row meta is 64 bytes");
+
+/* The head of a source's region at a receiver. */
+struct moe_head {
+    uint32_t rows;
+    uint32_t pad0;
+    uint64_t batch;
+    uint32_t pad[12];
+};
+_Static_assert(sizeof(struct moe_head) == 64, "head is 64 bytes");
+
+#endif

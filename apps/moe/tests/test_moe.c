@@ -1,0 +1,308 @@
+/* MoE dispatch/combine (te/moe.h) on the loopback plugin: results equal
+ * the dense reference bit for bit for R in {2,4,8,16} and top-k in {1,2,8},
+ * fp32 and bf16, skewed and empty routing, with reordering and delays; at
+ * most 2 dispatch writes and exactly 1 combine write per peer; bad input
+ * refused before anything is written; a killed rank fails the batch on
+ * every other rank within the deadline. */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "moe_job.h"
+
+static te_moe_config cfg(uint32_t R, uint32_t k, uint32_t E, uint32_t P)
+{
+    te_moe_config c = {.ranks = R, .experts = E, .topk = k, .hidden = 64,
+                       .dtype = TE_MOE_FP32, .max_tokens = 48,
+                       .private_rows = P, .timeout_ms = 20000,
+                       .weights_seed = 99};
+    return c;
+}
+
+/* Run `batches` batches and check results and write counts. */
+static void run(te_moe_config c, const char *const *sets, uint32_t skew,
+                int empty_rank, uint32_t batches)
+{
+    struct moe_job j;
+    ck_assert_int_eq(moe_job_open(&j, &c, sets), 0);
+    for (uint32_t b = 0; b < batches; b++) {
+        uint32_t tok[TE_MOE_MAX_RANKS];
+        for (uint32_t i = 0; i < c.ranks; i++)
+            tok[i] = (int)i == empty_rank ? 0 : c.max_tokens - (i * 5 + b) % 9;
+        moe_job_inputs(&j, tok, 100 + b, skew);
+        int rc = moe_job_batch(&j, b);
+        ck_assert_msg(rc == 0, "R=%u k=%u batch %u: %s", c.ranks, c.topk, b,
+                      j.why[0]);
+        ck_assert_uint_eq(moe_job_check(&j), 0);
+        for (uint32_t i = 0; i < c.ranks; i++) {
+            te_moe_stats st;
+            te_moe_rank_stats(j.r[i], &st);
+            for (uint32_t d = 0; d < c.ranks; d++) {
+                if (d == i)
+                    continue;
+                ck_assert_uint_le(st.dispatch_writes[d], 2);
+                ck_assert_uint_ge(st.dispatch_writes[d], 1);
+                ck_assert_uint_eq(st.combine_writes[d], 1);
+            }
+        }
+    }
+    moe_job_close(&j);
+}
+
+START_TEST(matrix_of_ranks_and_topk)
+{
+    static const uint32_t R[] = {2, 4, 8, 16};
+    static const uint32_t K[] = {1, 2, 8};
+    for (int r = 0; r < 4; r++)
+        for (int k = 0; k < 3; k++)
+            run(cfg(R[r], K[k], R[r] * 4 < 8 ? 8 : R[r] * 4, 6), NULL, 0, -1, 2);
+}
+END_TEST
+
+START_TEST(private_buffer_sizes)
+{
+    /* P = 0: always two writes; P = max: always one; between: both. */
+    run(cfg(4, 2, 16, 0), NULL, 0, -1, 2);
+    run(cfg(4, 2, 16, 48), NULL, 0, -1, 2);
+    te_moe_config c = cfg(4, 2, 16, 48);
+    struct moe_job j;
+    ck_assert_int_eq(moe_job_open(&j, &c, NULL), 0);
+    uint32_t tok[4] = {48, 48, 48, 48};
+    moe_job_inputs(&j, tok, 5, 0);
+    ck_assert_int_eq(moe_job_batch(&j, 0), 0);
+    te_moe_stats st;
+    te_moe_rank_stats(j.r[0], &st);
+    ck_assert_uint_eq(st.dispatch_writes[1], 1); /* everything fit at once */
+    moe_job_close(&j);
+}
+END_TEST
+
+START_TEST(skewed_empty_and_zero_tokens)
+{
+    run(cfg(4, 2, 16, 6), NULL, 1, -1, 2); /* every token to rank 0's experts */
+    run(cfg(4, 8, 32, 6), NULL, 1, 2, 2);  /* ... and rank 2 sends nothing */
+    te_moe_config c = cfg(2, 1, 8, 4);
+    struct moe_job j;
+    ck_assert_int_eq(moe_job_open(&j, &c, NULL), 0);
+    uint32_t tok[2] = {0, 0};
+    moe_job_inputs(&j, tok, 1, 0);
+    ck_assert_int_eq(moe_job_batch(&j, 0), 0);
+    moe_job_close(&j);
+}
+END_TEST
+
+START_TEST(bf16_tokens)
+{
+    te_moe_config c = cfg(4, 2, 16, 6);
+    c.dtype = TE_MOE_BF16;
+    run(c, NULL, 0, -1, 2);
+}
+END_TEST
+
+START_TEST(reordering_and_delays)
+{
+    static const char *const sets[] = {
+        "loopback.fault_reorder=true", "loopback.fault_delay_us=30",
+        "engine.nics_per_group=2", "loopback.devices=2", NULL};
+    run(cfg(4, 2, 16, 6), sets, 0, -1, 3);
+}
+END_TEST
+
+START_TEST(bad_input_refused_before_writing)
+{
+    te_moe_config c = cfg(2, 2, 8, 4);
+    struct moe_job j;
+    ck_assert_int_eq(moe_job_open(&j, &c, NULL), 0);
+    uint32_t tok[2] = {4, 4};
+    moe_job_inputs(&j, tok, 1, 0);
+    j.experts[0][3] = 200; /* out of range */
+    float out[4 * 64];
+    ck_assert_int_eq(te_moe_batch(j.r[0], 0, 4, j.x[0], j.experts[0],
+                                  j.weights[0], out), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(te_moe_last_error(), "expert 200"));
+    te_moe_stats st;
+    te_moe_rank_stats(j.r[0], &st);
+    ck_assert_uint_eq(st.dispatch_writes[1], 0);
+    j.experts[0][3] = j.experts[0][2]; /* the same expert twice */
+    ck_assert_int_eq(te_moe_batch(j.r[0], 0, 4, j.x[0], j.experts[0],
+                                  j.weights[0], out), -EINVAL);
+    ck_assert_int_eq(te_moe_batch(j.r[0], 0, 49, j.x[0], j.experts[0],
+                                  j.weights[0], out), -E2BIG);
+    ck_assert_ptr_nonnull(strstr(te_moe_last_error(), "48"));
+    moe_job_close(&j);
+    /* Mismatched hidden sizes / dtypes are refused at connect. */
+    te_engine *e0, *e1;
+    ck_assert_int_eq(te_engine_create(NULL, &e0), 0);
+    ck_assert_int_eq(te_engine_create(NULL, &e1), 0);
+    te_moe_config a = cfg(2, 1, 8, 4), b = a;
+    b.hidden = 128;
+    te_moe_rank *r0, *r1;
+    ck_assert_int_eq(te_moe_rank_new(e0, &a, 0, &r0), 0);
+    ck_assert_int_eq(te_moe_rank_new(e1, &b, 1, &r1), 0);
+    uint8_t blob[8192];
+    size_t len = sizeof(blob);
+    ck_assert_int_eq(te_moe_rank_blob(r1, blob, &len), 0);
+    ck_assert_int_eq(te_moe_rank_connect(r0, 1, blob, len), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(te_moe_last_error(), "hidden size 128"));
+    ck_assert_int_eq(te_moe_rank_connect(r0, 1, blob, 10), -EBADMSG);
+    te_moe_config bad = a;
+    bad.experts = 7;
+    te_moe_rank *r2;
+    ck_assert_int_eq(te_moe_rank_new(e0, &bad, 0, &r2), -EINVAL);
+    te_moe_rank_free(r0);
+    te_moe_rank_free(r1);
+    te_engine_destroy(e0);
+    te_engine_destroy(e1);
+}
+END_TEST
+
+/* Rank 2 of 3 is a process killed between batches: ranks 0 (here) and 1
+ * (a child) must both fail batch 1 within the deadline, naming rank 2. */
+static int child_rank(uint32_t rank, int fd, te_moe_config c)
+{
+    te_engine *e;
+    te_moe_rank *r;
+    if (te_engine_create(NULL, &e) || te_moe_rank_new(e, &c, rank, &r))
+        return 10;
+    uint8_t blob[8192];
+    size_t len = sizeof(blob);
+    te_moe_rank_blob(r, blob, &len);
+    uint64_t l = len;
+    if (write(fd, &l, 8) != 8 || write(fd, blob, len) != (ssize_t)len)
+        return 11;
+    for (uint32_t k = 0; k < c.ranks - 1; k++) {
+        uint32_t who;
+        if (read(fd, &who, 4) != 4 || read(fd, &l, 8) != 8 ||
+            read(fd, blob, l) != (ssize_t)l ||
+            te_moe_rank_connect(r, who, blob, l))
+            return 12;
+    }
+    for (uint64_t b = 0; b < 2; b++) {
+        char go;
+        if (read(fd, &go, 1) != 1)
+            return 13;
+        uint16_t ex[4 * 1];
+        float w[4], x[4 * 64], out[4 * 64];
+        memset(x, 0, sizeof(x));
+        te_moe_route_random(&c, 4, rank + b, 0, ex, w);
+        int rc = te_moe_batch(r, b, 4, x, ex, w, out);
+        int32_t v = rc;
+        if (write(fd, &v, 4) != 4)
+            return 14;
+        if (rc) {
+            char msg[256];
+            snprintf(msg, sizeof(msg), "%s", te_moe_last_error());
+            if (write(fd, msg, sizeof(msg)) != sizeof(msg))
+                return 15;
+        }
+    }
+    te_moe_rank_free(r);
+    te_engine_destroy(e);
+    return 0;
+}
+
+START_TEST(killed_rank_fails_the_batch_everywhere)
+{
+    te_moe_config c = cfg(3, 1, 6, 2);
+    c.timeout_ms = 2000;
+    int fd[3] = {-1, -1, -1};
+    pid_t pid[3] = {0};
+    for (uint32_t i = 1; i < 3; i++) {
+        int sv[2];
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        pid[i] = fork();
+        if (pid[i] == 0) {
+            close(sv[0]);
+            _exit(child_rank(i, sv[1], c));
+        }
+        close(sv[1]);
+        fd[i] = sv[0];
+    }
+    te_engine *e;
+    te_moe_rank *r;
+    ck_assert_int_eq(te_engine_create(NULL, &e), 0);
+    ck_assert_int_eq(te_moe_rank_new(e, &c, 0, &r), 0);
+    uint8_t blob[3][8192];
+    uint64_t len[3];
+    size_t l0 = sizeof(blob[0]);
+    te_moe_rank_blob(r, blob[0], &l0);
+    len[0] = l0;
+    for (int i = 1; i < 3; i++) {
+        ck_assert_int_eq(read(fd[i], &len[i], 8), 8);
+        ck_assert_int_eq(read(fd[i], blob[i], len[i]), (ssize_t)len[i]);
+        ck_assert_int_eq(te_moe_rank_connect(r, (uint32_t)i, blob[i], len[i]), 0);
+    }
+    for (int i = 1; i < 3; i++)
+        for (uint32_t k = 0; k < 3; k++)
+            if ((int)k != i) {
+                ck_assert_int_eq(write(fd[i], &k, 4), 4);
+                ck_assert_int_eq(write(fd[i], &len[k], 8), 8);
+                ck_assert_int_eq(write(fd[i], blob[k], len[k]), (ssize_t)len[k]);
+            }
+    uint16_t ex[4];
+    float w[4], x[4 * 64], out[4 * 64];
+    memset(x, 0, sizeof(x));
+    for (uint64_t b = 0; b < 2; b++) {
+        if (b == 1) {
+            kill(pid[2], SIGKILL);
+            waitpid(pid[2], NULL, 0);
+        }
+        char go = 1;
+        ck_assert_int_eq(write(fd[1], &go, 1), 1);
+        if (b == 0)
+            ck_assert_int_eq(write(fd[2], &go, 1), 1);
+        te_moe_route_random(&c, 4, b, 0, ex, w);
+        int rc = te_moe_batch(r, b, 4, x, ex, w, out);
+        int32_t rc1;
+        ck_assert_int_eq(read(fd[1], &rc1, 4), 4);
+        if (b == 0) {
+            ck_assert_msg(rc == 0, "%s", te_moe_last_error());
+            ck_assert_int_eq(rc1, 0);
+            int32_t rc2;
+            ck_assert_int_eq(read(fd[2], &rc2, 4), 4);
+            ck_assert_int_eq(rc2, 0);
+        } else {
+            ck_assert_int_ne(rc, 0);
+            ck_assert_msg(strstr(te_moe_last_error(), "rank 2"), "%s",
+                          te_moe_last_error());
+            ck_assert_int_ne(rc1, 0);
+            char msg[256];
+            ck_assert_int_eq(read(fd[1], msg, sizeof(msg)), sizeof(msg));
+            ck_assert_msg(strstr(msg, "rank 2") || strstr(msg, "rank 0"), "%s",
+                          msg);
+        }
+    }
+    int st;
+    waitpid(pid[1], &st, 0);
+    te_moe_rank_free(r);
+    te_engine_destroy(e);
+    close(fd[1]);
+    close(fd[2]);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("moe");
+    TCase *t = tcase_create("protocol");
+    tcase_set_timeout(t, 240);
+    tcase_add_test(t, matrix_of_ranks_and_topk);
+    tcase_add_test(t, private_buffer_sizes);
+    tcase_add_test(t, skewed_empty_and_zero_tokens);
+    tcase_add_test(t, bf16_tokens);
+    tcase_add_test(t, reordering_and_delays);
+    tcase_add_test(t, bad_input_refused_before_writing);
+    tcase_add_test(t, killed_rank_fails_the_batch_everywhere);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,538 @@
+/*
+ * The trainer's pipeline. For each param of its schedule (in order):
+ *   gather   TE_OP_READ of the other trainers' FSDP parts (own part copied)
+ *            into a ring of WT_GATHER_DEPTH gather buffers: the next params
+ *            are gathered while the current one is produced and written, so
+ *            a large param's gather hides behind several small ones;
+ *   produce  slice, fuse, quantise into the staging ring at the offset the
+ *            schedule fixed;
+ *   write    TE_OP_WRITE with TE_F_IMM into the receiver's standby buffer.
+ * The staging ring is the watermark: a staging range is reused only after
+ * the writes that used it have completed, so at most staging_bytes are in
+ * flight. Every wait has the push's deadline.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "wt_runtime.h"
+
+#define READ_TAG (1ull << 63)
+/* Params gathered ahead (gather buffers, each as large as the largest
+ * param): deep enough that a large gather overlaps the writes of the small
+ * params before it. */
+#define WT_GATHER_DEPTH 4
+
+struct te_wt_trainer {
+    te_engine *e;
+    const te_wt_model *m;
+    const te_wt_sharding *sh;
+    const te_wt_schedule *s;
+    uint32_t rank;
+    uint8_t *fsdp, *staging, *gather[WT_GATHER_DEPTH];
+    te_mr *fsdp_mr, *staging_mr, *gather_mr[WT_GATHER_DEPTH];
+    uint64_t fsdp_len, gather_cap;
+    uint64_t *fsdp_off;          /* [trainer * count + tensor] */
+    te_peer *peers;              /* other trainers */
+    te_mr_desc *descs;
+    uint32_t *slice_index;
+    /* push state */
+    uint8_t *done;               /* per local write: completed */
+    uint32_t pending_reads[WT_GATHER_DEPTH];
+    uint64_t inflight;           /* staging bytes of writes not yet done */
+    int failed;
+    char reason[256];
+    te_wt_progress_fn progress;
+    void *progress_arg;
+};
+
+void te_wt_trainer_set_progress(te_wt_trainer *t, te_wt_progress_fn fn, void *arg)
+{
+    t->progress = fn;
+    t->progress_arg = arg;
+}
+
+uint32_t *wt_slice_index(const te_wt_sharding *sh)
+{
+    uint32_t *idx = malloc((sh->nslices + 1) * sizeof(uint32_t));
+    uint32_t *next = calloc(sh->layout.ranks, sizeof(uint32_t));
+    if (!idx || !next) {
+        free(idx);
+        free(next);
+        return NULL;
+    }
+    for (uint64_t k = 0; k < sh->nslices; k++)
+        idx[k] = next[sh->slices[k].rank]++;
+    free(next);
+    return idx;
+}
+
+void wt_slice_request(const te_wt_schedule *s, const te_wt_slice *sl,
+                      uint32_t imm, te_request *r)
+{
+    te_request_init(r, TE_OP_WRITE);
+    r->flags = TE_F_IMM;
+    r->imm = imm;
+    r->route.kind = TE_ROUTE_SHARD;
+    r->route.nics = s->nics;
+    r->u.xfer.len = sl->bytes;
+    r->u.xfer.remote_off = sl->dst_off;
+}
+
+static void *alloc_reg(te_engine *e, uint64_t len, uint32_t access, te_mr **mr)
+{
+    uint64_t n = (len + 4095) & ~4095ull;
+    void *p = aligned_alloc(4096, n ? n : 4096);
+    if (!p)
+        return NULL;
+    memset(p, 0, n ? n : 4096);
+    if (te_mr_reg(e, 0, p, n ? n : 4096, access, TE_MEM_HOST, mr)) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+int te_wt_trainer_create(te_engine *e, const te_wt_model *m,
+                         const te_wt_sharding *sh, const te_wt_schedule *s,
+                         uint32_t rank, te_wt_trainer **out)
+{
+    wt_error_clear();
+    if (rank >= s->trainers)
+        return wt_fail(-EINVAL, "trainer rank %u of %u", rank, s->trainers);
+    if (te_engine_nic_count(e, 0) != (int)s->nics)
+        return wt_fail(-EINVAL, "the schedule is for %u NIC(s) per GPU, group 0 "
+                       "has %d", s->nics, te_engine_nic_count(e, 0));
+    te_wt_trainer *t = calloc(1, sizeof(*t));
+    if (!t)
+        return wt_fail(-ENOMEM, "out of memory");
+    *t = (te_wt_trainer){.e = e, .m = m, .sh = sh, .s = s, .rank = rank};
+    uint32_t T = s->trainers;
+    t->fsdp_off = malloc((uint64_t)T * m->count * sizeof(uint64_t) + 8);
+    t->peers = calloc(T, sizeof(te_peer));
+    t->descs = calloc(T, sizeof(te_mr_desc));
+    t->slice_index = wt_slice_index(sh);
+    t->done = calloc(s->trainer_first[rank + 1] - s->trainer_first[rank] + 1, 1);
+    if (!t->fsdp_off || !t->peers || !t->descs || !t->slice_index || !t->done) {
+        te_wt_trainer_destroy(t);
+        return wt_fail(-ENOMEM, "out of memory");
+    }
+    for (uint32_t r = 0; r < T; r++) {
+        uint64_t off = 0, b, en;
+        for (uint32_t i = 0; i < m->count; i++) {
+            t->fsdp_off[(uint64_t)r * m->count + i] = off;
+            te_wt_fsdp_range(&m->tensors[i], T, r, &b, &en);
+            off += en - b;
+        }
+        if (r == rank)
+            t->fsdp_len = off;
+    }
+    for (uint32_t p = 0; p < sh->nparams; p++) {
+        uint64_t in = wt_param_input_bytes(m, sh, p);
+        if (in > t->gather_cap)
+            t->gather_cap = in;
+    }
+    t->fsdp = alloc_reg(e, t->fsdp_len, TE_MR_REMOTE_READ, &t->fsdp_mr);
+    t->staging = alloc_reg(e, s->staging_bytes, TE_MR_LOCAL, &t->staging_mr);
+    int have_gather = 1;
+    for (int g = 0; g < WT_GATHER_DEPTH; g++) {
+        t->gather[g] = alloc_reg(e, t->gather_cap, TE_MR_LOCAL, &t->gather_mr[g]);
+        have_gather &= t->gather[g] != NULL;
+    }
+    if (!t->fsdp || !t->staging || !have_gather) {
+        int rc = wt_fail(-ENOMEM, "trainer %u: cannot allocate/register buffers "
+                         "(%s)", rank, te_last_error());
+        te_wt_trainer_destroy(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+int te_wt_trainer_load(te_wt_trainer *t, const char *checkpoint)
+{
+    wt_error_clear();
+    te_wt_model *ck;
+    int rc = te_wt_safetensors_load(checkpoint, &ck);
+    if (rc)
+        return rc;
+    if (te_wt_model_fingerprint(ck) != te_wt_model_fingerprint(t->m)) {
+        te_wt_model_free(ck);
+        return wt_fail(-EINVAL, "%s is not a checkpoint of model %s (tensor "
+                       "names, dtypes or shapes differ)", checkpoint, t->m->name);
+    }
+    int fd = open(checkpoint, O_RDONLY | O_CLOEXEC);
+    uint8_t lenb[8];
+    uint64_t hlen = 0;
+    if (fd < 0 || pread(fd, lenb, 8, 0) != 8)
+        rc = wt_fail(-EIO, "%s: cannot read", checkpoint);
+    for (int i = 7; i >= 0 && !rc; i--)
+        hlen = hlen << 8 | lenb[i];
+    for (uint32_t i = 0; i < t->m->count && !rc; i++) {
+        uint64_t b, e;
+        te_wt_fsdp_range(&t->m->tensors[i], t->s->trainers, t->rank, &b, &e);
+        uint64_t off = 8 + hlen + ck->tensors[i].offset + b;
+        if (e > b && pread(fd, t->fsdp + t->fsdp_off[(uint64_t)t->rank * t->m->count + i],
+                           e - b, (off_t)off) != (ssize_t)(e - b))
+            rc = wt_fail(-EIO, "%s: short read of tensor '%s'", checkpoint,
+                         t->m->tensors[i].name);
+    }
+    if (fd >= 0)
+        close(fd);
+    te_wt_model_free(ck);
+    return rc;
+}
+
+int te_wt_trainer_connect(te_wt_trainer *t, const char *dir, int timeout_ms)
+{
+    wt_error_clear();
+    int rc = wt_publish(dir, "train", t->rank, 0, 0, t->e, t->fsdp_mr);
+    for (uint32_t r = 0; r < t->s->trainers && !rc; r++) {
+        if (r == t->rank)
+            continue;
+        wt_endpoint ep;
+        if ((rc = wt_lookup(dir, "train", r, 0, timeout_ms, &ep)))
+            break;
+        if ((rc = te_peer_add(t->e, 0, ep.addr, ep.addr_len, &t->peers[r])))
+            rc = wt_fail(rc, "trainer %u: peer trainer %u: %s", t->rank, r,
+                         te_last_error());
+        t->descs[r] = ep.desc;
+    }
+    return rc;
+}
+
+/* Drain completions (at most wait_ms for the first). */
+static int pump(te_wt_trainer *t, uint64_t first, int wait_ms)
+{
+    te_completion c[64];
+    int n = te_poll_completions(t->e, c, 64, wait_ms);
+    for (int i = 0; i < n; i++) {
+        if (c[i].status && !t->failed) {
+            t->failed = c[i].status;
+            snprintf(t->reason, sizeof(t->reason), "%s %s: %s",
+                     c[i].op == TE_OP_READ ? "gather read" : "write",
+                     te_strerror(c[i].status), c[i].reason);
+        }
+        if (c[i].user_data & READ_TAG)
+            t->pending_reads[c[i].user_data % WT_GATHER_DEPTH]--;
+        else if (c[i].user_data >= first &&
+                 c[i].user_data < t->s->trainer_first[t->rank + 1] &&
+                 !t->done[c[i].user_data - first]) {
+            t->done[c[i].user_data - first] = 1;
+            t->inflight -= t->sh->slices[t->s->writes[c[i].user_data].slice].bytes;
+        }
+    }
+    return n;
+}
+
+static int submit(te_wt_trainer *t, const te_request *r, double deadline, uint64_t first)
+{
+    for (;;) {
+        int64_t id = te_submit(t->e, r);
+        if (id > 0)
+            return 0;
+        if (id != -EAGAIN)
+            return wt_fail((int)id, "submit: %s", te_last_error());
+        pump(t, first, 1);
+        if (wt_now() > deadline)
+            return wt_fail(-ETIMEDOUT, "submission queue full until the deadline");
+    }
+}
+
+struct gather_view {
+    const te_wt_trainer *t;
+    const uint8_t *buf;
+    uint32_t param;
+};
+
+/* Member tensors of a param lie back to back in its gather buffer. */
+static const void *gathered(uint32_t tensor, void *arg)
+{
+    struct gather_view *v = arg;
+    const te_wt_param *p = &v->t->sh->params[v->param];
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < p->members; i++) {
+        uint32_t ti = v->t->sh->members[p->first_member + i];
+        if (ti == tensor)
+            return v->buf + off;
+        off += v->t->m->tensors[ti].nbytes;
+    }
+    return NULL;
+}
+
+static int start_gather(te_wt_trainer *t, uint32_t param, int g, double deadline,
+                        uint64_t first, te_wt_push_stats *st)
+{
+    const te_wt_param *p = &t->sh->params[param];
+    uint64_t base = 0;
+    uint32_t T = t->s->trainers;
+    for (uint32_t i = 0; i < p->members; i++) {
+        uint32_t ti = t->sh->members[p->first_member + i];
+        const te_wt_tensor *ts = &t->m->tensors[ti];
+        for (uint32_t r = 0; r < T; r++) {
+            uint64_t b, e;
+            te_wt_fsdp_range(ts, T, r, &b, &e);
+            if (e == b)
+                continue;
+            uint64_t src = t->fsdp_off[(uint64_t)r * t->m->count + ti];
+            if (r == t->rank) {
+                memcpy(t->gather[g] + base + b, t->fsdp + src, e - b);
+                continue;
+            }
+            te_request rq;
+            te_request_init(&rq, TE_OP_READ);
+            rq.route.kind = TE_ROUTE_SHARD;
+            rq.user_data = READ_TAG | (uint64_t)g;
+            rq.u.xfer.peer = t->peers[r];
+            rq.u.xfer.local = t->gather_mr[g];
+            rq.u.xfer.local_off = base + b;
+            rq.u.xfer.remote = &t->descs[r];
+            rq.u.xfer.remote_off = src;
+            rq.u.xfer.len = e - b;
+            t->pending_reads[g]++;
+            int rc = submit(t, &rq, deadline, first);
+            if (rc) {
+                t->pending_reads[g]--;
+                return rc;
+            }
+            st->reads++;
+            st->read_bytes += e - b;
+        }
+        base += ts->nbytes;
+    }
+    return 0;
+}
+
+static int wait_until(te_wt_trainer *t, uint64_t first, double deadline,
+                      int (*ready)(te_wt_trainer *, void *), void *arg)
+{
+    while (!ready(t, arg)) {
+        if (t->failed)
+            return wt_fail(t->failed, "%s", t->reason);
+        if (wt_now() > deadline)
+            return wt_fail(-ETIMEDOUT, "trainer %u: deadline passed", t->rank);
+        pump(t, first, 1);
+    }
+    return t->failed ? wt_fail(t->failed, "%s", t->reason) : 0;
+}
+
+static int reads_done(te_wt_trainer *t, void *arg)
+{
+    return t->pending_reads[*(int *)arg] == 0;
+}
+
+struct range_arg {
+    uint64_t lo, hi, from, to, first;
+};
+
+/* No write in [from, to) that is still in flight overlaps [lo, hi). */
+static int range_free(te_wt_trainer *t, void *arg)
+{
+    struct range_arg *a = arg;
+    for (uint64_t w = a->from; w < a->to; w++) {
+        if (t->done[w - a->first])
+            continue;
+        uint64_t o = t->s->writes[w].staging_off;
+        uint64_t n = t->sh->slices[t->s->writes[w].slice].bytes;
+        if (o < a->hi && a->lo < o + n)
+            return 0;
+    }
+    return 1;
+}
+
+static int all_reads_done(const te_wt_trainer *t)
+{
+    for (int g = 0; g < WT_GATHER_DEPTH; g++)
+        if (t->pending_reads[g])
+            return 0;
+    return 1;
+}
+
+static int all_done(te_wt_trainer *t, void *arg)
+{
+    struct range_arg *a = arg;
+    for (uint64_t w = a->from; w < a->to; w++)
+        if (!t->done[w - a->first])
+            return 0;
+    return 1;
+}
+
+/* Trainer records carry a state: 2v-1 = shard of version v loaded, 2v =
+ * done with version v (nobody gathers v from us any more after all are). */
+static int wait_trainers(te_wt_trainer *t, const char *dir, uint32_t state,
+                         double deadline)
+{
+    for (uint32_t r = 0; r < t->s->trainers; r++) {
+        wt_endpoint ep;
+        int left = (int)((deadline - wt_now()) * 1000);
+        if (r != t->rank && wt_lookup(dir, "train", r, state, left > 0 ? left : 1, &ep))
+            return wt_fail(-ETIMEDOUT, "trainer %u: trainer %u did not reach state %u "
+                           "(%s)", t->rank, r, state, te_wt_last_error());
+    }
+    return 0;
+}
+
+int te_wt_trainer_wait_done(te_wt_trainer *t, const char *dir, uint32_t version,
+                            int timeout_ms)
+{
+    wt_error_clear();
+    return wait_trainers(t, dir, 2 * version, wt_now() + timeout_ms / 1000.0);
+}
+
+int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
+                       int timeout_ms, te_wt_push_stats *st)
+{
+    wt_error_clear();
+    memset(st, 0, sizeof(*st));
+    const te_wt_schedule *s = t->s;
+    const te_wt_sharding *sh = t->sh;
+    uint32_t R = sh->layout.ranks;
+    double deadline = wt_now() + timeout_ms / 1000.0;
+    te_peer *rpeer = calloc(R, sizeof(te_peer));
+    te_mr_desc *rdesc = calloc(R, sizeof(te_mr_desc));
+    uint32_t *rbase = calloc(R, sizeof(uint32_t));
+    uint64_t first = s->trainer_first[t->rank], last = s->trainer_first[t->rank + 1];
+    int rc = rpeer && rdesc && rbase ? 0 : wt_fail(-ENOMEM, "out of memory");
+    if (!version || version > (1u << 30))
+        rc = wt_fail(-EINVAL, "version %u out of range (1..2^30)", version);
+    t->failed = 0;
+    memset(t->pending_reads, 0, sizeof(t->pending_reads));
+    memset(t->done, 0, last - first + 1);
+    /* Our shard holds version v: say so, and wait until every trainer's does
+     * before gathering from them. */
+    if (!rc && !(rc = wt_publish(dir, "train", t->rank, 2 * version - 1, 0, t->e,
+                                 t->fsdp_mr)))
+        rc = wait_trainers(t, dir, 2 * version - 1, deadline);
+    for (uint32_t r = 0; r < R && !rc; r++) {
+        wt_endpoint ep;
+        int left = (int)((deadline - wt_now()) * 1000);
+        if ((rc = wt_lookup(dir, "infer", r, version, left > 0 ? left : 1, &ep)))
+            break;
+        if (ep.ready_version != version)
+            rc = wt_fail(-ESTALE, "receiver %u moved on to version %u; version %u "
+                         "is abandoned", r, ep.ready_version, version);
+        else if ((rc = te_peer_add(t->e, 0, ep.addr, ep.addr_len, &rpeer[r])))
+            rc = wt_fail(rc, "receiver %u: %s", r, te_last_error());
+        rdesc[r] = ep.desc;
+        rbase[r] = ep.imm_base;
+    }
+    double t0 = wt_now();
+    t->inflight = 0;
+    /* Runs: consecutive writes of one param (gathered once). */
+    uint64_t *run = malloc((last - first + 2) * sizeof(uint64_t)), nruns = 0;
+    if (!run && !rc)
+        rc = wt_fail(-ENOMEM, "out of memory");
+    for (uint64_t w = first; w < last && run; w++)
+        if (w == first || sh->slices[s->writes[w].slice].param !=
+                              sh->slices[s->writes[w - 1].slice].param)
+            run[nruns++] = w;
+    if (run)
+        run[nruns] = last;
+    uint64_t next_gather = 0, total_bytes = 0;
+    for (uint64_t w = first; w < last; w++)
+        total_bytes += sh->slices[s->writes[w].slice].bytes;
+    for (uint64_t i = 0, w = first; i < nruns && !rc; i++) {
+        /* Keep WT_GATHER_DEPTH params gathering ahead; slot i mod depth is
+         * free again once run i - 1 ... was produced (produce copies). */
+        while (!rc && next_gather < nruns && next_gather < i + WT_GATHER_DEPTH) {
+            rc = start_gather(t, sh->slices[s->writes[run[next_gather]].slice].param,
+                              (int)(next_gather % WT_GATHER_DEPTH), deadline, first, st);
+            next_gather++;
+        }
+        int g = (int)(i % WT_GATHER_DEPTH);
+        if (rc || (rc = wait_until(t, first, deadline, reads_done, &g)))
+            break;
+        uint32_t param = sh->slices[s->writes[w].slice].param;
+        uint64_t end = run[i + 1];
+        struct gather_view view = {t, t->gather[g], param};
+        for (; w < end && !rc; w++) {
+            const te_wt_write *x = &s->writes[w];
+            const te_wt_slice *sl = &sh->slices[x->slice];
+            struct range_arg ra = {x->staging_off, x->staging_off + sl->bytes,
+                                   first, w, first};
+            if ((rc = wait_until(t, first, deadline, range_free, &ra)))
+                break;
+            rc = te_wt_slice_produce(t->m, sh, sl, gathered, &view,
+                                     t->staging + x->staging_off);
+            te_request rq;
+            wt_slice_request(s, sl, rbase[sl->rank] + t->slice_index[x->slice], &rq);
+            rq.user_data = w;
+            rq.u.xfer.peer = rpeer[sl->rank];
+            rq.u.xfer.local = t->staging_mr;
+            rq.u.xfer.local_off = x->staging_off;
+            rq.u.xfer.remote = &rdesc[sl->rank];
+            if (!rc) {
+                t->inflight += sl->bytes; /* before submit: a completion may race */
+                if ((rc = submit(t, &rq, deadline, first))) {
+                    t->inflight -= sl->bytes;
+                } else {
+                    st->writes++;
+                    st->write_bytes += sl->bytes;
+                }
+            }
+            if (t->inflight > st->peak_inflight)
+                st->peak_inflight = t->inflight;
+        }
+        if (t->progress && !rc)
+            t->progress(st->writes, last - first, st->write_bytes, total_bytes,
+                        t->inflight, t->progress_arg);
+    }
+    free(run);
+    if (rc && t->failed == 0)
+        t->failed = rc;
+    /* Drain: nothing may still reference the buffers when we return. */
+    struct range_arg all = {0, 0, first, last, first};
+    double drain_deadline = wt_now() + 5.0 > deadline ? wt_now() + 5.0 : deadline;
+    while ((!all_reads_done(t) || !all_done(t, &all)) &&
+           wt_now() < drain_deadline) {
+        if (rc && st->writes < last - first) {
+            /* Unsubmitted writes will never complete. */
+            for (uint64_t k = first + st->writes; k < last; k++)
+                t->done[k - first] = 1;
+        }
+        pump(t, first, 1);
+    }
+    st->start_s = t0;
+    st->end_s = wt_now();
+    st->seconds = st->end_s - t0;
+    int prc = wt_publish(dir, "train", t->rank, 2 * version, 0, t->e, t->fsdp_mr);
+    if (!rc && prc)
+        rc = prc;
+    if (!rc && t->failed)
+        rc = wt_fail(t->failed, "trainer %u: %s", t->rank, t->reason);
+    else if (rc && t->reason[0] && !strstr(te_wt_last_error(), t->reason))
+        wt_fail(rc, "trainer %u: %s", t->rank, t->reason);
+    free(rpeer);
+    free(rdesc);
+    free(rbase);
+    return rc;
+}
+
+void te_wt_trainer_destroy(te_wt_trainer *t)
+{
+    if (!t)
+        return;
+    te_mr *mrs[2 + WT_GATHER_DEPTH] = {t->fsdp_mr, t->staging_mr};
+    uint8_t *bufs[2 + WT_GATHER_DEPTH] = {t->fsdp, t->staging};
+    for (int g = 0; g < WT_GATHER_DEPTH; g++) {
+        mrs[2 + g] = t->gather_mr[g];
+        bufs[2 + g] = t->gather[g];
+    }
+    for (int i = 0; i < 2 + WT_GATHER_DEPTH; i++) {
+        /* A registration still used by an operation that outlived the push's
+         * drain (-EBUSY) keeps its memory: leaked, never reused under a
+         * transfer. te_engine_destroy() ends such operations. */
+        if (mrs[i] && te_mr_dereg(t->e, mrs[i]) == -EBUSY)
+            continue;
+        free(bufs[i]);
+    }
+    free(t->fsdp_off);
+    free(t->peers);
+    free(t->descs);
+    free(t->slice_index);
+    free(t->done);
+    free(t);
+}

@@ -1,0 +1,111 @@
+import asyncio
+import concurrent.futures
+import errno
+import logging
+import threading
+
+import pytest
+
+import transferengine as te
+
+
+def _setup(e, peer):
+    src = e.register(bytearray(b"s" * 4096), access=0)
+    dst = e.register(bytearray(4096))
+    return src, dst
+
+
+def test_transfer_callback_runs_on_callback_thread(self_peer):
+    e, peer = self_peer
+    src, dst = _setup(e, peer)
+    seen = []
+    done = threading.Event()
+
+    def cb(comp):
+        seen.append((comp.status, threading.current_thread()))
+        done.set()
+
+    t = e.submit(te.write(peer, src, dst.descriptor(), 10), callback=cb)
+    assert done.wait(10)
+    assert t.result(10).status == 0
+    assert seen[0][1] is not threading.main_thread()
+
+
+def test_callback_that_raises_is_logged_not_fatal(self_peer, caplog):
+    e, peer = self_peer
+    src, dst = _setup(e, peer)
+
+    def bad(*_):
+        raise RuntimeError("user bug")
+
+    with caplog.at_level(logging.ERROR, logger="transferengine"):
+        x = e.expect(5, 1, callback=bad)
+        e.submit(te.write(peer, src, dst.descriptor(), 1, imm=5)).result(10)
+        assert x.result(10) == 5
+        for _ in range(100):
+            if "user bug" in caplog.text:
+                break
+            threading.Event().wait(0.01)
+    assert "user bug" in caplog.text
+    # The engine still works.
+    e.submit(te.write(peer, src, dst.descriptor(), 1)).result(10)
+
+
+def test_expectation_deadline_and_close_cancel():
+    with te.Engine() as e:
+        x = e.expect(11, 3, timeout_ms=50)
+        with pytest.raises(te.TEError) as ei:
+            x.result(10)
+        assert ei.value.errno == errno.ETIMEDOUT
+        y = e.expect(12, 1)
+    with pytest.raises(te.TEError) as ei:
+        y.result(10)
+    assert ei.value.errno == errno.ECANCELED
+
+
+def test_expect_twice_is_ebusy(engine):
+    engine.expect(20, 1)
+    with pytest.raises(te.TEError) as ei:
+        engine.expect(20, 1)
+    assert ei.value.errno == errno.EBUSY
+    with pytest.raises(te.TEError):
+        engine.expect(21, 0)
+
+
+def test_asyncio_await(self_peer):
+    e, peer = self_peer
+    src, dst = _setup(e, peer)
+
+    async def main():
+        x = e.expect(30, 2, timeout_ms=10000)
+        t1 = e.submit(te.write(peer, src, dst.descriptor(), 8, imm=30))
+        t2 = e.submit(te.write(peer, src, dst.descriptor(), 8, imm=30))
+        c1, c2 = await asyncio.gather(t1, t2)
+        return c1.status, c2.status, await x
+
+    assert asyncio.run(main()) == (0, 0, 30)
+
+
+def test_futures_wait(self_peer):
+    e, peer = self_peer
+    src, dst = _setup(e, peer)
+    ts = [e.submit(te.write(peer, src, dst.descriptor(), 8)) for _ in range(20)]
+    done, pending = concurrent.futures.wait(ts, timeout=10)
+    assert not pending and all(t.result().status == 0 for t in done)
+    assert len(e._keeper) == 0  # nothing kept alive after completion
+
+
+def test_imm_poll_remove(self_peer):
+    e, peer = self_peer
+    src, dst = _setup(e, peer)
+    for _ in range(3):
+        e.submit(te.write(peer, src, dst.descriptor(), 1, imm=40)).result(10)
+    for _ in range(100):
+        if e.imm_poll(40)[0] == 3:
+            break
+        threading.Event().wait(0.01)
+    assert e.imm_poll(40) == (3, False)
+    assert e.imm_remove(40) == 3
+    with pytest.raises(te.TEError) as ei:
+        e.imm_wait(40, 1, 10)
+    assert ei.value.errno == errno.ETIMEDOUT

@@ -1,0 +1,491 @@
+/*
+ * TransferEngine: portable one-sided RDMA point-to-point transfers.
+ *
+ * The only header applications include. Conventions:
+ *  - Functions return 0 (or a non-negative value) on success and a negative
+ *    errno value on failure. te_strerror() names the code; te_last_error()
+ *    gives the engine's message for the most recent failure on the calling
+ *    thread (e.g. "descriptor truncated: 12 of 40 bytes").
+ *  - Handles are opaque; requests and descriptors are plain structs.
+ *  - Public structs can grow without breaking binaries built against an
+ *    older header (the "growth rule", docs/abi.md):
+ *      * te_request starts with `size`, which the caller sets to
+ *        sizeof(te_request) (te_request_init() does). The library reads
+ *        only the caller's `size` bytes and treats fields past them as
+ *        zero, so an older binary keeps working; bytes past the library's
+ *        own layout must be zero (-E2BIG naming the offset otherwise), so a
+ *        newer binary that uses a field this library lacks is refused
+ *        rather than misread (the rule of Linux's openat2/clone3 structs).
+ *      * Structs passed in arrays or embedded in others (te_route,
+ *        te_scatter_dst, te_barrier_dst) have reserved fields that must be
+ *        zero (-EINVAL naming the field otherwise); a later minor version
+ *        gives them a meaning in which zero keeps today's behaviour.
+ *      * Structs the library fills (te_completion, te_nic_info) have
+ *        reserved fields the library sets to zero; a later minor version
+ *        may fill them. Read them only when te_version() says they exist.
+ *    Zero-initialise every public struct (= {0}, memset, te_request_init())
+ *    so that fields unknown to you are zero.
+ *  - Nothing blocks forever: every wait takes a timeout.
+ *
+ * Model: an engine drives one or more NIC groups (typically one per GPU).
+ * Each group has its own worker thread, its own NICs and its own address.
+ * Memory is registered on a group and is valid on every NIC of it. A peer is
+ * a remote group, added from the address bytes it published. Requests are
+ * split into shards over the group's NICs by deterministic rules
+ * (docs/sharding.md); te_expected_imms() tells how many immediates the
+ * receiver will count for a request.
+ */
+#ifndef TE_TE_H
+#define TE_TE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Marks the library's exported functions. */
+#if defined(__GNUC__)
+#define TE_API __attribute__((visibility("default")))
+#else
+#define TE_API
+#endif
+
+/** Library version. */
+#define TE_VERSION_MAJOR 0
+#define TE_VERSION_MINOR 2
+#define TE_VERSION_PATCH 0
+
+/** Most NICs in one group (and entries in a memory descriptor). */
+#define TE_MAX_NICS 16
+/** Largest serialized engine address, in bytes. */
+#define TE_ADDR_MAX 2200
+/** Largest serialized memory descriptor, in bytes. */
+#define TE_DESC_MAX (32 + 16 * TE_MAX_NICS)
+
+typedef struct te_engine te_engine; /**< an engine (opaque) */
+typedef struct te_config te_config; /**< configuration being built (opaque) */
+typedef struct te_mr te_mr;         /**< a local memory registration (opaque) */
+typedef uint32_t te_peer;           /**< a remote group added to a local group */
+
+/* ---------------------------------------------------------------- errors */
+
+/** Readable name of a (negative or positive) errno value. Never NULL. */
+TE_API const char *te_strerror(int err);
+
+/**
+ * The message describing the most recent failure of a te_* call made by the
+ * calling thread ("" if none). Valid until the thread's next te_* call.
+ */
+TE_API const char *te_last_error(void);
+
+/** Library version string, e.g. "0.1.0". */
+TE_API const char *te_version(void);
+
+/* ---------------------------------------------------------------- config */
+
+/** Create an empty configuration (defaults apply to unset keys). */
+TE_API te_config *te_config_new(void);
+
+/** Free a configuration. NULL is allowed. */
+TE_API void te_config_free(te_config *cfg);
+
+/**
+ * Load an INI file into cfg. Later loads and te_config_set() override
+ * earlier values. Unknown sections/keys of the core and of a loaded plugin
+ * are reported by te_engine_create(); syntax errors here (-EINVAL, message
+ * with file:line). Keys are documented in conf/transferengine.ini.
+ */
+TE_API int te_config_load_file(te_config *cfg, const char *path);
+
+/** Same as te_config_load_file() for an INI text in memory. */
+TE_API int te_config_load_string(te_config *cfg, const char *ini_text);
+
+/** Set one key: section "engine", key "plugin", value "loopback". */
+TE_API int te_config_set(te_config *cfg, const char *section, const char *key,
+                  const char *value);
+
+/**
+ * Effective value of section.key after environment overrides, or NULL.
+ * Environment: TE_<SECTION>_<KEY> (upper case) overrides any key, e.g.
+ * TE_ENGINE_PLUGIN=loopback; TE_PLUGIN is a shorthand for engine.plugin.
+ * TE_PLUGIN_PATH is the plugin loader's own search path (searched before
+ * engine.plugin_path), not a configuration key.
+ */
+TE_API const char *te_config_get(const te_config *cfg, const char *section,
+                          const char *key);
+
+/* ---------------------------------------------------------------- engine */
+
+/**
+ * Create an engine. cfg may be NULL: then the file named by TE_CONFIG, if
+ * set, is loaded, else defaults are used (loopback plugin, one group of one
+ * NIC). cfg is not retained. Returns 0 and *out, or -errno with the reason
+ * in te_last_error() (unknown key, plugin not found, ABI mismatch, ...).
+ */
+TE_API int te_engine_create(const te_config *cfg, te_engine **out);
+
+/**
+ * Stop the workers and free everything. Requests still in flight complete
+ * with -ECANCELED before this returns; registrations are released.
+ */
+TE_API void te_engine_destroy(te_engine *e);
+
+/** Number of NIC groups of the engine. */
+TE_API int te_engine_group_count(const te_engine *e);
+
+/** Number of NICs of group g (or -EINVAL). */
+TE_API int te_engine_nic_count(const te_engine *e, int group);
+
+/** Name of the transport plugin in use (e.g. "loopback"). */
+TE_API const char *te_engine_plugin_name(const te_engine *e);
+
+/** Description of one NIC of a group (te_engine_nic_info()). */
+typedef struct te_nic_info {
+    char name[64];      /**< transport's device name, e.g. "lo0" */
+    char pci_path[64];  /**< PCI bus id or "" */
+    int32_t numa_node;  /**< -1 if unknown */
+    int32_t device;     /**< plugin device index */
+    uint64_t link_gbps; /**< 0 if unknown / uncapped */
+    uint32_t queue_depth; /**< send queue depth */
+    uint32_t reserved[9]; /**< zero; growth rule (top of this header) */
+} te_nic_info;
+
+/** Describe NIC `nic` of group `group`. */
+TE_API int te_engine_nic_info(const te_engine *e, int group, int nic,
+                              te_nic_info *out);
+
+/**
+ * Serialize the address of group g into buf (at most TE_ADDR_MAX bytes).
+ * *len: buffer size in, bytes written out. -ENOSPC if too small (*len then
+ * holds the size needed).
+ */
+TE_API int te_engine_address(te_engine *e, int group, void *buf, size_t *len);
+
+/* ----------------------------------------------------------------- peers */
+
+/**
+ * Add the remote group whose serialized address is addr[0..len) as a peer of
+ * local group g. The bytes are validated (version, length, checksum,
+ * transport name). Adding the same address twice returns the same peer.
+ */
+TE_API int te_peer_add(te_engine *e, int group, const void *addr, size_t len,
+                te_peer *out);
+
+/** Remove a peer; its in-flight requests fail with -ECONNABORTED. */
+TE_API int te_peer_remove(te_engine *e, int group, te_peer peer);
+
+/* ---------------------------------------------------------------- memory */
+
+/** Registration access flags. */
+#define TE_MR_REMOTE_WRITE 0x1u /**< peers may write into it */
+#define TE_MR_REMOTE_READ 0x2u  /**< peers may read from it */
+#define TE_MR_LOCAL 0x0u        /**< source/target of local ops only */
+
+/** Memory kinds. */
+#define TE_MEM_HOST 0u /**< host memory */
+#define TE_MEM_CUDA 1u /**< CUDA device memory (needs TE_WITH_CUDA) */
+
+/**
+ * Register [addr, addr+len) on every NIC of group g. Registrations are keyed
+ * by address range: overlapping registrations are allowed and distinct.
+ * len must be > 0.
+ */
+TE_API int te_mr_reg(te_engine *e, int group, void *addr, size_t len,
+              uint32_t access, uint32_t mem_kind, te_mr **out);
+
+/**
+ * Deregister on every NIC of the group. Returns only when no remote write
+ * can still land in the region. -EBUSY while local requests still use it.
+ */
+TE_API int te_mr_dereg(te_engine *e, te_mr *mr);
+
+/** Base address and length of a registration. */
+TE_API void *te_mr_addr(const te_mr *mr);
+TE_API size_t te_mr_len(const te_mr *mr);
+
+/**
+ * A parsed memory descriptor of a remote (or local) registration: the base
+ * address, length and one (rkey, remote base) per NIC of its group. Plain
+ * data: copy it freely.
+ */
+typedef struct te_mr_desc {
+    uint64_t addr;      /**< base address at the owner */
+    uint64_t len;       /**< length in bytes */
+    uint32_t access;    /**< TE_MR_* */
+    uint32_t nic_count; /**< entries used in nic[] */
+    struct {
+        uint64_t rkey;        /**< remote key on that NIC */
+        uint64_t remote_base; /**< transport address of byte 0 */
+    } nic[TE_MAX_NICS];
+} te_mr_desc;
+
+/** Fill a descriptor of a local registration. */
+TE_API int te_mr_describe(const te_mr *mr, te_mr_desc *out);
+
+/**
+ * Revoke every remote access granted so far to a registration, without
+ * unregistering it: the region gets new keys on every NIC (the old ones are
+ * deregistered), so descriptors handed out before stop working, and this
+ * returns only when no remote write or read made with an old key can still
+ * land (the plugin's mr_dereg quiescence; docs/architecture.md). Use it to
+ * reuse memory after cancelling a transfer whose writer may still be
+ * sending (e.g. KV pages). Writes with an old descriptor then fail at the
+ * writer with a remote access error. *new_desc (may be NULL) receives the
+ * new descriptor. -EBUSY while local requests still use the registration.
+ */
+TE_API int te_mr_revoke(te_engine *e, te_mr *mr, te_mr_desc *new_desc);
+
+/**
+ * Serialize a descriptor to buf (TE_DESC_MAX bytes suffice). *len: buffer
+ * size in, bytes written out.
+ */
+TE_API int te_desc_serialize(const te_mr_desc *d, void *buf, size_t *len);
+
+/**
+ * Parse untrusted bytes into a descriptor. Never reads outside
+ * buf[0..len); -EBADMSG/-EPROTO/-EINVAL with a message for truncated,
+ * corrupt or wrong-version input.
+ */
+TE_API int te_desc_parse(const void *buf, size_t len, te_mr_desc *out);
+
+/* -------------------------------------------------------------- requests */
+
+/** Request kinds. */
+enum te_op {
+    TE_OP_WRITE = 1,   /**< single write, optional imm */
+    TE_OP_PAGED = 2,   /**< paged writes */
+    TE_OP_SCATTER = 3, /**< one source, many destinations */
+    TE_OP_BARRIER = 4, /**< imm-only to many peers */
+    TE_OP_READ = 5,    /**< one-sided read */
+    TE_OP_SEND = 6,    /**< two-sided small message */
+};
+
+/** Request flags. */
+#define TE_F_IMM 0x1u /**< carry req->imm (WRITE, PAGED, SCATTER) */
+
+/**
+ * NIC routing. TE_ROUTE_SHARD splits over up to `nics` NICs of the group
+ * (0 = all). TE_ROUTE_PIN sends everything on NIC `nic`.
+ */
+enum te_route_kind { TE_ROUTE_SHARD = 0, TE_ROUTE_PIN = 1 };
+typedef struct te_route {
+    uint32_t kind;     /**< enum te_route_kind */
+    uint32_t nics;     /**< SHARD: most NICs to use (0 = all) */
+    uint32_t nic;      /**< PIN: the NIC index */
+    uint32_t reserved; /**< must be zero (growth rule) */
+} te_route;
+
+/** Scatter split policy. */
+enum te_scatter_split {
+    TE_SCATTER_BY_PEER = 0, /**< destination i goes whole on NIC i mod k */
+    TE_SCATTER_BY_BYTES = 1 /**< every destination is sharded like a write */
+};
+
+/** One destination of a scatter. */
+typedef struct te_scatter_dst {
+    te_peer peer;          /**< destination peer */
+    uint32_t reserved0;    /**< must be zero (growth rule) */
+    const te_mr_desc *dst; /**< destination region */
+    uint64_t dst_off;      /**< offset into dst */
+    uint64_t src_off;      /**< offset into the source registration */
+    uint64_t len;          /**< bytes */
+    uint64_t reserved[2];  /**< must be zero (growth rule) */
+} te_scatter_dst;
+
+/** One target of a barrier. */
+typedef struct te_barrier_dst {
+    te_peer peer;          /**< target */
+    uint32_t reserved0;    /**< must be zero (growth rule) */
+    const te_mr_desc *dst; /**< a region of the target (some NICs need a key) */
+    uint64_t reserved;     /**< must be zero (growth rule) */
+} te_barrier_dst;
+
+/** Completion record (also delivered to callbacks). */
+typedef struct te_completion {
+    uint64_t user_data; /**< the request's user_data */
+    uint64_t req_id;    /**< the id te_submit() returned */
+    int32_t status;     /**< 0 or negative errno */
+    uint32_t op;        /**< enum te_op */
+    char reason[96];    /**< on failure: what went wrong, else "" */
+    uint64_t reserved[4]; /**< zero; growth rule (top of this header) */
+} te_completion;
+
+/** Request completion callback; runs on the engine's callback thread. */
+typedef void (*te_done_fn)(const te_completion *c, void *arg);
+
+/**
+ * A request. Arrays and descriptors it points to are copied by te_submit():
+ * the caller may reuse them as soon as te_submit() returns. Local
+ * registrations must stay registered until the request completes.
+ */
+typedef struct te_request {
+    /** sizeof(te_request) as the caller was compiled (te_request_init()) */
+    uint32_t size;
+    uint32_t op;        /**< enum te_op */
+    uint32_t flags;     /**< TE_F_* */
+    uint32_t imm;       /**< immediate when TE_F_IMM (and always for BARRIER) */
+    int32_t group;      /**< local group submitting */
+    /**
+     * Deadline in ms from submission: 0 = engine.request_timeout_ms,
+     * < 0 = none. A request still unfinished then fails with -ETIMEDOUT.
+     * Its local registration stays referenced (te_mr_dereg: -EBUSY) until
+     * the transport has returned every operation it was given.
+     */
+    int32_t timeout_ms;
+    te_route route;     /**< NIC routing */
+    uint64_t user_data; /**< returned in the completion */
+    te_done_fn done;    /**< callback, or NULL to use te_poll_completions() */
+    void *done_arg;     /**< passed to done */
+    union {
+        struct { /* TE_OP_WRITE and TE_OP_READ */
+            te_peer peer;
+            te_mr *local;          /**< WRITE: source; READ: destination */
+            uint64_t local_off;
+            const te_mr_desc *remote; /**< WRITE: destination; READ: source */
+            uint64_t remote_off;
+            uint64_t len;
+        } xfer;
+        struct { /* TE_OP_PAGED: page k: src+src_stride*src_idx[k] ->
+                    dst+dst_stride*dst_idx[k], page_len bytes each */
+            te_peer peer;
+            te_mr *src;
+            uint64_t src_off;
+            uint64_t src_stride;
+            const uint32_t *src_idx;
+            const te_mr_desc *dst;
+            uint64_t dst_off;
+            uint64_t dst_stride;
+            const uint32_t *dst_idx;
+            uint64_t page_len;
+            uint32_t count; /**< number of pages */
+        } paged;
+        struct { /* TE_OP_SCATTER */
+            te_mr *src;
+            uint32_t split; /**< enum te_scatter_split */
+            uint32_t count;
+            const te_scatter_dst *dsts;
+        } scatter;
+        struct { /* TE_OP_BARRIER */
+            uint32_t count;
+            const te_barrier_dst *dsts;
+        } barrier;
+        struct { /* TE_OP_SEND */
+            te_peer peer;
+            const void *buf; /**< copied at submit */
+            uint32_t len;    /**< at most engine.max_msg_size */
+        } send;
+    } u;
+} te_request;
+
+/**
+ * Smallest te_request.size the library accepts: the layout of version 0.2,
+ * the first with the growth rule. Later fields are appended after it.
+ */
+#define TE_REQUEST_SIZE_V0_2 152u
+
+/**
+ * Start a request: zero every field (so fields unknown to the caller are
+ * zero) and set size and op. Equivalent to
+ * `te_request r = {.size = sizeof(te_request), .op = op};`.
+ */
+static inline void te_request_init(te_request *r, uint32_t op)
+{
+    memset(r, 0, sizeof(*r));
+    r->size = (uint32_t)sizeof(*r);
+    r->op = op;
+}
+
+/**
+ * Submit a request to its group's worker. Never blocks: -EAGAIN when the
+ * submission queue is full. Returns a request id (> 0) on success. Input is
+ * validated here (bounds, keys present, peer known, NIC count): a bad
+ * request fails immediately with a message and nothing is sent.
+ * Completion is reported exactly once, to req->done or to the queue.
+ */
+TE_API int64_t te_submit(te_engine *e, const te_request *req);
+
+/**
+ * Number of immediates the receiver of destination `target` (0 for
+ * requests with a single peer; the scatter/barrier index otherwise) will
+ * count for this request, or -errno. 0 when the request carries no imm.
+ */
+TE_API int64_t te_expected_imms(te_engine *e, const te_request *req, uint32_t target);
+
+/**
+ * Fetch up to max completions of requests submitted without a callback.
+ * timeout_ms: 0 = do not wait, > 0 = wait at most that long for the first.
+ * Returns the number fetched.
+ */
+TE_API int te_poll_completions(te_engine *e, te_completion *out, int max,
+                        int timeout_ms);
+
+/* ------------------------------------------------------------ ImmCounter */
+
+/** Called when an expectation is met (count reached) or cancelled. */
+typedef void (*te_imm_fn)(uint32_t imm, int status, void *arg);
+
+/**
+ * Expect `count` arrivals of immediate imm (count > 0). Arrivals before this
+ * call are banked and count towards it; if enough are banked, cb fires at
+ * once (still on the callback thread). When met, `count` arrivals are
+ * consumed and the expectation ends (re-arm with another call); surplus
+ * arrivals stay banked. One expectation per imm at a time (-EBUSY).
+ * cb may be NULL (then use te_imm_wait() or te_imm_poll()).
+ */
+TE_API int te_imm_expect(te_engine *e, uint32_t imm, uint64_t count, te_imm_fn cb,
+                  void *arg);
+
+/**
+ * te_imm_expect() with a deadline: if the expectation is still unmet after
+ * timeout_ms, it is disarmed and cb(imm, -ETIMEDOUT, arg) runs instead
+ * (arrivals so far stay banked; te_imm_poll() shows them). cb runs exactly
+ * once either way; at te_engine_destroy() an unmet one gets -ECANCELED.
+ * cb must not be NULL; timeout_ms > 0.
+ */
+TE_API int te_imm_expect_timeout(te_engine *e, uint32_t imm, uint64_t count,
+                                 int timeout_ms, te_imm_fn cb, void *arg);
+
+/**
+ * Current banked arrivals of imm not yet consumed by a met expectation, and
+ * whether an expectation is armed (*armed may be NULL).
+ */
+TE_API int te_imm_poll(te_engine *e, uint32_t imm, uint64_t *banked, int *armed);
+
+/**
+ * Wait (spinning, then yielding) until `count` arrivals of imm are banked,
+ * then consume them. -ETIMEDOUT after timeout_ms (nothing consumed).
+ * -EBUSY if a callback expectation is armed on imm.
+ */
+TE_API int te_imm_wait(te_engine *e, uint32_t imm, uint64_t count, int timeout_ms);
+
+/**
+ * Remove imm's counter: disarm any expectation (its cb is NOT called) and
+ * return the banked arrivals in *surplus (may be NULL). Later arrivals
+ * start a fresh count.
+ */
+TE_API int te_imm_remove(te_engine *e, uint32_t imm, uint64_t *surplus);
+
+/* --------------------------------------------------------------- messages */
+
+/** Received-message callback; data valid only during the call. */
+typedef void (*te_recv_fn)(int group, te_peer from, const void *data,
+                           size_t len, void *arg);
+
+/**
+ * Install the receive callback of group g (NULL to drop messages). The
+ * engine keeps engine.recv_depth buffers of engine.max_msg_size posted and
+ * refills them in batches. `from` is the peer handle if the sender was
+ * added as a peer of g, else TE_PEER_UNKNOWN.
+ */
+TE_API int te_set_recv_handler(te_engine *e, int group, te_recv_fn fn, void *arg);
+
+/** Value of `from` for a sender that is not a known peer. */
+#define TE_PEER_UNKNOWN 0xffffffffu
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TE_TE_H */
