@@ -57,6 +57,49 @@ static const struct {
 #undef SYM
 };
 
+/* Names and texts of the results cuInit gives where there is no working
+ * driver: the driver cannot describe its own results then (the toolkit's
+ * stub answers cuGetErrorName with an error too). */
+static const struct {
+    CUresult r;
+    const char *name, *text;
+} known_results[] = {
+    {CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY",
+     "the library is the CUDA toolkit's stub, not a real driver (install "
+     "the NVIDIA driver or put its libcuda.so.1 first in the search path)"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device"},
+    {CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER,
+     "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER",
+     "the driver is older than this CUDA version"},
+    {CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE,
+     "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+     "forward compatibility is not supported on this device"},
+    {CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+     "the user-mode driver and the kernel module differ in version"},
+};
+
+static void result_text(CUresult r, const char **name, const char **text)
+{
+    *name = NULL;
+    *text = NULL;
+    for (size_t i = 0; i < sizeof(known_results) / sizeof(known_results[0]);
+         i++)
+        if (known_results[i].r == r) {
+            *name = known_results[i].name;
+            *text = known_results[i].text;
+        }
+    const char *n = NULL, *t = NULL;
+    if (driver.GetErrorName && driver.GetErrorName(r, &n) == CUDA_SUCCESS && n)
+        *name = n;
+    if (driver.GetErrorString && driver.GetErrorString(r, &t) == CUDA_SUCCESS &&
+        t)
+        *text = t;
+    if (!*name)
+        *name = "CUresult";
+    if (!*text)
+        *text = "no description from the driver";
+}
+
 static void driver_unavailable(int rc, const char *fmt, const char *a,
                                const char *b)
 {
@@ -101,13 +144,11 @@ static void driver_load(void)
     }
     CUresult r = init(0);
     if (r != CUDA_SUCCESS) {
-        const char *name = NULL, *str = NULL;
-        if (driver.GetErrorName(r, &name) != CUDA_SUCCESS || !name)
-            name = "unknown CUresult";
-        if (driver.GetErrorString(r, &str) != CUDA_SUCCESS || !str)
-            str = "no description";
-        char what[128];
-        snprintf(what, sizeof(what), "cuInit failed in %s: %s", path, name);
+        const char *name, *str;
+        result_text(r, &name, &str);
+        char what[160];
+        snprintf(what, sizeof(what), "cuInit failed in %s: %s (%d)", path,
+                 name, (int)r);
         driver_unavailable(r == CUDA_ERROR_NO_DEVICE ? -ENODEV : -ENOTSUP,
                            "CUDA memory unavailable: %s: %s", what, str);
         /* Kept loaded: a stub or a broken driver costs nothing more, and a
@@ -136,15 +177,10 @@ const struct te_cuda_driver *te_cuda_driver(void)
 
 int te_cuda_fail(CUresult r, const char *what)
 {
-    const char *name = NULL, *str = NULL;
-    if (driver.GetErrorName && driver.GetErrorName(r, &name) != CUDA_SUCCESS)
-        name = NULL;
-    if (driver.GetErrorString &&
-        driver.GetErrorString(r, &str) != CUDA_SUCCESS)
-        str = NULL;
+    const char *name, *str;
+    result_text(r, &name, &str);
     return te_fail(r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO,
-                   "%s: %s (%d): %s", what, name ? name : "CUresult", (int)r,
-                   str ? str : "no description");
+                   "%s: %s (%d): %s", what, name, (int)r, str);
 }
 
 int te_cuda_use_device(int ordinal)

@@ -58,7 +58,7 @@ END_TEST
 
 START_TEST(pointer_info_names_the_cause)
 {
-    char host[64];
+    char host[64] = {0};
     te_cuda_ptr_info info;
     memset(&info, 0x5a, sizeof(info));
     ck_assert_int_lt(te_cuda_pointer_info(host, sizeof(host), &info), 0);
