@@ -46,3 +46,23 @@ if(TE_CUDA_KERNELS)
       TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "${TE_CUDA_TEST_ENV}")
   endforeach()
 endif()
+
+# The whole conformance suite with device memory (loopback): both sides,
+# device sources only, device destinations only; in this process and with
+# remotes in child processes (device regions of the remotes are staged
+# through host memory there; see docs/cuda.md).
+if(TARGET te-conformance AND TARGET te-plugin-loopback)
+  function(te_cuda_conformance name)
+    add_test(NAME cuda_conformance_${name}
+             COMMAND te-conformance --plugin loopback ${ARGN})
+    set_tests_properties(cuda_conformance_${name} PROPERTIES
+      LABELS "gpu;cuda;conformance" TIMEOUT 300 SKIP_RETURN_CODE 77
+      ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}"
+      PASS_REGULAR_EXPRESSION " 0 failed" FAIL_REGULAR_EXPRESSION "FAIL ")
+  endfunction()
+  te_cuda_conformance(lb_cuda_inproc --mem cuda)
+  te_cuda_conformance(lb_cuda_src_inproc --mem-src cuda)
+  te_cuda_conformance(lb_cuda_dst_2nic_inproc --mem-dst cuda
+    --set engine.nics_per_group=2 --set loopback.devices=2)
+  te_cuda_conformance(lb_cuda_dst_twoproc --two-process --mem-dst cuda)
+endif()
