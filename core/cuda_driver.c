@@ -220,6 +220,23 @@ int te_cuda_use_device(int ordinal)
     return 0;
 }
 
+int te_cuda_enter_device(int ordinal, CUcontext *saved)
+{
+    *saved = NULL;
+    const struct te_cuda_driver *d = te_cuda_driver();
+    if (!d)
+        return driver_rc;
+    if (d->CtxGetCurrent(saved) != CUDA_SUCCESS)
+        *saved = NULL;
+    return te_cuda_use_device(ordinal);
+}
+
+void te_cuda_restore(CUcontext saved)
+{
+    if (saved && driver_rc == 0)
+        driver.CtxSetCurrent(saved);
+}
+
 int te_cuda_loaded(void)
 {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);

@@ -67,6 +67,14 @@ int te_cuda_fail(CUresult r, const char *what);
  * the CUDA runtime uses too, so memory of cudaMalloc and of the core mix).
  */
 int te_cuda_use_device(int ordinal);
+
+/**
+ * te_cuda_use_device() on an application thread: *saved receives the
+ * context that was current (maybe NULL), to give back with
+ * te_cuda_restore(), so the library never changes the caller's context.
+ */
+int te_cuda_enter_device(int ordinal, CUcontext *saved);
+void te_cuda_restore(CUcontext saved);
 #endif /* TE_HAVE_CUDA */
 
 /**

@@ -23,6 +23,7 @@ struct te_gpu_flag {
     void *device;             /* the same word, as kernels see it */
     _Atomic uint32_t value;   /* what the armed expectation stores */
     atomic_int armed;
+    int device_ordinal;       /* CUDA ordinal it was made for */
 };
 
 TE_API int te_gpu_flag_create(int device, te_gpu_flag **out)
@@ -32,18 +33,24 @@ TE_API int te_gpu_flag_create(int device, te_gpu_flag **out)
         return te_fail(-EINVAL, "te_gpu_flag_create: out is NULL");
     *out = NULL;
 #ifdef TE_HAVE_CUDA
-    int rc = te_cuda_use_device(device);
-    if (rc)
+    CUcontext saved;
+    int rc = te_cuda_enter_device(device, &saved);
+    if (rc) {
+        te_cuda_restore(saved);
         return rc;
+    }
     const struct te_cuda_driver *d = te_cuda_driver();
     te_gpu_flag *f = calloc(1, sizeof(*f));
-    if (!f)
+    if (!f) {
+        te_cuda_restore(saved);
         return te_fail(-ENOMEM, "te_gpu_flag_create: out of memory");
+    }
     void *host = NULL;
     CUresult r = d->MemHostAlloc(&host, 64, CU_MEMHOSTALLOC_DEVICEMAP |
                                                 CU_MEMHOSTALLOC_PORTABLE);
     if (r != CUDA_SUCCESS) {
         free(f);
+        te_cuda_restore(saved);
         return te_cuda_fail(r, "te_gpu_flag_create: cuMemHostAlloc");
     }
     CUdeviceptr dp = 0;
@@ -51,12 +58,15 @@ TE_API int te_gpu_flag_create(int device, te_gpu_flag **out)
     if (r != CUDA_SUCCESS) {
         d->MemFreeHost(host);
         free(f);
+        te_cuda_restore(saved);
         return te_cuda_fail(r, "te_gpu_flag_create: cuMemHostGetDevicePointer");
     }
     f->host = host;
     atomic_store(f->host, 0);
     f->device = (void *)(uintptr_t)dp;
+    f->device_ordinal = device;
     *out = f;
+    te_cuda_restore(saved);
     return 0;
 #else
     (void)device;
@@ -74,9 +84,13 @@ TE_API int te_gpu_flag_destroy(te_gpu_flag *f)
                        "armed on this flag (te_gpu_flag_disarm after "
                        "te_imm_remove)");
 #ifdef TE_HAVE_CUDA
+    /* Freed in its device's context, whatever the caller's is. */
     const struct te_cuda_driver *d = te_cuda_driver();
-    if (d)
+    CUcontext saved;
+    if (d && !te_cuda_enter_device(f->device_ordinal, &saved))
         d->MemFreeHost((void *)f->host);
+    if (d)
+        te_cuda_restore(saved);
 #endif
     free(f);
     return 0;

@@ -14,7 +14,11 @@
 #include "te_error.h"
 
 #ifdef TE_HAVE_CUDA
-static int classify(const void *ptr, size_t len, te_cuda_ptr_info *out)
+/* may_retain: for TE_MEM_CUDA and explicit queries, a thread without a
+ * current context gets device 0's primary context and asks again (what the
+ * CUDA runtime does on first use); a TE_MEM_HOST check never creates one. */
+static int classify(const void *ptr, size_t len, te_cuda_ptr_info *out,
+                    int may_retain)
 {
     const struct te_cuda_driver *d = te_cuda_driver();
     if (!d)
@@ -35,14 +39,31 @@ static int classify(const void *ptr, size_t len, te_cuda_ptr_info *out)
     if (r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_INVALID_VALUE) {
         /* No context on this thread: memory of any device is still known
          * to the driver once a context exists; make device 0's current. */
-        int rc = te_cuda_use_device(0);
+        CUcontext saved;
+        int rc = te_cuda_enter_device(0, &saved);
+        if (!rc)
+            r = d->PointerGetAttributes(5, attrs, vals,
+                                        (CUdeviceptr)(uintptr_t)ptr);
+        te_cuda_restore(saved);
         if (rc)
             return rc;
-        r = d->PointerGetAttributes(5, attrs, vals,
-                                    (CUdeviceptr)(uintptr_t)ptr);
     }
     if (r != CUDA_SUCCESS)
         return te_cuda_fail(r, "cuPointerGetAttributes");
+    CUcontext cur = NULL;
+    if (may_retain && mem_type == 0 && !managed &&
+        d->CtxGetCurrent(&cur) == CUDA_SUCCESS && !cur) {
+        CUcontext saved;
+        int rc = te_cuda_enter_device(0, &saved);
+        if (!rc)
+            r = d->PointerGetAttributes(5, attrs, vals,
+                                        (CUdeviceptr)(uintptr_t)ptr);
+        te_cuda_restore(saved);
+        if (rc)
+            return rc;
+        if (r != CUDA_SUCCESS)
+            return te_cuda_fail(r, "cuPointerGetAttributes");
+    }
     memset(out, 0, sizeof(*out));
     out->device = -1;
     if (managed) {
@@ -99,7 +120,7 @@ TE_API int te_cuda_pointer_info(const void *ptr, size_t len,
     if (!ptr)
         return te_fail(-EINVAL, "te_cuda_pointer_info: NULL pointer");
 #ifdef TE_HAVE_CUDA
-    return classify(ptr, len, out);
+    return classify(ptr, len, out, 1);
 #else
     return te_cuda_ready();
 #endif
@@ -123,7 +144,7 @@ int te_cuda_check_registration(void *addr, size_t len, uint32_t mem_kind,
         te_error_clear(); /* a stub/broken driver: nothing to ask */
         return 0;
     }
-    int rc = classify(addr, len, &info);
+    int rc = classify(addr, len, &info, mem_kind == TE_MEM_CUDA);
     if (rc) {
         char why[256];
         snprintf(why, sizeof(why), "%s", te_last_error());

@@ -35,6 +35,7 @@ struct te_gpu_watcher {
     _Atomic uint64_t delivered;   /* last value whose callback returned */
     pthread_mutex_t lock;         /* with `changed`: te_gpu_watcher_wait */
     pthread_cond_t changed;
+    int device_ordinal;           /* CUDA ordinal it was made for */
 };
 
 static int64_t now_ns(void)
@@ -101,24 +102,31 @@ TE_API int te_gpu_watcher_create(int device, uint32_t flags,
         return te_fail(-EINVAL, "te_gpu_watcher_create: unknown flags 0x%x",
                        flags);
 #ifdef TE_HAVE_CUDA
-    int rc = te_cuda_use_device(device);
-    if (rc)
+    CUcontext saved;
+    int rc = te_cuda_enter_device(device, &saved);
+    if (rc) {
+        te_cuda_restore(saved);
         return rc;
+    }
     const struct te_cuda_driver *d = te_cuda_driver();
     te_gpu_watcher *w = calloc(1, sizeof(*w));
-    if (!w)
+    if (!w) {
+        te_cuda_restore(saved);
         return te_fail(-ENOMEM, "te_gpu_watcher_create: out of memory");
+    }
     void *host = NULL;
     CUresult r = d->MemHostAlloc(&host, 64, CU_MEMHOSTALLOC_DEVICEMAP |
                                                 CU_MEMHOSTALLOC_PORTABLE);
     if (r != CUDA_SUCCESS) {
         free(w);
+        te_cuda_restore(saved);
         return te_cuda_fail(r, "te_gpu_watcher_create: cuMemHostAlloc");
     }
     CUdeviceptr dp = 0;
     if ((r = d->MemHostGetDevicePointer(&dp, host, 0)) != CUDA_SUCCESS) {
         d->MemFreeHost(host);
         free(w);
+        te_cuda_restore(saved);
         return te_cuda_fail(r, "te_gpu_watcher_create: "
                                "cuMemHostGetDevicePointer");
     }
@@ -126,6 +134,7 @@ TE_API int te_gpu_watcher_create(int device, uint32_t flags,
     atomic_store(w->host, 0);
     w->device = (void *)(uintptr_t)dp;
     w->flags = flags;
+    w->device_ordinal = device;
     w->cb = cb;
     w->arg = arg;
     pthread_mutex_init(&w->lock, NULL);
@@ -135,9 +144,11 @@ TE_API int te_gpu_watcher_create(int device, uint32_t flags,
         pthread_cond_destroy(&w->changed);
         d->MemFreeHost(host);
         free(w);
+        te_cuda_restore(saved);
         return te_fail(-rc, "te_gpu_watcher_create: pthread_create failed");
     }
     *out = w;
+    te_cuda_restore(saved);
     return 0;
 #else
     (void)device;
@@ -199,8 +210,11 @@ TE_API int te_gpu_watcher_destroy(te_gpu_watcher *w)
     pthread_cond_destroy(&w->changed);
 #ifdef TE_HAVE_CUDA
     const struct te_cuda_driver *d = te_cuda_driver();
-    if (d)
+    CUcontext saved;
+    if (d && !te_cuda_enter_device(w->device_ordinal, &saved))
         d->MemFreeHost((void *)w->host);
+    if (d)
+        te_cuda_restore(saved);
 #endif
     free(w);
     return 0;
