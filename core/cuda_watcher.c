@@ -38,6 +38,9 @@ struct te_gpu_watcher {
     int device_ordinal;           /* CUDA ordinal it was made for */
 };
 
+static __thread te_gpu_watcher *watcher_self; /* to refuse destroy from cb */
+
+#ifdef TE_HAVE_CUDA /* the thread exists only where the word can */
 static int64_t now_ns(void)
 {
     struct timespec ts;
@@ -58,8 +61,6 @@ static void deliver(te_gpu_watcher *w, uint64_t old_value, uint64_t new_value)
     pthread_cond_broadcast(&w->changed);
     pthread_mutex_unlock(&w->lock);
 }
-
-static __thread te_gpu_watcher *watcher_self; /* to refuse destroy from cb */
 
 static void *watch_thread(void *p)
 {
@@ -89,6 +90,7 @@ static void *watch_thread(void *p)
     }
     return NULL;
 }
+#endif
 
 TE_API int te_gpu_watcher_create(int device, uint32_t flags,
                                  te_gpu_watch_fn cb, void *arg,
