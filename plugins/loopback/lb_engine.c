@@ -137,7 +137,9 @@ static void lb_deliver(lb_nic *nic, struct lb_inbound *in,
                                         true, r->len)
                      : lb_copy_from(in, rv->addr, r->local_addr, r->len);
         if (rc < 0) {
-            lb_fail(resp, rc, LB_R_COPY, (uint64_t)-rc, in->pid, 0);
+            lb_fail(resp, rc,
+                    r->mem & LB_MEM_LOCAL_DEVICE ? LB_R_DEVICE : LB_R_COPY,
+                    (uint64_t)-rc, in->pid, 0);
             e->status = rc;
         } else {
             e->len = r->len;
@@ -169,7 +171,9 @@ static int lb_exec(lb_nic *nic, struct lb_inbound *in, const struct lb_req *r,
                                              src_dev, r->len)
                           : lb_copy_from(in, mr->addr + off, r->local_addr,
                                          r->len)) < 0) {
-                lb_fail(&resp, rc, LB_R_COPY, (uint64_t)-rc, in->pid, 0);
+                lb_fail(&resp, rc, mr->device || src_dev ? LB_R_DEVICE
+                                                         : LB_R_COPY,
+                        (uint64_t)-rc, in->pid, 0);
                 break;
             }
         }
@@ -189,7 +193,8 @@ static int lb_exec(lb_nic *nic, struct lb_inbound *in, const struct lb_req *r,
                                        mr->addr + off, mr->device, r->len)
                       : lb_copy_to(in, r->local_addr, mr->addr + off,
                                    r->len)) < 0)
-            lb_fail(&resp, rc, LB_R_COPY, (uint64_t)-rc, in->pid, 0);
+            lb_fail(&resp, rc, mr->device || dst_dev ? LB_R_DEVICE : LB_R_COPY,
+                    (uint64_t)-rc, in->pid, 0);
         break;
     case TE_POP_SEND:
         if (nic->pending.count || !nic->recvq.count) {

@@ -235,6 +235,13 @@ static void lb_report(lb_nic *nic, const struct lb_peer *p,
                     "kernel.yama.ptrace_scope)",
                k, tgt, (unsigned long long)r->b, strerror((int)r->a));
         break;
+    case LB_R_DEVICE:
+        lb_err(nic, "%s to %s: device memory copy failed: %s (CUDA buffers "
+                    "of an initiator in another process (pid %llu) need CUDA "
+                    "IPC, which loopback does not implement; else the "
+                    "target's log has the CUDA error)",
+               k, tgt, strerror((int)r->a), (unsigned long long)r->b);
+        break;
     case LB_R_MSGSIZE:
         lb_err(nic, "%s to %s: message of %llu bytes exceeds the receive "
                     "buffer of %llu bytes",

@@ -142,6 +142,7 @@ enum lb_reason {
     LB_R_COPY,      /* a = errno of process_vm_*, b = initiator pid */
     LB_R_MSGSIZE,   /* a = message len, b = receive buffer len */
     LB_R_KIND,      /* a = kind */
+    LB_R_DEVICE,    /* a = errno of a device copy (lb_device.c), b = pid */
 };
 
 /* Response ring entry (target -> initiator). */
