@@ -162,14 +162,16 @@ int main(int argc, char **argv)
         return 1;
     }
     c.plugin = te_engine_plugin_name(c.e);
-    if ((rc = conf_mem_alloc(&c.src_mem, CONF_REGION, conf_mem_src_cuda)))
-        return rc == -ENOTSUP ? 77 : 1; /* 77: ctest's "skipped" */
-    if (conf_mem_dst_cuda && !conf_mem_src_cuda) {
-        /* Remotes would fail later, one by one: ask now. */
-        struct conf_mem probe;
-        if ((rc = conf_mem_alloc(&probe, 4096, 1)))
-            return rc == -ENOTSUP ? 77 : 1;
+    struct conf_mem probe;
+    if (!(rc = conf_mem_alloc(&c.src_mem, CONF_REGION, conf_mem_src_cuda)) &&
+        conf_mem_dst_cuda && !conf_mem_src_cuda &&
+        !(rc = conf_mem_alloc(&probe, 4096, 1))) /* remotes: ask now */
         conf_mem_free(&probe);
+    if (rc) {
+        te_engine_destroy(c.e);
+        conf_mem_free(&c.src_mem);
+        te_config_free(c.cfg);
+        return rc == -ENOTSUP ? 77 : 1; /* 77: ctest's "skipped" */
     }
     c.src_buf = c.src_mem.host;
     if (te_mr_reg(c.e, 0, conf_mem_region(&c.src_mem), CONF_REGION,

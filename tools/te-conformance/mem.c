@@ -30,6 +30,7 @@ int conf_mem_alloc(struct conf_mem *m, size_t len, int cuda)
     char why[512];
     if (te_cuda_status(why, sizeof(why))) {
         fprintf(stderr, "te-conformance: --mem cuda: %s\n", why);
+        conf_mem_free(m);
         return -ENOTSUP;
     }
     cudaError_t e = cudaMalloc(&m->dev, len);
@@ -38,12 +39,14 @@ int conf_mem_alloc(struct conf_mem *m, size_t len, int cuda)
     if (e != cudaSuccess) {
         fprintf(stderr, "te-conformance: cudaMalloc of %zu bytes: %s\n", len,
                 cudaGetErrorString(e));
+        conf_mem_free(m);
         return -ENOMEM;
     }
     return 0;
 #else
     fprintf(stderr, "te-conformance: --mem cuda: this build has no CUDA "
             "(configure with TE_WITH_CUDA=ON)\n");
+    conf_mem_free(m);
     return -ENOTSUP;
 #endif
 }
