@@ -4,17 +4,21 @@ the same run:
 
 1. per-request submit overhead: p50 time of one ``engine.submit(req,
    future=False)`` of an 8-byte write with immediate (a prepared Request,
-   completions polled), against te_submit() of the same request in C
-   (te-py-bench-c);
+   completions polled), and of ``engine.submit(req)`` returning a Transfer
+   future, against te_submit() of the same request in C (te-py-bench-c);
 2. paged-write bandwidth of 16 KiB pages, 1 MiB and 4 MiB per request,
    one Python call per request with numpy index arrays, against
-   ``te-bench --test paged`` on the same sizes.
+   ``te-bench --test paged`` on the same sizes, measured the same way
+   (ramp-up excluded, 200 ms repetitions, median of 3); each run is one
+   pair (te-bench then Python) and the ratio is the median of the pairs'
+   ratios, so load from other processes hits both sides of a pair alike.
 
 usage: bench_submit.py [--runs N] [--json FILE]
 Environment: TE_PY_BENCH_C (the C program), TE_BENCH (te-bench),
 TE_PLUGIN_PATH. Results: medians of N runs (default 5) and their ratios.
 """
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -29,14 +33,22 @@ import transferengine as te
 WINDOW = 64
 
 
-def python_submit_p50(samples=20000):
+def python_submit_p50(samples=20000, future=False, paged=False):
+    """p50 ns of one submit of a prepared 8-byte write with immediate, 64
+    in flight. future=False: completions polled (the fastest form);
+    future=True: each submit returns a Transfer future (the usual form).
+    paged=True: each sample builds a new paged request (64 pages of 64
+    bytes, numpy index arrays) and submits it, like te-py-bench-c paged."""
     with te.Engine() as a, te.Engine() as b:
         src, dst = bytearray(4096), bytearray(4096)
         smr = a.register(src, access=0)
         dmr = b.register(dst, access=te.REMOTE_WRITE)
         peer = a.add_peer(b.address())
-        req = te.write(peer, smr, dmr.descriptor(), 8, imm=1)
+        desc = dmr.descriptor()
+        req = te.write(peer, smr, desc, 8, imm=1)
+        idx = np.arange(64, dtype=np.uint32)
         times = []
+        pending = collections.deque()
         inflight = 0
         clock = time.perf_counter_ns
         submit = a.submit
@@ -47,16 +59,27 @@ def python_submit_p50(samples=20000):
             if inflight < WINDOW:
                 t0 = clock()
                 try:
-                    submit(req, future=False)
+                    if paged:
+                        req = te.paged(peer, smr, desc, idx, idx, 64, imm=1)
+                    t = submit(req, future=future)
                 except te.TEError as e:
                     if e.errno != 11:  # EAGAIN
                         raise
                 else:
                     times.append(clock() - t0)
                     inflight += 1
+                    if future:
+                        pending.append(t)
                     continue
-            inflight -= len(a.poll_completions(WINDOW,
-                                               100 if inflight == WINDOW else 0))
+            if future:
+                pending.popleft().result(10)
+                inflight -= 1
+            else:
+                inflight -= len(a.poll_completions(
+                    WINDOW, 100 if inflight == WINDOW else 0))
+        while pending:
+            pending.popleft().result(10)
+            inflight -= 1
         while inflight:
             got = a.poll_completions(WINDOW, 1000)
             if not got:
@@ -68,50 +91,83 @@ def python_submit_p50(samples=20000):
     return times[len(times) // 2]
 
 
-def c_submit_p50(exe):
-    out = subprocess.run([exe, "20000"], check=True, capture_output=True,
-                         text=True).stdout.split()
+def c_submit_p50(exe, *mode):
+    out = subprocess.run([exe, "20000", *mode], check=True,
+                         capture_output=True, text=True).stdout.split()
     return int(out[1])
 
 
-def python_paged_gbps(total, page=16384, seconds=1.0):
-    """GB/s of paged writes of `total` bytes per request (pages of `page`),
-    as many in flight as te-bench keeps (16 MiB / size, 2..64), one Python
-    submit per request."""
+def python_paged_gbps(total, page=16384, reps=3, rep_ms=200, min_iters=16):
+    """Median GB/s of `reps` repetitions of paged writes of `total` bytes
+    per request (pages of `page`), measured the way te-bench measures
+    (docs/benchmarks.md): as many in flight as te-bench keeps (16 MiB /
+    size, 2..64), the first `window` completions ignored (ramp-up), then
+    bytes counted until the repetition lasted rep_ms and saw min_iters
+    requests; bandwidth = counted bytes / (last counted completion - start
+    of counting); completion waits batched like te-bench's. One Python
+    submit per request, numpy index arrays."""
     npages = total // page
     window = max(2, min(64, (16 << 20) // total))
-    region = max(16 << 20, total * 2)
+    region = total * window
     with te.Engine() as a, te.Engine() as b:
         src = np.ones(region, dtype=np.uint8)
         dst = np.zeros(region, dtype=np.uint8)
+        dst.fill(1)  # fault every page in now, not in the first repetition
         smr = a.register(src, access=0)
         dmr = b.register(dst, access=te.REMOTE_WRITE)
         desc = dmr.descriptor()
         peer = a.add_peer(b.address())
-        slots = region // total
         reqs = []
-        for s in range(min(slots, window)):
+        for s in range(window):  # slot s = bytes [s*total, (s+1)*total)
             idx = np.arange(s * npages, (s + 1) * npages, dtype=np.uint32)
-            reqs.append(te.paged(peer, smr, desc, idx, idx, page, imm=2))
-        inflight = done = 0
-        t0 = time.perf_counter()
-        end = t0 + seconds
-        i = 0
-        while time.perf_counter() < end or inflight:
-            while inflight < len(reqs) and time.perf_counter() < end:
-                a.submit(reqs[i % len(reqs)], future=False)
-                i += 1
-                inflight += 1
-            got = a.poll_completions(WINDOW, 1000)
-            for c in got:
-                if c.status:
-                    raise RuntimeError(c.reason)
-            inflight -= len(got)
-            done += len(got)
-        dt = time.perf_counter() - t0
+            reqs.append(te.paged(peer, smr, desc, idx, idx, page, imm=2,
+                                 user_data=s))
+        submit, poll, clock = a.submit, a.poll_completions, time.perf_counter
+        results, cpu_us = [], []
+        for _ in range(reps):
+            cpu0 = time.thread_time()
+            for r in reqs:
+                submit(r, future=False)
+            inflight, seen, counted = window, 0, 0
+            t_start = t_last = None
+            hard_stop = clock() + 30  # bounded even if something stalls
+            while inflight:
+                # te-bench's completion batching (tools/te-bench/test_bw.c),
+                # so both sides leave the workers the same CPU: when
+                # requests are long, nap about a quarter of the window's
+                # worth of them (50 us .. 1 ms) instead of waking per
+                # completion; else block for the next one.
+                got = poll(64, 0)
+                if not got and counted > 8 and inflight > 3:
+                    nap = (clock() - t_start) / counted * (inflight // 4)
+                    if nap >= 50e-6:
+                        time.sleep(min(nap, 1e-3))
+                        continue
+                if not got:
+                    got = poll(64, 1000)
+                if not got or clock() > hard_stop:
+                    raise RuntimeError("paged: no completion within 1 s")
+                now = clock()
+                for c in got:
+                    if c.status:
+                        raise RuntimeError(c.reason)
+                    inflight -= 1
+                    seen += 1
+                    if seen == window:
+                        t_start = now  # ramp-up over: start counting
+                    elif t_start is not None:
+                        counted += 1
+                        t_last = now
+                    running = (t_start is None or counted < min_iters or
+                               now - t_start < rep_ms / 1e3)
+                    if running:
+                        submit(reqs[c.user_data], future=False)
+                        inflight += 1
+            results.append(counted * total / (t_last - t_start) / 1e9)
+            cpu_us.append((time.thread_time() - cpu0) * 1e6 / (seen or 1))
         smr.deregister()
         dmr.deregister()
-    return done * total / dt / 1e9
+    return statistics.median(results), statistics.median(cpu_us)
 
 
 def tebench_paged_gbps(exe, total):
@@ -133,23 +189,39 @@ def main():
     args = ap.parse_args()
     cexe = os.environ.get("TE_PY_BENCH_C", "build/python/te-py-bench-c")
     bexe = os.environ.get("TE_BENCH", "build/tools/te-bench/te-bench")
-    res = {"submit_ns": {"python": [], "c": []}}
+    sub = {"c": [], "python": [], "python_future": [], "c_paged_build": [],
+           "python_paged_build": []}
+    res = {"submit_ns": sub}
     for _ in range(args.runs):
-        res["submit_ns"]["c"].append(c_submit_p50(cexe))
-        res["submit_ns"]["python"].append(python_submit_p50())
-    py = statistics.median(res["submit_ns"]["python"])
-    c = statistics.median(res["submit_ns"]["c"])
-    print(f"submit p50: python {py / 1e3:.2f} us, C {c / 1e3:.2f} us, "
-          f"python adds {(py - c) / 1e3:.2f} us (median of {args.runs})")
+        sub["c"].append(c_submit_p50(cexe))
+        sub["python"].append(python_submit_p50())
+        sub["python_future"].append(python_submit_p50(future=True))
+        sub["c_paged_build"].append(c_submit_p50(cexe, "paged"))
+        sub["python_paged_build"].append(python_submit_p50(paged=True))
+    for form, ref in (("python", "c"), ("python_future", "c"),
+                      ("python_paged_build", "c_paged_build")):
+        py, c = statistics.median(sub[form]), statistics.median(sub[ref])
+        print(f"submit p50 ({form}): {py / 1e3:.2f} us, {ref} "
+              f"{c / 1e3:.2f} us, python adds {(py - c) / 1e3:.2f} us "
+              f"(median of {args.runs})")
     for total in (1 << 20, 4 << 20):
-        pys, cs = [], []
+        pys, cs, cpus = [], [], []
         for _ in range(args.runs):
             cs.append(tebench_paged_gbps(bexe, total))
-            pys.append(python_paged_gbps(total))
-        res[f"paged_{total}"] = {"python": pys, "te-bench": cs}
+            gbs, cpu = python_paged_gbps(total)
+            pys.append(gbs)
+            cpus.append(cpu)
+        ratios = [p / q for p, q in zip(pys, cs)]
+        res[f"paged_{total}"] = {"python": pys, "te-bench": cs,
+                                 "ratios": ratios,
+                                 "python_cpu_us_per_request": cpus}
         p, q = statistics.median(pys), statistics.median(cs)
         print(f"paged 16 KiB pages, {total >> 20} MiB/request: python "
-              f"{p:.2f} GB/s, te-bench {q:.2f} GB/s, ratio {p / q:.2f}")
+              f"{p:.2f} GB/s, te-bench {q:.2f} GB/s, ratio (median of "
+              f"pairs) {statistics.median(ratios):.2f} "
+              f"[{min(ratios):.2f}..{max(ratios):.2f}], ratio of medians "
+              f"{p / q:.2f}; the Python thread's CPU: "
+              f"{statistics.median(cpus):.1f} us per request")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -75,3 +75,19 @@ def test_closed_engine_raises(engine):
     with pytest.raises(te.TEError):
         engine.address()
     engine.close()  # idempotent
+
+
+def test_config_from_environment(tmp_path, monkeypatch):
+    # TE_CONFIG names the file Engine() loads when given no configuration.
+    ini = tmp_path / "env.ini"
+    ini.write_text("[engine]\ngroups = 2\n")
+    monkeypatch.setenv("TE_CONFIG", str(ini))
+    with te.Engine() as e:
+        assert e.groups == 2
+    monkeypatch.delenv("TE_CONFIG")
+    # TE_<SECTION>_<KEY> overrides any key, also one set from Python.
+    monkeypatch.setenv("TE_ENGINE_GROUPS", "3")
+    cfg = te.Config({"engine": {"groups": 1}})
+    assert cfg.get("engine", "groups") == "3"
+    with te.Engine(cfg) as e:
+        assert e.groups == 3

@@ -109,3 +109,91 @@ def test_imm_poll_remove(self_peer):
     with pytest.raises(te.TEError) as ei:
         e.imm_wait(40, 1, 10)
     assert ei.value.errno == errno.ETIMEDOUT
+
+
+def test_expectation_cancel_disarms_and_nothing_fires_late(self_peer, caplog):
+    e, peer = self_peer
+    src, dst = _setup(e, peer)
+    fired = []
+    with caplog.at_level(logging.ERROR, logger="transferengine"):
+        x = e.expect(21, 1, callback=lambda *a: fired.append(a))
+        assert e.imm_poll(21) == (0, True)
+        assert x.cancel() is True and x.cancelled()
+        assert x.surplus == 0
+        assert e.imm_poll(21) == (0, False)  # disarmed in C too
+        # The arrival after the cancel is banked, not delivered to x.
+        e.submit(te.write(peer, src, dst.descriptor(), 1, imm=21)).result(10)
+        e.imm_wait(21, 1, 10000)
+        assert x.cancel() is True  # idempotent
+    assert fired == []
+    assert "InvalidStateError" not in caplog.text
+    # A met expectation cannot be cancelled any more.
+    y = e.expect(22, 1)
+    e.submit(te.write(peer, src, dst.descriptor(), 1, imm=22)).result(10)
+    assert y.result(10) == 22
+    assert y.cancel() is False
+
+
+def test_transfer_is_not_cancellable(self_peer):
+    e, peer = self_peer
+    src, dst = _setup(e, peer)
+    t = e.submit(te.write(peer, src, dst.descriptor(), 16))
+    assert t.cancel() is False  # already handed to the engine
+    assert t.result(10).status == 0
+
+
+def test_asyncio_wait_for_cancels_the_expectation(self_peer):
+    e, peer = self_peer
+    src, dst = _setup(e, peer)
+
+    async def main():
+        x = e.expect(23, 1)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(x, 0.05)
+        return x
+
+    x = asyncio.run(main())
+    for _ in range(200):  # the cancel reaches x from the loop's thread
+        if x.cancelled():
+            break
+        threading.Event().wait(0.01)
+    assert x.cancelled()
+    assert e.imm_poll(23) == (0, False)
+    # The immediate can be expected again at once.
+    z = e.expect(23, 1)
+    e.submit(te.write(peer, src, dst.descriptor(), 1, imm=23)).result(10)
+    assert z.result(10) == 23
+
+
+def test_callback_may_cancel_its_own_expectation_without_deadlock(self_peer):
+    e, peer = self_peer
+    src, dst = _setup(e, peer)
+    box = {}
+
+    def cb(imm, status):
+        box["cancel"] = box["x"].cancel()
+
+    box["x"] = e.expect(24, 1, callback=cb)
+    e.submit(te.write(peer, src, dst.descriptor(), 1, imm=24)).result(10)
+    assert box["x"].result(10) == 24
+    for _ in range(200):
+        if "cancel" in box:
+            break
+        threading.Event().wait(0.01)
+    assert box["cancel"] is False
+
+
+def test_exit_with_an_open_engine_runs_the_last_callbacks_cleanly():
+    # An engine left open at interpreter exit is closed by the atexit hook
+    # while Python is whole: its pending expectation gets ECANCELED through
+    # the callback, and the interpreter exits normally (no crash, no hang).
+    import subprocess
+    import sys
+    code = ("import transferengine as te\n"
+            "e = te.Engine()\n"
+            "e.expect(5, 1, timeout_ms=60000, callback=lambda i, s: "
+            "print('last callback', i, s, flush=True))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert f"last callback 5 {-errno.ECANCELED}" in r.stdout

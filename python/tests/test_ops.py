@@ -121,3 +121,66 @@ def test_request_reuse_and_fields(regions):
     a.submit(req).result(10)
     with pytest.raises(te.TEError):
         a.submit(te.write(peer, smr, dmr.descriptor(), 8, pin=3))
+
+
+def test_one_request_submitted_from_many_threads(self_peer):
+    # Each submit gets its own completion even when threads share the
+    # Request (done/done_arg are set and submitted under its lock).
+    import concurrent.futures as cf
+    e, peer = self_peer
+    src = e.register(bytearray(b"t" * 4096), access=0)
+    dst = e.register(bytearray(4096))
+    req = te.write(peer, src, dst.descriptor(), 64)
+
+    def worker(_):
+        ts = []
+        for _ in range(200):
+            while True:
+                try:
+                    ts.append(e.submit(req))
+                    break
+                except te.TEError as err:  # queue full: let it drain
+                    if err.errno != errno.EAGAIN:
+                        raise
+                    if ts:
+                        ts[-1].result(10)
+                    else:
+                        threading.Event().wait(0.001)
+        return [t.result(30).req_id for t in ts]
+
+    with cf.ThreadPoolExecutor(4) as pool:
+        ids = [i for r in pool.map(worker, range(4)) for i in r]
+    assert len(ids) == 800 and len(set(ids)) == 800
+
+
+def test_raising_recv_handler_and_transfer_callback_are_logged(pair, caplog):
+    import logging
+    a, b, peer = pair
+    got = []
+    ev = threading.Event()
+
+    def on_msg(group, frm, data):
+        got.append(data)
+        if data == b"bad":
+            raise ValueError("handler bug")
+        ev.set()
+
+    def bad_done(comp):
+        raise KeyError("done-callback bug")
+
+    with caplog.at_level(logging.ERROR, logger="transferengine"):
+        b.set_recv_handler(on_msg)
+        t = a.submit(te.send(peer, b"bad"), callback=bad_done)
+        assert t.result(10).status == 0  # the future is set before the callback
+        a.submit(te.send(peer, b"good")).result(10)
+        assert ev.wait(10)  # the handler still runs after raising
+        for _ in range(200):
+            if "done-callback bug" in caplog.text:
+                break
+            threading.Event().wait(0.01)
+    assert got == [b"bad", b"good"]
+    assert "handler bug" in caplog.text and "done-callback bug" in caplog.text
+    assert "Traceback" in caplog.text or caplog.records[0].exc_info
+    # Replacing and removing the handler: messages are then dropped.
+    b.set_recv_handler(None)
+    a.submit(te.send(peer, b"dropped")).result(10)

@@ -23,12 +23,12 @@ MEM_HOST = lib.TE_MEM_HOST
 MEM_CUDA = lib.TE_MEM_CUDA
 
 
-def version():
+def version() -> str:
     """The library's version string (te_version)."""
     return ffi.string(lib.te_version()).decode()
 
 
-def strerror(err):
+def strerror(err: int) -> str:
     """te_strerror of an errno value (either sign)."""
     return ffi.string(lib.te_strerror(err)).decode()
 

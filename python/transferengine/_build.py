@@ -220,6 +220,20 @@ struct te_scatter_args *tepy_scatter(te_request *r);
 struct te_barrier_args *tepy_barrier(te_request *r);
 struct te_send_args *tepy_send(te_request *r);
 void tepy_request_init(te_request *r, uint32_t op);
+/* One call per request instead of one per field (the hot path of building
+ * requests from Python). */
+void tepy_request_setup(te_request *r, uint32_t op, uint32_t flags,
+                        uint32_t imm, int32_t group, int32_t timeout_ms,
+                        uint32_t route_kind, uint32_t route_nics,
+                        uint32_t route_nic, uint64_t user_data);
+void tepy_set_xfer(te_request *r, te_peer peer, te_mr *local,
+                   uint64_t local_off, const te_mr_desc *remote,
+                   uint64_t remote_off, uint64_t len);
+void tepy_set_paged(te_request *r, te_peer peer, te_mr *src, uint64_t src_off,
+                    uint64_t src_stride, const uint32_t *src_idx,
+                    const te_mr_desc *dst, uint64_t dst_off,
+                    uint64_t dst_stride, const uint32_t *dst_idx,
+                    uint64_t page_len, uint32_t count);
 size_t tepy_desc_nic_offset(void);
 
 extern "Python" void tepy_on_done(const te_completion *c, void *arg);
@@ -267,6 +281,39 @@ static struct te_send_args *tepy_send(te_request *r)
 static void tepy_request_init(te_request *r, uint32_t op)
 { te_request_init(r, op); }
 static size_t tepy_desc_nic_offset(void) { return offsetof(te_mr_desc, nic); }
+static void tepy_request_setup(te_request *r, uint32_t op, uint32_t flags,
+                               uint32_t imm, int32_t group, int32_t timeout_ms,
+                               uint32_t route_kind, uint32_t route_nics,
+                               uint32_t route_nic, uint64_t user_data)
+{
+    te_request_init(r, op);
+    r->flags = flags; r->imm = imm; r->group = group;
+    r->timeout_ms = timeout_ms; r->route.kind = route_kind;
+    r->route.nics = route_nics; r->route.nic = route_nic;
+    r->user_data = user_data;
+}
+static void tepy_set_xfer(te_request *r, te_peer peer, te_mr *local,
+                          uint64_t local_off, const te_mr_desc *remote,
+                          uint64_t remote_off, uint64_t len)
+{
+    r->u.xfer.peer = peer; r->u.xfer.local = local;
+    r->u.xfer.local_off = local_off; r->u.xfer.remote = remote;
+    r->u.xfer.remote_off = remote_off; r->u.xfer.len = len;
+}
+static void tepy_set_paged(te_request *r, te_peer peer, te_mr *src,
+                           uint64_t src_off, uint64_t src_stride,
+                           const uint32_t *src_idx, const te_mr_desc *dst,
+                           uint64_t dst_off, uint64_t dst_stride,
+                           const uint32_t *dst_idx, uint64_t page_len,
+                           uint32_t count)
+{
+    r->u.paged.peer = peer; r->u.paged.src = src;
+    r->u.paged.src_off = src_off; r->u.paged.src_stride = src_stride;
+    r->u.paged.src_idx = src_idx; r->u.paged.dst = dst;
+    r->u.paged.dst_off = dst_off; r->u.paged.dst_stride = dst_stride;
+    r->u.paged.dst_idx = dst_idx; r->u.paged.page_len = page_len;
+    r->u.paged.count = count;
+}
 """
 
 

@@ -1,6 +1,7 @@
 """Configuration as in C: a dict, an INI file path or INI text; environment
 variables TE_<SECTION>_<KEY> still override (te.h te_config_get)."""
 import os
+from typing import Any, Optional
 
 from ._lib import check, ffi, lib, TEError
 
@@ -56,19 +57,20 @@ class Config:
             raise TypeError("config: None, dict, INI path or INI text, not "
                             f"{type(source).__name__}")
 
-    def set(self, section, key, value):
+    def set(self, section: str, key: str, value: Any) -> "Config":
         """Set section.key (later sets and the environment override)."""
         check(lib.te_config_set(self._cfg, section.encode(), key.encode(),
                                 _value(value).encode()), "te_config_set")
         return self
 
-    def get(self, section, key):
+    def get(self, section: str, key: str) -> Optional[str]:
         """Effective value after environment overrides, or None."""
         p = lib.te_config_get(self._cfg, section.encode(), key.encode())
         return None if p == ffi.NULL else ffi.string(p).decode()
 
     @property
-    def cdata(self):
+    def cdata(self) -> Any:
+        """The te_config * (cffi cdata)."""
         return self._cfg
 
 

@@ -1,20 +1,28 @@
 """Engine: the te_engine of te.h with Pythonic ownership."""
+import atexit
+import os
 import collections
 import threading
+import weakref
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 from . import imm as _imm
 from ._callbacks import Keeper, ON_DONE, ON_IMM, ON_RECV
 from ._lib import check, cstr, ffi, lib, TEError
 from .config import Config
 from .memory import MemoryRegion, REMOTE_READ, REMOTE_WRITE
-from .requests import Request, Transfer, completion
+from .requests import Completion, Request, Transfer, completion
 
 NicInfo = collections.namedtuple(
     "NicInfo", "name pci_path numa_node device link_gbps queue_depth")
 PathInfo = collections.namedtuple("PathInfo", "kind caps missing refused text")
+#: What Engine() accepts as configuration.
+ConfigSource = Union[None, dict, str, "os.PathLike[str]", Config]
+#: Bytes-like objects (bytes, bytearray, memoryview, numpy uint8 arrays).
+BytesLike = Union[bytes, bytearray, memoryview]
 
 
-def cap_names(caps):
+def cap_names(caps: int) -> List[str]:
     """Names of TE_CAP_* bits, e.g. ["native_rma", "hardware"]."""
     buf = ffi.new("char[]", 256)
     s = cstr(lib.te_cap_names(caps, buf, 256))
@@ -29,6 +37,21 @@ class _RecvHandler:
         self.fn(group, None if peer == lib.TE_PEER_UNKNOWN else peer, data)
 
 
+# Engines still open at interpreter exit are closed while the interpreter
+# is whole: te_engine_destroy() runs the last callbacks into Python, which
+# must not happen during module teardown.
+_open_engines = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_engines():
+    for e in list(_open_engines):
+        try:
+            e.close()
+        except Exception:  # pragma: no cover - best effort at exit
+            pass
+
+
 class Engine:
     """A TransferEngine engine (te_engine_create). ``config``: None ($TE_CONFIG
     or defaults), a dict {"engine": {"plugin": "loopback"}} or
@@ -37,7 +60,7 @@ class Engine:
     Use as a context manager; close() completes every request in flight with
     ECANCELED first."""
 
-    def __init__(self, config=None, **settings):
+    def __init__(self, config: ConfigSource = None, **settings: Any) -> None:
         self._e = None
         self._keeper = Keeper()
         self._mrs = set()
@@ -62,6 +85,7 @@ class Engine:
         check(lib.te_engine_create(ffi.NULL if cfg is None else cfg.cdata,
                                    out), "te_engine_create")
         self._e = out[0]
+        _open_engines.add(self)
 
     # ------------------------------------------------------------ lifetime
     def _cdata(self):
@@ -69,7 +93,7 @@ class Engine:
             raise TEError(108, "engine is closed", "Engine")  # ESHUTDOWN
         return self._e
 
-    def close(self):
+    def close(self) -> None:
         """te_engine_destroy: in-flight requests complete with ECANCELED,
         unmet expectations get ECANCELED, registrations are released."""
         if self._e is None:
@@ -86,10 +110,10 @@ class Engine:
             if not obj.done():
                 obj.set_exception(TEError(125, "engine closed", "Engine.close"))
 
-    def __enter__(self):
+    def __enter__(self) -> "Engine":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __del__(self):
@@ -99,30 +123,34 @@ class Engine:
             pass
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._e is None
 
     # ---------------------------------------------------------------- info
     @property
-    def plugin(self):
+    def plugin(self) -> str:
+        """Name of the transport plugin in use (e.g. "loopback")."""
         return cstr(lib.te_engine_plugin_name(self._cdata()))
 
     @property
-    def groups(self):
+    def groups(self) -> int:
+        """Number of NIC groups."""
         return check(lib.te_engine_group_count(self._cdata()))
 
-    def nic_count(self, group=0):
+    def nic_count(self, group: int = 0) -> int:
+        """Number of NICs of a group."""
         return check(lib.te_engine_nic_count(self._cdata(), group),
                      "te_engine_nic_count")
 
-    def nic_info(self, group=0, nic=0):
+    def nic_info(self, group: int = 0, nic: int = 0) -> NicInfo:
+        """Description of one NIC (te_engine_nic_info)."""
         i = ffi.new("te_nic_info *")
         check(lib.te_engine_nic_info(self._cdata(), group, nic, i),
               "te_engine_nic_info")
         return NicInfo(cstr(i.name), cstr(i.pci_path), i.numa_node, i.device,
                        i.link_gbps, i.queue_depth)
 
-    def paths(self, group=0, nic=0):
+    def paths(self, group: int = 0, nic: int = 0) -> List[PathInfo]:
         """How the NIC carries out each kind of operation (te_engine_paths):
         PathInfo(kind name, caps, missing, refused as lists of names, text)."""
         p = ffi.new("te_path_info[]", 16)
@@ -133,7 +161,7 @@ class Engine:
                          cap_names(p[i].refused), cstr(p[i].text))
                 for i in range(min(n, 16))]
 
-    def address(self, group=0):
+    def address(self, group: int = 0) -> bytes:
         """This group's address as bytes (publish it to peers)."""
         buf = ffi.new("uint8_t[]", lib.TE_ADDR_MAX)
         n = ffi.new("size_t *", lib.TE_ADDR_MAX)
@@ -142,7 +170,7 @@ class Engine:
         return bytes(ffi.buffer(buf, n[0]))
 
     # --------------------------------------------------------------- peers
-    def add_peer(self, address, group=0):
+    def add_peer(self, address: BytesLike, group: int = 0) -> int:
         """te_peer_add: the peer handle (int) of a published address."""
         buf = ffi.from_buffer(address)
         out = ffi.new("te_peer *")
@@ -150,51 +178,62 @@ class Engine:
               "te_peer_add")
         return int(out[0])
 
-    def remove_peer(self, peer, group=0):
+    def remove_peer(self, peer: int, group: int = 0) -> None:
+        """te_peer_remove: its requests in flight fail with ECONNABORTED."""
         check(lib.te_peer_remove(self._cdata(), group, peer), "te_peer_remove")
 
     # -------------------------------------------------------------- memory
-    def register(self, obj, access=REMOTE_WRITE | REMOTE_READ, group=0,
-                 mem_kind=None):
+    def register(self, obj: Any, access: int = REMOTE_WRITE | REMOTE_READ,
+                 group: int = 0, mem_kind: Optional[int] = None) -> MemoryRegion:
         """Register a buffer-protocol object (bytearray, numpy array,
         memoryview) or a torch tensor (CPU, or CUDA: TE_MEM_CUDA). Read-only
         buffers are refused for REMOTE_WRITE. The object stays alive while
         registered."""
         return MemoryRegion(self, obj, access, group, mem_kind)
 
-    def register_pointer(self, address, nbytes, access=REMOTE_WRITE | REMOTE_READ,
-                         group=0, mem_kind=lib.TE_MEM_HOST, owner=None):
+    def register_pointer(self, address: int, nbytes: int,
+                         access: int = REMOTE_WRITE | REMOTE_READ,
+                         group: int = 0, mem_kind: int = lib.TE_MEM_HOST,
+                         owner: Any = None) -> MemoryRegion:
         """Register raw memory (e.g. a CUDA pointer); keep `owner` alive."""
         return MemoryRegion._from_pointer(self, address, nbytes, access, group,
                                           mem_kind, owner)
 
     # ------------------------------------------------------------ requests
-    def submit(self, request, callback=None, future=True):
+    def submit(self, request: Request,
+               callback: Optional[Callable[[Completion], None]] = None,
+               future: bool = True) -> Union[Transfer, int]:
         """te_submit. Returns a Transfer (future of the Completion; callback
         (Completion) runs first on the callback thread), or with
         future=False the request id, its completion then coming from
         poll_completions()."""
         r = request._r
+        e = self._cdata()
         if not future:
-            r.done = ffi.NULL
-            r.done_arg = ffi.NULL
-            return check(lib.te_submit(self._cdata(), r), "te_submit")
+            with request._lock:
+                r.done = ffi.NULL
+                r.done_arg = ffi.NULL
+                rc = lib.te_submit(e, r)
+            return check(rc, "te_submit")
         t = Transfer(self, callback)
-        r.done = ON_DONE
-        r.done_arg = self._keeper.hold(t)
-        try:
-            t.id = check(lib.te_submit(self._cdata(), r), "te_submit")
-        except BaseException:
+        handle = self._keeper.hold(t)
+        with request._lock:
+            r.done = ON_DONE
+            r.done_arg = handle
+            rc = lib.te_submit(e, r)
+        if rc < 0:
             self._keeper.release(t)
-            raise
+            check(rc, "te_submit")
+        t.id = rc
         return t
 
-    def expected_imms(self, request, target=0):
+    def expected_imms(self, request: Request, target: int = 0) -> int:
         """te_expected_imms: immediates the receiver `target` will count."""
         return check(lib.te_expected_imms(self._cdata(), request._r, target),
                      "te_expected_imms")
 
-    def poll_completions(self, max_count=64, timeout_ms=0):
+    def poll_completions(self, max_count: int = 64,
+                         timeout_ms: int = 0) -> List[Completion]:
         """Completions of requests submitted with future=False."""
         out = ffi.new("te_completion[]", max_count)
         n = check(lib.te_poll_completions(self._cdata(), out, max_count,
@@ -202,7 +241,9 @@ class Engine:
         return [completion(out[i]) for i in range(n)]
 
     # ---------------------------------------------------------- ImmCounter
-    def expect(self, imm, count, callback=None, timeout_ms=None):
+    def expect(self, imm: int, count: int,
+               callback: Optional[Callable[[int, int], None]] = None,
+               timeout_ms: Optional[int] = None) -> "_imm.Expectation":
         """Expect `count` arrivals of `imm` (banked ones count): an
         Expectation future. timeout_ms: deadline (TEError ETIMEDOUT)."""
         x = _imm.Expectation(self, imm, callback)
@@ -220,33 +261,35 @@ class Engine:
             raise
         return x
 
-    def imm_poll(self, imm):
+    def imm_poll(self, imm: int) -> Tuple[int, bool]:
         """(banked arrivals, armed) of an immediate."""
         banked, armed = ffi.new("uint64_t *"), ffi.new("int *")
         check(lib.te_imm_poll(self._cdata(), imm, banked, armed), "te_imm_poll")
         return int(banked[0]), bool(armed[0])
 
-    def imm_wait(self, imm, count, timeout_ms):
+    def imm_wait(self, imm: int, count: int, timeout_ms: int) -> None:
         """Wait (GIL released) for `count` arrivals and consume them."""
         check(lib.te_imm_wait(self._cdata(), imm, count, timeout_ms),
               "te_imm_wait")
 
-    def imm_remove(self, imm):
+    def imm_remove(self, imm: int) -> int:
         """Disarm and forget an immediate's counter; the surplus."""
         s = ffi.new("uint64_t *")
         check(lib.te_imm_remove(self._cdata(), imm, s), "te_imm_remove")
         return int(s[0])
 
-    def imm_space(self, name, size, lives=0, base=None):
+    def imm_space(self, name: str, size: int, lives: int = 0,
+                  base: Optional[int] = None) -> "_imm.ImmSpace":
         """An ImmSpace of `size` values (te_imm_space_create)."""
         return _imm.ImmSpace(self, name, size, lives, base)
 
-    def imm_lookup(self, imm):
+    def imm_lookup(self, imm: int) -> Optional[Tuple[str, int, int]]:
         """(space name, index, life) of a raw immediate, or None."""
         return _imm.lookup(self, imm)
 
     # ------------------------------------------------------------ messages
-    def set_recv_handler(self, fn, group=0):
+    def set_recv_handler(self, fn: Optional[Callable[[int, Optional[int], bytes], None]],
+                         group: int = 0) -> None:
         """fn(group, peer or None, data: bytes) for every message received
         by `group` (on the callback thread); None drops messages."""
         h = _RecvHandler(fn) if fn is not None else None
@@ -254,7 +297,9 @@ class Engine:
         check(lib.te_set_recv_handler(self._cdata(), group,
                                       ON_RECV if h else ffi.NULL, handle),
               "te_set_recv_handler")
-        self._recv[group] = (h, handle)  # alive while installed
+        # Every handler ever installed stays alive until close(): the
+        # callback thread may still be running the previous one.
+        self._recv.setdefault(group, []).append((h, handle))
 
 
 __all__ = ["Engine", "NicInfo", "PathInfo", "cap_names", "Request"]

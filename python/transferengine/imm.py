@@ -2,6 +2,8 @@
 import asyncio
 import collections
 import concurrent.futures
+import threading
+from typing import Any, Optional, Tuple
 
 from ._lib import check, ffi, lib, TEError, cstr
 
@@ -11,21 +13,47 @@ class Expectation(concurrent.futures.Future):
     `count` arrivals were counted; TEError(ETIMEDOUT) at the deadline,
     TEError(ECANCELED) when the engine closes or the immediate's space is
     retired. ``await`` works in asyncio; callback(imm, status) runs on the
-    engine's callback thread first."""
+    engine's callback thread first.
+
+    ``cancel()`` (also what asyncio does when a task awaiting it is
+    cancelled, e.g. by ``asyncio.wait_for``) disarms the expectation with
+    te_imm_remove(): the callback is not called, and the arrivals banked so
+    far are removed with it (their number is in ``surplus``); later
+    arrivals of the immediate start a fresh count."""
 
     def __init__(self, engine, imm, callback):
         super().__init__()
         self.imm = imm
+        self.surplus = None
         self._engine = engine
         self._callback = callback
+        self._lock = threading.RLock()
+
+    def cancel(self) -> bool:
+        """Disarm (te_imm_remove) and cancel; False if already done."""
+        with self._lock:
+            if self.done():
+                return self.cancelled()
+            e = self._engine._e
+            if e is not None:
+                surplus = ffi.new("uint64_t *")
+                check(lib.te_imm_remove(e, self.imm, surplus), "te_imm_remove")
+                self.surplus = int(surplus[0])
+            self._engine._keeper.release(self)
+            return super().cancel()
 
     def _on_imm(self, imm, status):
         self._engine._keeper.release(self)
-        if status == 0:
-            self.set_result(imm)
-        else:
-            self.set_exception(TEError(-status, f"imm {imm}: expectation "
-                                       "ended", "te_imm_expect"))
+        with self._lock:
+            if self.done():
+                # cancel() won a race with an expectation met or timed out
+                # on the callback thread just before te_imm_remove().
+                return
+            if status == 0:
+                self.set_result(imm)
+            else:
+                self.set_exception(TEError(-status, f"imm {imm}: expectation "
+                                           "ended", "te_imm_expect"))
         if self._callback is not None:
             self._callback(imm, status)
 
@@ -53,7 +81,7 @@ class ImmSpace:
         self._s = out[0]
         self.size = size
 
-    def value(self, index):
+    def value(self, index: int) -> int:
         """Raw immediate of `index` in the current life."""
         raw = ffi.new("uint32_t *")
         check(lib.te_imm_space_value(self._s, index, raw), "te_imm_space_value")
@@ -61,11 +89,12 @@ class ImmSpace:
 
     __getitem__ = value
 
-    def retire(self):
+    def retire(self) -> None:
         """Start the next life (te_imm_space_retire)."""
         check(lib.te_imm_space_retire(self._s), "te_imm_space_retire")
 
-    def stats(self):
+    def stats(self) -> SpaceStats:
+        """The space's counters (te_imm_space_stats_get)."""
         st = ffi.new("te_imm_space_stats *")
         rc = lib.te_imm_space_stats_get(self._s, st)
         if rc < 0 and rc != -116:  # -ESTALE: destroyed, still filled
@@ -73,7 +102,8 @@ class ImmSpace:
         return SpaceStats(st.base, st.size, st.lives, st.life, st.epoch,
                           st.stale_arrivals, st.retired_surplus)
 
-    def destroy(self):
+    def destroy(self) -> None:
+        """Remove the space (te_imm_space_destroy); its range is quarantined."""
         check(lib.te_imm_space_destroy(self._s), "te_imm_space_destroy")
 
     def __enter__(self):
@@ -83,7 +113,7 @@ class ImmSpace:
         self.destroy()
 
 
-def lookup(engine, imm):
+def lookup(engine: Any, imm: int) -> Optional[Tuple[str, int, int]]:
     """(space name, index, life) of a raw immediate, or None."""
     name = ffi.new("const char **")
     idx, life = ffi.new("uint32_t *"), ffi.new("uint32_t *")

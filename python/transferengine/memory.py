@@ -1,4 +1,6 @@
 """Registered memory and memory descriptors."""
+from typing import Any
+
 from ._lib import check, ffi, lib, TEError
 
 REMOTE_WRITE = lib.TE_MR_REMOTE_WRITE
@@ -18,7 +20,7 @@ class Descriptor:
             ffi.memmove(self._d, cdata, ffi.sizeof("te_mr_desc"))
 
     @classmethod
-    def from_bytes(cls, data):
+    def from_bytes(cls, data: Any) -> "Descriptor":
         """Parse untrusted bytes (te_desc_parse): TEError naming what is
         wrong for truncated, corrupt or wrong-version input."""
         if isinstance(data, Descriptor):
@@ -46,7 +48,7 @@ class Descriptor:
                 f"access={self.access}, nics={self.nic_count})")
 
 
-def as_desc(d):
+def as_desc(d: Any) -> Any:
     """A te_mr_desc * from a Descriptor or its bytes."""
     if isinstance(d, Descriptor):
         return d._d
@@ -125,19 +127,20 @@ class MemoryRegion:
         return self._mr
 
     @property
-    def address(self):
+    def address(self) -> int:
+        """Base address of the registration."""
         return int(ffi.cast("uintptr_t", lib.te_mr_addr(self._cdata())))
 
     def __len__(self):
         return int(lib.te_mr_len(self._cdata()))
 
-    def descriptor(self):
+    def descriptor(self) -> Descriptor:
         """This registration's Descriptor (send bytes(d) to writers)."""
         d = Descriptor()
         check(lib.te_mr_describe(self._cdata(), d._d), "te_mr_describe")
         return d
 
-    def revoke(self):
+    def revoke(self) -> Descriptor:
         """New keys on every NIC; returns the new Descriptor once no access
         with the old keys can still land (te_mr_revoke)."""
         d = Descriptor()
@@ -145,7 +148,7 @@ class MemoryRegion:
               "te_mr_revoke")
         return d
 
-    def deregister(self):
+    def deregister(self) -> None:
         """te_mr_dereg; TEError(EBUSY) while requests still use it."""
         if self._mr is None:
             return
