@@ -687,7 +687,7 @@ TE_API int te_cuda_pointer_info(const void *ptr, size_t len,
 /**
  * A 32-bit flag in GPU-visible memory that the library writes when an
  * ImmCounter expectation completes, so a running CUDA kernel can spin on it
- * (kernels/te_cuda_kernels.h: te_cuda_spin_flag). It lives in host-pinned
+ * (kernels/te_cuda_kernels.h: te_k_spin_flag). It lives in host-pinned
  * memory mapped into the device (cuMemHostAlloc DEVICEMAP): the completing
  * CPU thread stores the value with release order; no driver call and no
  * stream sit on the completion path (docs/cuda.md says why this over
