@@ -36,7 +36,8 @@ static int classify(const void *ptr, size_t len, te_cuda_ptr_info *out,
     void *vals[] = {&mem_type, &ordinal, &start, &range, &managed};
     CUresult r = d->PointerGetAttributes(5, attrs, vals,
                                          (CUdeviceptr)(uintptr_t)ptr);
-    if (r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_INVALID_VALUE) {
+    if (may_retain &&
+        (r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_INVALID_VALUE)) {
         /* No context on this thread: memory of any device is still known
          * to the driver once a context exists; make device 0's current. */
         CUcontext saved;
@@ -145,6 +146,10 @@ int te_cuda_check_registration(void *addr, size_t len, uint32_t mem_kind,
         return 0;
     }
     int rc = classify(addr, len, &info, mem_kind == TE_MEM_CUDA);
+    if (rc && mem_kind == TE_MEM_HOST) {
+        te_error_clear(); /* the check is a courtesy: never block host memory */
+        return 0;
+    }
     if (rc) {
         char why[256];
         snprintf(why, sizeof(why), "%s", te_last_error());
