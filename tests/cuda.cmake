@@ -66,3 +66,17 @@ if(TARGET te-conformance AND TARGET te-plugin-loopback)
     --set engine.nics_per_group=2 --set loopback.devices=2)
   te_cuda_conformance(lb_cuda_dst_twoproc --two-process --mem-dst cuda)
 endif()
+
+# The loopback plugin's device-memory routing through the plugin ABI with a
+# test host whose device copy is a memcpy (no GPU needed; see the file).
+if(TARGET te-plugin-loopback)
+  add_executable(cuda_lb_device_routing
+    ${CMAKE_CURRENT_SOURCE_DIR}/cuda/cuda_lb_device_routing.c)
+  target_include_directories(cuda_lb_device_routing PRIVATE ${PROJECT_SOURCE_DIR}/include)
+  target_compile_definitions(cuda_lb_device_routing PRIVATE
+    TE_PLUGIN_BUILD_DIR="${TE_PLUGIN_BUILD_DIR}")
+  target_link_libraries(cuda_lb_device_routing PRIVATE ${CMAKE_DL_LIBS})
+  add_dependencies(cuda_lb_device_routing te-plugin-loopback)
+  add_test(NAME cuda_lb_device_routing COMMAND cuda_lb_device_routing)
+  set_tests_properties(cuda_lb_device_routing PROPERTIES LABELS cuda TIMEOUT 60)
+endif()
