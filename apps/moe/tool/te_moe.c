@@ -10,6 +10,7 @@
  * Options: --ranks R (8) --experts E (256) --topk K (8) --hidden H (7168)
  * --tokens T (128 per rank) --private P (rows per source taken at once;
  * default T/R*2) --batches B (run 3, bench 20) --bf16 --skew
+ * --timeout-ms MS (deadline of every phase; prefill shapes need more than 5 s here)
  * --set section.key=value (every engine).
  */
 #include <getopt.h>
@@ -83,7 +84,7 @@ int main(int argc, char **argv)
         {"ranks", 1, 0, 'r'}, {"experts", 1, 0, 'e'}, {"topk", 1, 0, 'k'},
         {"hidden", 1, 0, 'h'}, {"tokens", 1, 0, 't'}, {"private", 1, 0, 'p'},
         {"batches", 1, 0, 'b'}, {"bf16", 0, 0, 'B'}, {"skew", 0, 0, 's'},
-        {"set", 1, 0, 'S'}, {0, 0, 0, 0}};
+        {"set", 1, 0, 'S'}, {"timeout-ms", 1, 0, 'T'}, {0, 0, 0, 0}};
     int o;
     optind = 2;
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -98,6 +99,7 @@ int main(int argc, char **argv)
         case 'B': c.dtype = TE_MOE_BF16; break;
         case 's': skew = 1; break;
         case 'S': if (nsets < 32) sets[nsets++] = optarg; break;
+        case 'T': c.timeout_ms = atoi(optarg); break; /* prefill batches take seconds here */
         default: return 2;
         }
     }

@@ -1,0 +1,199 @@
+// te-moe GPU kernels: pack, combine, and the device side of the proxy
+// ring. Built with -fmad=false so that the combine rounds like the CPU
+// path (no fused multiply-add), which makes fp32 results bit-exact.
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "te/moe_gpu.h"
+
+static __thread char gpu_err[256];
+
+extern "C" const char *te_moe_gpu_last_error(void) { return gpu_err; }
+
+static int check(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return 0;
+    snprintf(gpu_err, sizeof(gpu_err), "%s: %s", what, cudaGetErrorString(e));
+    return -EIO;
+}
+
+extern "C" int te_moe_gpu_device_count(void)
+{
+    int n = 0;
+    if (check(cudaGetDeviceCount(&n), "cudaGetDeviceCount"))
+        return 0;
+    return n;
+}
+
+// One thread per destination: the same token order as the CPU staging.
+__global__ void route_kernel(const uint16_t *experts, uint32_t tokens, uint32_t topk,
+                             uint32_t ranks, uint32_t per, uint32_t *pos, uint32_t *rows)
+{
+    uint32_t d = blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= ranks)
+        return;
+    uint32_t n = 0;
+    for (uint32_t t = 0; t < tokens; t++) {
+        bool hit = false;
+        for (uint32_t j = 0; j < topk; j++)
+            hit |= experts[(uint64_t)t * topk + j] / per == d;
+        pos[(uint64_t)t * ranks + d] = hit ? n++ : 0xffffffffu;
+    }
+    rows[d] = n;
+}
+
+// Block (t, d): thread 0 writes the 64-byte meta, all threads copy the
+// token in 4-byte words (hidden % 8 == 0, so rows are whole words).
+__global__ void pack_kernel(const uint8_t *x, uint32_t x_row_bytes, const uint16_t *experts,
+                            const float *weights, const uint32_t *pos, uint32_t topk,
+                            uint32_t ranks, uint32_t per, uint64_t slot, uint64_t row_bytes,
+                            uint8_t *send)
+{
+    uint32_t t = blockIdx.x, d = blockIdx.y, p = pos[(uint64_t)t * ranks + d];
+    if (p == 0xffffffffu)
+        return;
+    uint8_t *row = send + d * slot + 64 + (uint64_t)p * row_bytes;
+    if (threadIdx.x == 0) {
+        uint32_t meta[16] = {0};
+        uint16_t *ex = (uint16_t *)&meta[2];
+        float *wt = (float *)&meta[6];
+        uint32_t n = 0;
+        for (uint32_t j = 0; j < topk; j++) {
+            uint16_t e = experts[(uint64_t)t * topk + j];
+            if (e / per == d) {
+                ex[n] = e;
+                wt[n++] = weights[(uint64_t)t * topk + j];
+            }
+        }
+        meta[0] = t;
+        meta[1] = n;
+        for (int i = 0; i < 16; i++)
+            ((uint32_t *)row)[i] = meta[i];
+    }
+    const uint32_t *src = (const uint32_t *)(x + (uint64_t)t * x_row_bytes);
+    uint32_t *dst = (uint32_t *)(row + 64);
+    for (uint32_t i = threadIdx.x; i < x_row_bytes / 4; i += blockDim.x)
+        dst[i] = src[i];
+}
+
+// One block per token, threads over elements; ranks ascending as on the CPU.
+__global__ void combine_kernel(const uint8_t *comb, const uint32_t *pos, uint32_t ranks,
+                               uint32_t hidden, uint64_t cslot, uint64_t crow_bytes, float *out)
+{
+    uint32_t t = blockIdx.x;
+    for (uint32_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+        float acc = 0.0f;
+        for (uint32_t d = 0; d < ranks; d++) {
+            uint32_t p = pos[(uint64_t)t * ranks + d];
+            if (p == 0xffffffffu)
+                continue;
+            const float *part = (const float *)(comb + d * cslot + (uint64_t)p * crow_bytes + 16);
+            acc = __fadd_rn(acc, part[i]);
+        }
+        out[(uint64_t)t * hidden + i] = acc;
+    }
+}
+
+__global__ void post_kernel(te_moe_ring *ring, unsigned long long *posted,
+                            const te_moe_ring_entry *entries, uint32_t count,
+                            long long timeout_cycles, int *status)
+{
+    te_moe_ring_entry *ents = (te_moe_ring_entry *)(ring + 1);
+    uint32_t n = ring->entries;
+    long long start = clock64();
+    *status = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        unsigned long long at = *posted;
+        // room: the proxy publishes `consumed` in mapped host memory
+        while (at - *(volatile uint64_t *)&ring->consumed >= n) {
+            if (*(volatile int32_t *)&ring->error || clock64() - start > timeout_cycles) {
+                *status = -1;
+                return;
+            }
+        }
+        te_moe_ring_entry *slot = &ents[at & (n - 1)];
+        const uint64_t *src = (const uint64_t *)&entries[i];
+        uint64_t *dst = (uint64_t *)slot;
+        for (int j = 1; j < 8; j++) // every field but the first word (seq, target)
+            dst[j] = src[j];
+        ((volatile uint32_t *)slot)[1] = entries[i].target;
+        __threadfence_system(); // the fields reach host memory before seq
+        ((volatile uint32_t *)slot)[0] = (uint32_t)(at + 1);
+        *posted = at + 1;
+    }
+}
+
+__global__ void wait_flag_kernel(const volatile uint32_t *flag, uint32_t value,
+                                 long long timeout_cycles, int *status)
+{
+    long long start = clock64();
+    for (;;) {
+        uint32_t v = *flag;
+        if (v == value) {
+            __threadfence_system(); // reads after the flag see the data
+            *status = 0;
+            return;
+        }
+        if (v == TE_MOE_FLAG_FAILED) {
+            *status = -2;
+            return;
+        }
+        if (clock64() - start > timeout_cycles) {
+            *status = -1;
+            return;
+        }
+    }
+}
+
+extern "C" int te_moe_gpu_route(const uint16_t *experts, uint32_t tokens, uint32_t topk,
+                                uint32_t ranks, uint32_t experts_per_rank, uint32_t *pos,
+                                uint32_t *rows, void *stream)
+{
+    route_kernel<<<(ranks + 63) / 64, 64, 0, (cudaStream_t)stream>>>(
+        experts, tokens, topk, ranks, experts_per_rank, pos, rows);
+    return check(cudaGetLastError(), "route kernel launch");
+}
+
+extern "C" int te_moe_gpu_pack(const void *x, uint32_t x_row_bytes, const uint16_t *experts,
+                               const float *weights, const uint32_t *pos, uint32_t tokens,
+                               uint32_t topk, uint32_t ranks, uint32_t experts_per_rank,
+                               uint64_t slot, uint64_t row_bytes, void *send, void *stream)
+{
+    if (tokens == 0)
+        return 0;
+    dim3 grid(tokens, ranks);
+    pack_kernel<<<grid, 128, 0, (cudaStream_t)stream>>>(
+        (const uint8_t *)x, x_row_bytes, experts, weights, pos, topk, ranks, experts_per_rank,
+        slot, row_bytes, (uint8_t *)send);
+    return check(cudaGetLastError(), "pack kernel launch");
+}
+
+extern "C" int te_moe_gpu_combine(const void *comb, const uint32_t *pos, uint32_t tokens,
+                                  uint32_t ranks, uint32_t hidden, uint64_t cslot,
+                                  uint64_t crow_bytes, float *out, void *stream)
+{
+    if (tokens == 0)
+        return 0;
+    combine_kernel<<<tokens, 256, 0, (cudaStream_t)stream>>>(
+        (const uint8_t *)comb, pos, ranks, hidden, cslot, crow_bytes, out);
+    return check(cudaGetLastError(), "combine kernel launch");
+}
+
+extern "C" int te_moe_gpu_post(te_moe_ring *ring, unsigned long long *posted,
+                               const te_moe_ring_entry *entries, uint32_t count,
+                               long long timeout_cycles, int *status, void *stream)
+{
+    post_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(ring, posted, entries, count,
+                                                   timeout_cycles, status);
+    return check(cudaGetLastError(), "post kernel launch");
+}
+
+extern "C" int te_moe_gpu_wait_flag(const volatile uint32_t *flag, uint32_t value,
+                                    long long timeout_cycles, int *status, void *stream)
+{
+    wait_flag_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(flag, value, timeout_cycles, status);
+    return check(cudaGetLastError(), "wait-flag kernel launch");
+}

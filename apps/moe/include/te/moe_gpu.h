@@ -1,0 +1,77 @@
+/*
+ * te-moe GPU path (built only when CMake finds the CUDA toolkit; library
+ * te-moe-gpu, CUDA runtime linked statically so it loads on machines
+ * without a driver). Kernels that produce and consume te-moe's buffer
+ * layouts (docs/moe.md) and the device side of the proxy ring
+ * (te/moe_proxy.h). Every launch is asynchronous on `stream`
+ * (a cudaStream_t, NULL = default); returns 0 or -EIO with the CUDA error
+ * in te_moe_gpu_last_error().
+ */
+#ifndef TE_MOE_GPU_H
+#define TE_MOE_GPU_H
+
+#include <stdint.h>
+
+#include "te/moe_proxy.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Devices visible to the CUDA runtime (0 when none or no driver; reason
+ *  in te_moe_gpu_last_error()). */
+int te_moe_gpu_device_count(void);
+
+/** Message of the last failure of this header's functions. */
+const char *te_moe_gpu_last_error(void);
+
+/**
+ * Route: for every destination rank d (one GPU thread each, tokens in
+ * order, as the CPU path stages them), pos[t*ranks + d] = the row of token
+ * t in d's dispatch slot, or UINT32_MAX when none of t's top-k experts
+ * lives on d; rows[d] = rows for d. experts: [tokens][topk] ids.
+ */
+int te_moe_gpu_route(const uint16_t *experts, uint32_t tokens, uint32_t topk,
+                     uint32_t ranks, uint32_t experts_per_rank, uint32_t *pos,
+                     uint32_t *rows, void *stream);
+
+/**
+ * Pack the dispatch rows in libte-moe's layout: row pos[t*ranks+d] of
+ * slot d lies at send + d*slot + 64 + row*row_bytes: the 64-byte meta
+ * {token, nexp, experts[8] (u16), weights[8]} (the experts of t that live
+ * on d, in top-k order) then the token's x_row_bytes.
+ */
+int te_moe_gpu_pack(const void *x, uint32_t x_row_bytes, const uint16_t *experts,
+                    const float *weights, const uint32_t *pos, uint32_t tokens,
+                    uint32_t topk, uint32_t ranks, uint32_t experts_per_rank,
+                    uint64_t slot, uint64_t row_bytes, void *send, void *stream);
+
+/**
+ * Combine: out[t] = 0 + partial of rank 0 + partial of rank 1 + ... (ranks
+ * ascending, float32, the CPU path's order), the partial of rank d for
+ * token t at comb + d*cslot + pos[t*ranks+d]*crow_bytes + 16.
+ */
+int te_moe_gpu_combine(const void *comb, const uint32_t *pos, uint32_t tokens,
+                       uint32_t ranks, uint32_t hidden, uint64_t cslot,
+                       uint64_t crow_bytes, float *out, void *stream);
+
+/**
+ * Post `count` entries to a proxy ring from the GPU (one thread, in
+ * order): `ring` is the device pointer of the mapped ring, `posted` a
+ * device counter of entries posted so far. Waits (bounded by
+ * timeout_cycles of clock64) for room; *status (device) gets -1 if it
+ * gave up or the ring reported an error.
+ */
+int te_moe_gpu_post(te_moe_ring *ring, unsigned long long *posted,
+                    const te_moe_ring_entry *entries, uint32_t count,
+                    long long timeout_cycles, int *status, void *stream);
+
+/** Spin on the GPU until flag == value (bounded); *status = 0, -1 on
+ *  timeout, -2 if the flag reads TE_MOE_FLAG_FAILED. */
+int te_moe_gpu_wait_flag(const volatile uint32_t *flag, uint32_t value,
+                         long long timeout_cycles, int *status, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

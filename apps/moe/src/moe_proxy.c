@@ -1,0 +1,257 @@
+/*
+ * The proxy thread: polls the shared ring, validates each entry (target
+ * known, bounds inside both regions, reserved fields zero) and submits it
+ * as a WriteImm; a bad entry stops the ring with an error instead of
+ * writing anywhere. Watches raise flags from ImmCounter callbacks.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "te/moe_proxy.h"
+
+#define PROXY_TARGETS 64
+
+struct proxy_target {
+    atomic_int set; /* published last: the proxy thread reads the rest after it */
+    te_peer peer;
+    te_mr *local;
+    te_mr_desc remote;
+};
+
+struct proxy_watch {
+    te_moe_proxy *p;
+    uint32_t flag, value, imm;
+    atomic_int armed; /* destroy disarms what is still armed */
+};
+
+struct te_moe_proxy {
+    te_engine *e;
+    te_moe_ring *ring;
+    te_moe_ring_entry *ent;
+    volatile uint32_t *flags;
+    struct proxy_target targets[PROXY_TARGETS];
+    struct proxy_watch *watches;
+    pthread_t thread;
+    atomic_int stop;
+    atomic_uint_fast64_t submitted, completed;
+    pthread_mutex_t mu;
+    char error[256];
+};
+
+size_t te_moe_ring_bytes(uint32_t entries, uint32_t flags)
+{
+    return sizeof(te_moe_ring) + (size_t)entries * sizeof(te_moe_ring_entry) + 4u * (size_t)flags;
+}
+
+te_moe_ring_entry *te_moe_ring_entries(te_moe_ring *r) { return (te_moe_ring_entry *)(r + 1); }
+
+volatile uint32_t *te_moe_ring_flags(te_moe_ring *r)
+{
+    return (volatile uint32_t *)(te_moe_ring_entries(r) + r->entries);
+}
+
+static void ring_fail(te_moe_proxy *p, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void ring_fail(te_moe_proxy *p, int err, const char *fmt, ...)
+{
+    pthread_mutex_lock(&p->mu);
+    if (p->ring->error == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(p->error, sizeof(p->error), fmt, ap);
+        va_end(ap);
+        atomic_thread_fence(memory_order_release);
+        p->ring->error = err;
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void on_done(const te_completion *c, void *arg)
+{
+    te_moe_proxy *p = arg;
+    if (c->status < 0)
+        ring_fail(p, c->status, "proxy write %llu failed: %s (%s)",
+                  (unsigned long long)c->user_data, te_strerror(c->status), c->reason);
+    atomic_fetch_add(&p->completed, 1);
+}
+
+/* Validate and submit one entry; -errno stops the ring. */
+static int submit_entry(te_moe_proxy *p, uint64_t pos, const te_moe_ring_entry *en)
+{
+    if (en->target >= PROXY_TARGETS || !atomic_load(&p->targets[en->target].set)) {
+        ring_fail(p, -EINVAL, "ring entry %llu: unknown target %u", (unsigned long long)pos,
+                  en->target);
+        return -EINVAL;
+    }
+    if (en->reserved0 || en->reserved[0] || en->reserved[1] || en->reserved[2]) {
+        ring_fail(p, -EINVAL, "ring entry %llu: reserved fields not zero", (unsigned long long)pos);
+        return -EINVAL;
+    }
+    const struct proxy_target *t = &p->targets[en->target];
+    size_t llen = te_mr_len(t->local);
+    if (en->len == 0 || en->src_off > llen || en->len > llen - en->src_off ||
+        en->dst_off > t->remote.len || en->len > t->remote.len - en->dst_off) {
+        ring_fail(p, -ERANGE, "ring entry %llu: %llu bytes at %llu -> %llu outside the regions "
+                  "(%zu local, %llu remote)", (unsigned long long)pos,
+                  (unsigned long long)en->len, (unsigned long long)en->src_off,
+                  (unsigned long long)en->dst_off, llen, (unsigned long long)t->remote.len);
+        return -ERANGE;
+    }
+    te_request r;
+    te_request_init(&r, TE_OP_WRITE);
+    r.flags = TE_F_IMM;
+    r.imm = en->imm;
+    r.route.kind = TE_ROUTE_PIN;
+    r.user_data = pos;
+    r.done = on_done;
+    r.done_arg = p;
+    r.u.xfer.peer = t->peer;
+    r.u.xfer.local = t->local;
+    r.u.xfer.local_off = en->src_off;
+    r.u.xfer.remote = &t->remote;
+    r.u.xfer.remote_off = en->dst_off;
+    r.u.xfer.len = en->len;
+    int64_t id;
+    for (int tries = 0; (id = te_submit(p->e, &r)) == -EAGAIN && tries < 100000; tries++)
+        usleep(10);
+    if (id < 0) {
+        ring_fail(p, (int)id, "ring entry %llu: te_submit: %s", (unsigned long long)pos,
+                  te_last_error());
+        return (int)id;
+    }
+    atomic_fetch_add(&p->submitted, 1);
+    return 0;
+}
+
+static void *proxy_main(void *arg)
+{
+    te_moe_proxy *p = arg;
+    uint32_t mask = p->ring->entries - 1;
+    uint64_t head = p->ring->consumed;
+    unsigned idle = 0;
+    while (!atomic_load(&p->stop)) {
+        te_moe_ring_entry *en = &p->ent[head & mask];
+        if (en->seq != (uint32_t)(head + 1) || p->ring->error) {
+            /* spin a little, then yield: the producer posts in bursts */
+            if (++idle > 2000)
+                usleep(20);
+            else
+                sched_yield();
+            continue;
+        }
+        idle = 0;
+        atomic_thread_fence(memory_order_acquire); /* fields after seq */
+        te_moe_ring_entry copy = *en;
+        en->seq = 0;
+        if (submit_entry(p, head, &copy))
+            continue; /* ring stopped; the producer sees ring->error */
+        head++;
+        atomic_thread_fence(memory_order_release);
+        p->ring->consumed = head;
+    }
+    return NULL;
+}
+
+int te_moe_proxy_create(te_engine *e, void *mem, uint32_t entries, uint32_t flags,
+                        te_moe_proxy **out)
+{
+    if (!e || !mem || !out || entries == 0 || (entries & (entries - 1)) || entries > (1u << 20))
+        return -EINVAL;
+    te_moe_proxy *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    p->watches = calloc(flags ? flags : 1, sizeof(*p->watches));
+    if (!p->watches) {
+        free(p);
+        return -ENOMEM;
+    }
+    memset(mem, 0, te_moe_ring_bytes(entries, flags));
+    p->e = e;
+    p->ring = mem;
+    p->ring->entries = entries;
+    p->ring->flags = flags;
+    p->ent = te_moe_ring_entries(p->ring);
+    p->flags = te_moe_ring_flags(p->ring);
+    pthread_mutex_init(&p->mu, NULL);
+    if (pthread_create(&p->thread, NULL, proxy_main, p)) {
+        free(p->watches);
+        free(p);
+        return -EAGAIN;
+    }
+    *out = p;
+    return 0;
+}
+
+int te_moe_proxy_target(te_moe_proxy *p, uint32_t index, te_peer peer, te_mr *local,
+                        const te_mr_desc *remote)
+{
+    if (index >= PROXY_TARGETS || !local || !remote)
+        return -EINVAL;
+    struct proxy_target *t = &p->targets[index];
+    t->peer = peer;
+    t->local = local;
+    t->remote = *remote;
+    atomic_store(&t->set, 1);
+    return 0;
+}
+
+static void on_watch(uint32_t imm, int status, void *arg)
+{
+    struct proxy_watch *w = arg;
+    (void)imm;
+    atomic_thread_fence(memory_order_release); /* the data before the flag */
+    w->p->flags[w->flag] = status == 0 ? w->value : TE_MOE_FLAG_FAILED;
+    atomic_store(&w->armed, 0);
+}
+
+int te_moe_proxy_watch(te_moe_proxy *p, uint32_t imm, uint64_t count, uint32_t flag,
+                       uint32_t value, int timeout_ms)
+{
+    if (flag >= p->ring->flags)
+        return -EINVAL;
+    struct proxy_watch *w = &p->watches[flag];
+    if (atomic_load(&w->armed))
+        return -EBUSY; /* one watch per flag at a time */
+    w->p = p, w->flag = flag, w->value = value, w->imm = imm;
+    atomic_store(&w->armed, 1);
+    int rc = te_imm_expect_timeout(p->e, imm, count, timeout_ms, on_watch, w);
+    if (rc)
+        atomic_store(&w->armed, 0);
+    return rc;
+}
+
+void te_moe_proxy_counts(const te_moe_proxy *p, uint64_t *submitted, uint64_t *completed)
+{
+    *submitted = atomic_load(&((te_moe_proxy *)p)->submitted);
+    *completed = atomic_load(&((te_moe_proxy *)p)->completed);
+}
+
+const char *te_moe_proxy_error(const te_moe_proxy *p) { return p->error; }
+
+void te_moe_proxy_destroy(te_moe_proxy *p)
+{
+    if (!p)
+        return;
+    atomic_store(&p->stop, 1);
+    pthread_join(p->thread, NULL);
+    /* Bounded wait for completions: the callbacks use p. */
+    for (int i = 0; i < 20000 && atomic_load(&p->completed) < atomic_load(&p->submitted); i++)
+        usleep(500);
+    /* Watches still armed would call back into freed memory: disarm them
+     * (te_imm_remove does not run the callback). */
+    for (uint32_t f = 0; f < p->ring->flags; f++)
+        if (atomic_load(&p->watches[f].armed))
+            te_imm_remove(p->e, p->watches[f].imm, NULL);
+    pthread_mutex_destroy(&p->mu);
+    free(p->watches);
+    free(p);
+}
