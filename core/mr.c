@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda_pointer.h"
 #include "engine_internal.h"
 #include "paths.h"
 #include "te_error.h"
@@ -36,6 +37,10 @@ TE_API int te_mr_reg(te_engine *e, int group, void *addr, size_t len,
                        mem_kind);
     if ((uintptr_t)addr + len < (uintptr_t)addr)
         return te_fail(-EINVAL, "te_mr_reg: region wraps the address space");
+    int device_id = 0; /* CUDA ordinal of TE_MEM_CUDA, from the driver */
+    int crc = te_cuda_check_registration(addr, len, mem_kind, &device_id);
+    if (crc)
+        return crc;
     struct te_group *g = &e->groups[group];
     int prc = te_paths_check_mem(e, g, mem_kind);
     if (prc)
@@ -55,7 +60,7 @@ TE_API int te_mr_reg(te_engine *e, int group, void *addr, size_t len,
         int rc = P->mr_reg(g->nics[i].pn, addr, len, plugin_access(access),
                            mem_kind == TE_MEM_CUDA ? TE_PMEM_CUDA
                                                    : TE_PMEM_HOST,
-                           0, &mr->pmr[i], &mr->info[i]);
+                           device_id, &mr->pmr[i], &mr->info[i]);
         if (rc) {
             char why[256];
             snprintf(why, sizeof(why), "%s", te_last_error());
@@ -120,6 +125,11 @@ TE_API int te_mr_revoke(te_engine *e, te_mr *mr, te_mr_desc *new_desc)
     struct te_group *g = mr->g;
     te_plugin_mr *fresh[TE_MAX_NICS];
     struct te_plugin_mr_info info[TE_MAX_NICS];
+    int device_id = 0;
+    int crc = te_cuda_check_registration(mr->addr, mr->len, mr->mem_kind,
+                                         &device_id);
+    if (crc)
+        return crc;
     /* New keys first on every NIC, so a failure leaves the old ones valid
      * and the registration unchanged. */
     for (uint32_t i = 0; i < g->nic_count; i++) {
@@ -128,7 +138,7 @@ TE_API int te_mr_revoke(te_engine *e, te_mr *mr, te_mr_desc *new_desc)
                            plugin_access(mr->access),
                            mr->mem_kind == TE_MEM_CUDA ? TE_PMEM_CUDA
                                                        : TE_PMEM_HOST,
-                           0, &fresh[i], &info[i]);
+                           device_id, &fresh[i], &info[i]);
         if (rc) {
             char why[256];
             snprintf(why, sizeof(why), "%s", te_last_error());

@@ -84,6 +84,22 @@ struct te_plugin_host {
     /** Log a message at the given level (0 error .. 3 debug). */
     void (*log)(void *host_ctx, int level, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
+    /*
+     * Appended after ABI 1.0 (present when struct_size covers them; NULL
+     * where the core was built without CUDA). For transports that copy
+     * with the CPU (loopback), so that they need no CUDA of their own.
+     */
+    /**
+     * Copy len bytes from src to dst in this process, either or both CUDA
+     * device memory (unified addresses), with cuMemcpyAsync on the stream
+     * in *stream (created on first use: keep one per NIC, NULL at first),
+     * and return once the copy has completed. 0 or -errno, with the cause
+     * recorded through set_error. Thread-safe for distinct streams.
+     */
+    int (*device_copy)(void *host_ctx, void **stream, void *dst,
+                       const void *src, size_t len);
+    /** Destroy a stream device_copy created (NULL is ignored). */
+    void (*device_stream_free)(void *host_ctx, void *stream);
 };
 
 /** Static description of one configuration key a plugin accepts. */

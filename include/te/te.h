@@ -641,6 +641,144 @@ TE_API int te_set_recv_handler(te_engine *e, int group, te_recv_fn fn, void *arg
 /** Value of `from` for a sender that is not a known peer. */
 #define TE_PEER_UNKNOWN 0xffffffffu
 
+/* ------------------------------------------------------------------ CUDA
+ * GPU memory and GPU-visible completion (docs/cuda.md). The library loads
+ * the CUDA driver (libcuda.so.1) at run time: every call below works in any
+ * build and on any host, and fails with a reason (te_last_error()) where
+ * CUDA is not usable: built with TE_WITH_CUDA=OFF, no driver, a stub driver,
+ * no device. Device pointers are CUDA unified addresses (CUdeviceptr /
+ * cudaMalloc results cast to void *).
+ */
+
+/**
+ * 0 if CUDA memory can be used in this process; else a negative errno and,
+ * if why is not NULL, the reason ("CUDA memory needs libcuda.so.1: not
+ * found", the driver's own cuInit error, "built without CUDA") copied into
+ * why[0..len). The first call loads the driver; later calls cost nothing.
+ */
+TE_API int te_cuda_status(char *why, size_t len);
+
+#define TE_CUDA_PTR_HOST 0u         /**< host memory CUDA does not know */
+#define TE_CUDA_PTR_HOST_PINNED 1u  /**< host memory pinned/mapped by CUDA */
+#define TE_CUDA_PTR_DEVICE 2u       /**< device memory (cuMemAlloc, cudaMalloc) */
+#define TE_CUDA_PTR_MANAGED 3u      /**< managed (unified) memory */
+
+/** What the CUDA driver says about an address range (te_cuda_pointer_info). */
+typedef struct te_cuda_ptr_info {
+    uint32_t kind;        /**< TE_CUDA_PTR_* */
+    int32_t device;       /**< CUDA ordinal owning it; -1 for host kinds */
+    uint64_t alloc_base;  /**< start of the enclosing allocation (0 if host) */
+    uint64_t alloc_len;   /**< its length (0 if host) */
+    uint32_t dmabuf;      /**< 1: the device can export it as a dma-buf */
+    uint32_t reserved;    /**< zero */
+} te_cuda_ptr_info;
+
+/**
+ * Classify [ptr, ptr+len): host, pinned host, device (which ordinal) or
+ * managed, and whether a dma-buf export is possible. This is the single
+ * place the library decides it: te_mr_reg() uses it for TE_MEM_CUDA (and,
+ * once CUDA is loaded, to refuse device memory registered as TE_MEM_HOST),
+ * and te-info shows it. Errors: CUDA unusable (reason as te_cuda_status()),
+ * -ERANGE when a device range runs past its allocation (len > 0).
+ */
+TE_API int te_cuda_pointer_info(const void *ptr, size_t len,
+                                te_cuda_ptr_info *out);
+
+/**
+ * A 32-bit flag in GPU-visible memory that the library writes when an
+ * ImmCounter expectation completes, so a running CUDA kernel can spin on it
+ * (kernels/te_cuda_kernels.h: te_k_spin_flag). It lives in host-pinned
+ * memory mapped into the device (cuMemHostAlloc DEVICEMAP): the completing
+ * CPU thread stores the value with release order; no driver call and no
+ * stream sit on the completion path (docs/cuda.md says why this over
+ * cuStreamWriteValue32).
+ */
+typedef struct te_gpu_flag te_gpu_flag;
+
+/** Value written into a flag whose expectation failed (timeout, cancel). */
+#define TE_GPU_FLAG_FAILED 0xffffffffu
+
+/** Allocate a flag (initially 0) visible to device `device`. */
+TE_API int te_gpu_flag_create(int device, te_gpu_flag **out);
+
+/** Free a flag; -EBUSY while an expectation is armed on it. */
+TE_API int te_gpu_flag_destroy(te_gpu_flag *f);
+
+/** The flag's address for kernels (a device pointer to uint32_t). */
+TE_API void *te_gpu_flag_device_ptr(const te_gpu_flag *f);
+
+/** The flag's current value, read by the CPU. */
+TE_API uint32_t te_gpu_flag_read(const te_gpu_flag *f);
+
+/** Store v into the flag (e.g. reset to 0 before re-arming). */
+TE_API void te_gpu_flag_store(te_gpu_flag *f, uint32_t v);
+
+/**
+ * te_imm_expect_timeout() whose completion stores `value` (not 0, not
+ * TE_GPU_FLAG_FAILED) into f; on timeout or cancel it stores
+ * TE_GPU_FLAG_FAILED, so a kernel spinning on the flag always finishes.
+ * One armed expectation per flag (-EBUSY). timeout_ms > 0.
+ */
+TE_API int te_imm_expect_gpu_flag(te_engine *e, uint32_t imm, uint64_t count,
+                                  int timeout_ms, te_gpu_flag *f,
+                                  uint32_t value);
+
+/**
+ * Forget the expectation armed on f after te_imm_remove() took it away
+ * (its completion never comes then), so that f can be re-armed or freed.
+ */
+TE_API void te_gpu_flag_disarm(te_gpu_flag *f);
+
+/**
+ * The watcher (the paper's alloc_uvm_watcher): a 64-bit word in GPU-visible
+ * memory (host-pinned, mapped) that kernels bump, also kernels captured in a
+ * CUDA graph and replayed; a CPU thread of the watcher sees each change and
+ * calls cb(old, new, arg) on that thread, in order.
+ */
+typedef struct te_gpu_watcher te_gpu_watcher;
+
+/** Watcher callback: the word changed from old_value to new_value. */
+typedef void (*te_gpu_watch_fn)(uint64_t old_value, uint64_t new_value,
+                                void *arg);
+
+/**
+ * Treat the word as a counter bumped by +1 steps: one callback per step,
+ * (k, k+1), even where several bumps land between two looks of the CPU.
+ * Without it, one callback per observed change (old, new).
+ */
+#define TE_GPU_WATCH_EACH_STEP 0x1u
+
+/**
+ * Spin without pause: lowest latency, one CPU core busy. Without it, the
+ * thread spins while changes come and, after 1 ms without any, looks every
+ * 50 us (a change is then seen up to 50 us late).
+ */
+#define TE_GPU_WATCH_SPIN 0x2u
+
+/** Create a watcher (word = 0) for device `device` and start its thread. */
+TE_API int te_gpu_watcher_create(int device, uint32_t flags,
+                                 te_gpu_watch_fn cb, void *arg,
+                                 te_gpu_watcher **out);
+
+/** The word's address for kernels (a device pointer to unsigned long long). */
+TE_API void *te_gpu_watcher_device_ptr(const te_gpu_watcher *w);
+
+/** The last value whose callback has returned. */
+TE_API uint64_t te_gpu_watcher_delivered(const te_gpu_watcher *w);
+
+/**
+ * Wait until the callback for a value >= `value` has returned;
+ * -ETIMEDOUT after timeout_ms (> 0).
+ */
+TE_API int te_gpu_watcher_wait(te_gpu_watcher *w, uint64_t value,
+                               int timeout_ms);
+
+/**
+ * Stop the thread (after delivering changes already visible) and free the
+ * word. Not from inside the callback (-EDEADLK).
+ */
+TE_API int te_gpu_watcher_destroy(te_gpu_watcher *w);
+
 #ifdef __cplusplus
 }
 #endif

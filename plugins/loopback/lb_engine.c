@@ -16,7 +16,7 @@
 #include "lb_internal.h"
 
 /* Copy len bytes from the initiator's address src into dst. */
-static int lb_copy_from(struct lb_inbound *in, void *dst, uint64_t src,
+int lb_copy_from(struct lb_inbound *in, void *dst, uint64_t src,
                         uint64_t len)
 {
     if (in->local) {
@@ -38,7 +38,7 @@ static int lb_copy_from(struct lb_inbound *in, void *dst, uint64_t src,
 }
 
 /* Copy len bytes from src into the initiator's address dst. */
-static int lb_copy_to(struct lb_inbound *in, uint64_t dst, const void *src,
+int lb_copy_to(struct lb_inbound *in, uint64_t dst, const void *src,
                       uint64_t len)
 {
     if (in->local) {
@@ -131,9 +131,15 @@ static void lb_deliver(lb_nic *nic, struct lb_inbound *in,
                (unsigned long long)r->len, in->nic_index, in->pid,
                (unsigned long long)rv->len);
     } else {
-        int rc = r->len ? lb_copy_from(in, rv->addr, r->local_addr, r->len) : 0;
+        int rc = !r->len ? 0
+                 : r->mem & LB_MEM_LOCAL_DEVICE
+                     ? lb_dev_copy_from(nic, in, rv->addr, false, r->local_addr,
+                                        true, r->len)
+                     : lb_copy_from(in, rv->addr, r->local_addr, r->len);
         if (rc < 0) {
-            lb_fail(resp, rc, LB_R_COPY, (uint64_t)-rc, in->pid, 0);
+            lb_fail(resp, rc,
+                    r->mem & LB_MEM_LOCAL_DEVICE ? LB_R_DEVICE : LB_R_COPY,
+                    (uint64_t)-rc, in->pid, 0);
             e->status = rc;
         } else {
             e->len = r->len;
@@ -157,9 +163,17 @@ static int lb_exec(lb_nic *nic, struct lb_inbound *in, const struct lb_req *r,
         if (r->len || r->rkey) {
             if (!(mr = lb_check(nic, r, TE_PMR_REMOTE_WRITE, &resp, &off)))
                 break;
-            if (r->len && (rc = lb_copy_from(in, mr->addr + off, r->local_addr,
-                                             r->len)) < 0) {
-                lb_fail(&resp, rc, LB_R_COPY, (uint64_t)-rc, in->pid, 0);
+            bool src_dev = r->mem & LB_MEM_LOCAL_DEVICE;
+            if (r->len &&
+                (rc = mr->device || src_dev
+                          ? lb_dev_copy_from(nic, in, mr->addr + off,
+                                             mr->device, r->local_addr,
+                                             src_dev, r->len)
+                          : lb_copy_from(in, mr->addr + off, r->local_addr,
+                                         r->len)) < 0) {
+                lb_fail(&resp, rc, mr->device || src_dev ? LB_R_DEVICE
+                                                         : LB_R_COPY,
+                        (uint64_t)-rc, in->pid, 0);
                 break;
             }
         }
@@ -172,9 +186,15 @@ static int lb_exec(lb_nic *nic, struct lb_inbound *in, const struct lb_req *r,
     case TE_POP_READ:
         if (!(mr = lb_check(nic, r, TE_PMR_REMOTE_READ, &resp, &off)))
             break;
-        if (r->len && (rc = lb_copy_to(in, r->local_addr, mr->addr + off,
-                                       r->len)) < 0)
-            lb_fail(&resp, rc, LB_R_COPY, (uint64_t)-rc, in->pid, 0);
+        bool dst_dev = r->mem & LB_MEM_LOCAL_DEVICE;
+        if (r->len &&
+            (rc = mr->device || dst_dev
+                      ? lb_dev_copy_to(nic, in, r->local_addr, dst_dev,
+                                       mr->addr + off, mr->device, r->len)
+                      : lb_copy_to(in, r->local_addr, mr->addr + off,
+                                   r->len)) < 0)
+            lb_fail(&resp, rc, mr->device || dst_dev ? LB_R_DEVICE : LB_R_COPY,
+                    (uint64_t)-rc, in->pid, 0);
         break;
     case TE_POP_SEND:
         if (nic->pending.count || !nic->recvq.count) {

@@ -189,7 +189,8 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
             .imm = op->imm, .slot = idx, .gen = s->gen,
             .local_addr = (uint64_t)(uintptr_t)op->local_addr, .len = op->len,
             .remote_addr = op->remote_addr, .rkey = op->rkey,
-            .not_before_ns = not_before, .pid = nic->addr.pid};
+            .not_before_ns = not_before, .pid = nic->addr.pid,
+            .mem = op->len && op->mr->device ? LB_MEM_LOCAL_DEVICE : 0};
         lb_ring_prod_push(&p->req);
         p->outstanding++;
         if (p != last) {
@@ -233,6 +234,13 @@ static void lb_report(lb_nic *nic, const struct lb_peer *p,
                     "copies need the same uid or CAP_SYS_PTRACE; see "
                     "kernel.yama.ptrace_scope)",
                k, tgt, (unsigned long long)r->b, strerror((int)r->a));
+        break;
+    case LB_R_DEVICE:
+        lb_err(nic, "%s to %s: device memory copy failed: %s (CUDA buffers "
+                    "of an initiator in another process (pid %llu) need CUDA "
+                    "IPC, which loopback does not implement; else the "
+                    "target's log has the CUDA error)",
+               k, tgt, strerror((int)r->a), (unsigned long long)r->b);
         break;
     case LB_R_MSGSIZE:
         lb_err(nic, "%s to %s: message of %llu bytes exceeds the receive "

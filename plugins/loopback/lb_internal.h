@@ -126,9 +126,12 @@ struct lb_req {
     uint64_t rkey;
     uint64_t not_before_ns; /* fault_delay_us: earliest execution, or 0 */
     uint32_t pid;           /* initiator process */
-    uint32_t reserved2;
+    uint32_t mem;           /* LB_MEM_*: what local_addr points to */
 };
 _Static_assert(sizeof(struct lb_req) == LB_RING_ENTRY, "request entry size");
+
+/* lb_req.mem: the initiator's buffer is CUDA device memory. */
+#define LB_MEM_LOCAL_DEVICE 0x1u
 
 /* Why a request failed at the target; the initiator formats the message. */
 enum lb_reason {
@@ -139,6 +142,7 @@ enum lb_reason {
     LB_R_COPY,      /* a = errno of process_vm_*, b = initiator pid */
     LB_R_MSGSIZE,   /* a = message len, b = receive buffer len */
     LB_R_KIND,      /* a = kind */
+    LB_R_DEVICE,    /* a = errno of a device copy (lb_device.c), b = pid */
 };
 
 /* Response ring entry (target -> initiator). */
@@ -208,6 +212,7 @@ struct te_plugin_mr {
     uint32_t access;
     uint32_t index; /* in the NIC's table */
     uint64_t rkey;
+    bool device;    /* CUDA device memory (TE_PMEM_CUDA), see lb_device.c */
 };
 typedef struct te_plugin_mr lb_mr;
 
@@ -314,6 +319,8 @@ struct te_plugin_nic {
     struct lb_fifo recvq;   /* struct lb_recv */
     struct lb_fifo pending; /* struct lb_pending */
     struct lb_work *batch;
+    void *cuda_stream;      /* device copies of this NIC (lb_device.c) */
+    unsigned char *bounce;  /* staging for cross-process device copies */
 
     /* ---- completions that did not fit in poll()'s array */
     struct lb_fifo cq; /* struct te_plugin_cq_entry */
@@ -434,6 +441,22 @@ static inline te_plugin_peer lb_inbound_peer_fast(lb_nic *nic,
 /* ------------------------------------------------------------ lb_engine.c */
 
 /* Target side: execute inbound requests, at most `room` completions. */
+/* ---------------------------------------------------------- lb_device.c */
+/* Host memory copies with the initiator (lb_engine.c). */
+int lb_copy_from(struct lb_inbound *in, void *dst, uint64_t src, uint64_t len);
+int lb_copy_to(struct lb_inbound *in, uint64_t dst, const void *src,
+               uint64_t len);
+/* Copies where our region (dst_dev / src_dev) or the initiator's buffer is
+ * CUDA device memory; -ENOTSUP with a message where that cannot be done. */
+int lb_dev_copy_from(lb_nic *nic, struct lb_inbound *in, void *dst,
+                     bool dst_dev, uint64_t src, bool src_dev, uint64_t len);
+int lb_dev_copy_to(lb_nic *nic, struct lb_inbound *in, uint64_t dst,
+                   bool dst_dev, const void *src, bool src_dev, uint64_t len);
+/* Whether the core offers device copies (built with CUDA). */
+bool lb_dev_supported(const lb_nic *nic);
+/* Release the NIC's stream and staging buffer. */
+void lb_dev_free(lb_nic *nic);
+
 int lb_target_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room);
 void lb_pending_purge(lb_nic *nic, struct lb_inbound *in);
 

@@ -35,10 +35,15 @@ int lb_mr_reg(te_plugin_nic *nic, void *addr, size_t len, uint32_t access,
 {
     if (!out || !info)
         return -EINVAL;
-    if (mem_type != TE_PMEM_HOST) {
-        lb_err(nic, "memory type %u (device %d) is not supported: the "
-                    "loopback transport registers host memory only",
+    if (mem_type != TE_PMEM_HOST && mem_type != TE_PMEM_CUDA) {
+        lb_err(nic, "memory type %u (device %d) is not supported",
                mem_type, device_id);
+        return -ENOTSUP;
+    }
+    if (mem_type == TE_PMEM_CUDA && !lb_dev_supported(nic)) {
+        lb_err(nic, "CUDA memory (device %d) needs the core's device copy "
+                    "service: this core was built without CUDA",
+               device_id);
         return -ENOTSUP;
     }
     if (!addr || len == 0 || (uintptr_t)addr + len < (uintptr_t)addr) {
@@ -57,6 +62,7 @@ int lb_mr_reg(te_plugin_nic *nic, void *addr, size_t len, uint32_t access,
     mr->addr = addr;
     mr->len = len;
     mr->access = access;
+    mr->device = mem_type == TE_PMEM_CUDA;
 
     lb_mr_lock(nic);
     uint32_t idx;

@@ -230,6 +230,7 @@ static void lb_nic_close(te_plugin_nic *nic)
     lb_registry_remove(nic);
     lb_peers_free_all(nic);
     lb_inbound_free_all(nic, LB_ST_CLOSED);
+    lb_dev_free(nic);
     lb_nic_free(nic);
 }
 

@@ -212,6 +212,43 @@ int te_imm_space_lookup(te_engine *e, uint32_t imm, const char **name,
 int te_imm_space_destroy(te_imm_space *s);
 int te_set_recv_handler(te_engine *e, int group, te_recv_fn fn, void *arg);
 
+/* CUDA (te.h's last section; python/transferengine/cuda.py) */
+#define TE_CUDA_PTR_HOST 0
+#define TE_CUDA_PTR_HOST_PINNED 1
+#define TE_CUDA_PTR_DEVICE 2
+#define TE_CUDA_PTR_MANAGED 3
+#define TE_GPU_FLAG_FAILED 0xffffffff
+#define TE_GPU_WATCH_EACH_STEP 0x1
+#define TE_GPU_WATCH_SPIN 0x2
+typedef struct te_cuda_ptr_info {
+    uint32_t kind;
+    int32_t device;
+    uint64_t alloc_base;
+    uint64_t alloc_len;
+    uint32_t dmabuf;
+    uint32_t reserved;
+} te_cuda_ptr_info;
+typedef struct te_gpu_flag te_gpu_flag;
+typedef struct te_gpu_watcher te_gpu_watcher;
+typedef void (*te_gpu_watch_fn)(uint64_t old_value, uint64_t new_value,
+                                void *arg);
+int te_cuda_status(char *why, size_t len);
+int te_cuda_pointer_info(const void *ptr, size_t len, te_cuda_ptr_info *out);
+int te_gpu_flag_create(int device, te_gpu_flag **out);
+int te_gpu_flag_destroy(te_gpu_flag *f);
+void *te_gpu_flag_device_ptr(const te_gpu_flag *f);
+uint32_t te_gpu_flag_read(const te_gpu_flag *f);
+void te_gpu_flag_store(te_gpu_flag *f, uint32_t v);
+int te_imm_expect_gpu_flag(te_engine *e, uint32_t imm, uint64_t count,
+                           int timeout_ms, te_gpu_flag *f, uint32_t value);
+void te_gpu_flag_disarm(te_gpu_flag *f);
+int te_gpu_watcher_create(int device, uint32_t flags, te_gpu_watch_fn cb,
+                          void *arg, te_gpu_watcher **out);
+void *te_gpu_watcher_device_ptr(const te_gpu_watcher *w);
+uint64_t te_gpu_watcher_delivered(const te_gpu_watcher *w);
+int te_gpu_watcher_wait(te_gpu_watcher *w, uint64_t value, int timeout_ms);
+int te_gpu_watcher_destroy(te_gpu_watcher *w);
+
 /* te_request's union, reached through helpers below (the union's anonymous
  * structs cannot be declared partially). */
 struct te_xfer_args *tepy_xfer(te_request *r);

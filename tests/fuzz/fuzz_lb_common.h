@@ -120,8 +120,9 @@ static __attribute__((unused)) void fz_log(void *c, int level, const char *fmt, 
     va_end(ap);
 }
 
-static struct te_plugin_host fz_host = {sizeof(struct te_plugin_host), NULL,
-                                        fz_get, fz_err, fz_log};
+static struct te_plugin_host fz_host = {
+    .struct_size = sizeof(struct te_plugin_host), .host_ctx = NULL,
+    .config_get = fz_get, .set_error = fz_err, .log = fz_log};
 static const struct te_plugin_ops *fz_ops;
 static te_plugin_ctx *fz_ctx;
 static pid_t fz_child = -1;

@@ -52,7 +52,8 @@ int main(int argc, char **argv)
     if (!ops->init || !ops->fini || !ops->device_count || !ops->post || !ops->poll)
         return fail("mandatory function missing");
 
-    struct te_plugin_host host = {sizeof host, NULL, host_get, host_err, host_log};
+    struct te_plugin_host host = {.struct_size = sizeof host, .host_ctx = NULL,
+        .config_get = host_get, .set_error = host_err, .log = host_log};
     te_plugin_ctx *ctx = NULL;
     if (ops->init(&host, &ctx) != 0)
         return fail("init failed");

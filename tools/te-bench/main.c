@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "test_gpu.h"
 
 static const uint64_t def_bw[] = {64 << 10, 1 << 20, 4 << 20, 16 << 20};
 static const uint64_t def_paged[] = {1 << 20, 4 << 20, 16 << 20};
@@ -220,6 +221,11 @@ int main(int argc, char **argv)
     static struct tb_opts o;
     if (argc == 3 && strcmp(argv[1], "--cma-helper") == 0)
         return tb_cma_helper(argv[2]);
+    /* The GPU tests (test_gpu.c) run in one process with their own
+     * options (--mem, --mem-src, --mem-dst, --iters). */
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--test") && tb_gpu_is_test(argv[i + 1]))
+            return tb_gpu_main(argc, argv);
     if (tb_opts_parse(argc, argv, &o))
         return 2;
     if (o.config_file && !(o.config_text = read_file(o.config_file))) {

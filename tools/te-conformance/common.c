@@ -43,7 +43,13 @@ int64_t conf_submit(struct conf *c, te_request *r)
 {
     uint64_t deadline = conf_now_ms() + CONF_TIMEOUT_MS;
     for (;;) {
+        /* Device memory: the cases wrote the host mirror (mem.h). */
+        if (c->inflight == 0 &&
+            conf_mem_push(&c->src_mem, 0, c->src_mem.len))
+            return -EIO;
         int64_t id = te_submit(c->e, r);
+        if (id >= 0)
+            c->inflight++;
         if (id != -EAGAIN || conf_now_ms() > deadline)
             return id;
         usleep(100);
@@ -63,7 +69,11 @@ int conf_wait_completions(struct conf *c, te_completion *out, int n)
         if (k < 0)
             return k;
         got += k;
+        c->inflight = c->inflight > k ? c->inflight - k : 0;
     }
+    /* Reads landed in device memory: show them in the mirror. */
+    if (c->inflight == 0 && conf_mem_pull(&c->src_mem, 0, c->src_mem.len))
+        return -EIO;
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "te/te.h"
+#include "mem.h"
 
 #define CONF_MAX_REMOTES 4
 #define CONF_REGION (16u << 20) /* bytes of each side's test region */
@@ -59,7 +60,9 @@ struct conf {
     int nremotes;
     te_engine *e;          /* the local engine (group 0) */
     te_mr *src;            /* local region: source of writes, sink of reads */
-    uint8_t *src_buf;
+    uint8_t *src_buf;      /* = src_mem.host (the mirror, see mem.h) */
+    struct conf_mem src_mem;
+    int inflight;          /* conf_submit()ted, not yet waited for */
     struct remote rem[CONF_MAX_REMOTES];
     int verbose;
     const char *plugin;

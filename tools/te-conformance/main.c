@@ -36,10 +36,15 @@ static void usage(FILE *f)
         "                       children (repeatable), e.g. the source\n"
         "                       address of their network namespace\n"
         "  --case NAME          run only this case (repeatable)\n"
+        "  --mem host|cuda      memory of every test region (default host)\n"
+        "  --mem-src host|cuda  memory of the local region (sources, read\n"
+        "                       destinations)\n"
+        "  --mem-dst host|cuda  memory of the remotes' regions\n"
         "  --list               list the cases and exit\n"
         "  --verbose            print each case's description\n"
         "  --help               this text\n"
-        "Every wait has a deadline of %d ms; a hang is a failure.\n",
+        "Every wait has a deadline of %d ms; a hang is a failure. Exit 77:\n"
+        "--mem cuda asked for where CUDA memory is unavailable (skipped).\n",
         CONF_MAX_REMOTES, CONF_TIMEOUT_MS);
 }
 
@@ -73,6 +78,9 @@ int main(int argc, char **argv)
         {"serve", required_argument, 0, 'S'},
         {"remote-wrapper", required_argument, 0, 'W'},
         {"remote-set", required_argument, 0, 'R'},
+        {"mem", required_argument, 0, 'M'},
+        {"mem-src", required_argument, 0, 'A'},
+        {"mem-dst", required_argument, 0, 'B'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     static struct conf c;
@@ -80,7 +88,7 @@ int main(int argc, char **argv)
     int nonly = 0, list = 0, serve_fd = -1, o, nremote_sets = 0;
     char plugin_set[4200] = "";
     c.nremotes = 3;
-    while ((o = getopt_long(argc, argv, "p:c:s:tr:k:lvS:W:R:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "p:c:s:tr:k:lvS:W:R:M:A:B:h", opts, NULL)) != -1) {
         switch (o) {
         case 'p':
             snprintf(plugin_set, sizeof(plugin_set), "engine.plugin=%s", optarg);
@@ -104,6 +112,21 @@ int main(int argc, char **argv)
             if (nremote_sets < 16)
                 remote_sets[nremote_sets++] = optarg;
             break;
+        case 'M':
+        case 'A':
+        case 'B': {
+            int cuda = strcmp(optarg, "cuda") == 0;
+            if (!cuda && strcmp(optarg, "host") != 0) {
+                fprintf(stderr, "te-conformance: memory \"%s\": expected "
+                        "host or cuda\n", optarg);
+                return 2;
+            }
+            if (o != 'B')
+                conf_mem_src_cuda = cuda;
+            if (o != 'A')
+                conf_mem_dst_cuda = cuda;
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -139,10 +162,21 @@ int main(int argc, char **argv)
         return 1;
     }
     c.plugin = te_engine_plugin_name(c.e);
-    c.src_buf = aligned_alloc(4096, CONF_REGION);
-    if (!c.src_buf || te_mr_reg(c.e, 0, c.src_buf, CONF_REGION,
-                                TE_MR_REMOTE_WRITE | TE_MR_REMOTE_READ,
-                                TE_MEM_HOST, &c.src)) {
+    struct conf_mem probe;
+    if (!(rc = conf_mem_alloc(&c.src_mem, CONF_REGION, conf_mem_src_cuda)) &&
+        conf_mem_dst_cuda && !conf_mem_src_cuda &&
+        !(rc = conf_mem_alloc(&probe, 4096, 1))) /* remotes: ask now */
+        conf_mem_free(&probe);
+    if (rc) {
+        te_engine_destroy(c.e);
+        conf_mem_free(&c.src_mem);
+        te_config_free(c.cfg);
+        return rc == -ENOTSUP ? 77 : 1; /* 77: ctest's "skipped" */
+    }
+    c.src_buf = c.src_mem.host;
+    if (te_mr_reg(c.e, 0, conf_mem_region(&c.src_mem), CONF_REGION,
+                  TE_MR_REMOTE_WRITE | TE_MR_REMOTE_READ,
+                  conf_mem_kind(&c.src_mem), &c.src)) {
         fprintf(stderr, "te-conformance: registration: %s\n", te_last_error());
         return 1;
     }
@@ -180,7 +214,7 @@ int main(int argc, char **argv)
             c.rem[i].ops->close(&c.rem[i]);
     te_mr_dereg(c.e, c.src);
     te_engine_destroy(c.e);
-    free(c.src_buf);
+    conf_mem_free(&c.src_mem);
     te_config_free(c.cfg);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;

@@ -71,15 +71,17 @@ static int ip_fill(struct remote *r, uint64_t off, uint64_t len, uint32_t seed)
     if (off > CONF_REGION || len > CONF_REGION - off)
         return -ERANGE;
     conf_fill(S(r)->buf, off, len, seed);
-    return 0;
+    return conf_mem_push(&S(r)->mem, off, len);
 }
 
 static int ip_fetch(struct remote *r, uint64_t off, uint64_t len, void *out)
 {
     if (off > CONF_REGION || len > CONF_REGION - off)
         return -ERANGE;
-    memcpy(out, S(r)->buf + off, len);
-    return 0;
+    int rc = conf_mem_pull(&S(r)->mem, off, len);
+    if (!rc)
+        memcpy(out, S(r)->buf + off, len);
+    return rc;
 }
 
 static int ip_imm_wait(struct remote *r, uint32_t imm, uint64_t count, int ms)

@@ -43,12 +43,12 @@ int side_open(struct side *s, const te_config *cfg)
     int rc = te_engine_create(cfg, &s->e);
     if (rc)
         return rc;
-    s->buf = aligned_alloc(4096, CONF_REGION);
-    if (!s->buf)
-        return -ENOMEM;
-    memset(s->buf, 0, CONF_REGION);
-    rc = te_mr_reg(s->e, 0, s->buf, CONF_REGION,
-                   TE_MR_REMOTE_WRITE | TE_MR_REMOTE_READ, TE_MEM_HOST, &s->mr);
+    if ((rc = conf_mem_alloc(&s->mem, CONF_REGION, conf_mem_dst_cuda)))
+        return rc;
+    s->buf = s->mem.host;
+    rc = te_mr_reg(s->e, 0, conf_mem_region(&s->mem), CONF_REGION,
+                   TE_MR_REMOTE_WRITE | TE_MR_REMOTE_READ,
+                   conf_mem_kind(&s->mem), &s->mr);
     if (rc)
         return rc;
     rc = te_mr_describe(s->mr, &s->desc);
@@ -64,7 +64,7 @@ void side_close(struct side *s)
             te_mr_dereg(s->e, s->mr);
         te_engine_destroy(s->e);
     }
-    free(s->buf);
+    conf_mem_free(&s->mem);
     while (s->head) {
         struct side_msg *m = s->head;
         s->head = m->next;
@@ -194,13 +194,15 @@ int side_serve(const te_config *cfg, int fd)
                 break;
             }
             conf_fill(s.buf, q.a, q.b, q.imm);
+            rep.rc = conf_mem_push(&s.mem, q.a, q.b);
             break;
         case CMD_FETCH:
             if (q.a > CONF_REGION || q.b > CONF_REGION - q.a) {
                 rep.rc = -ERANGE;
                 break;
             }
-            rep.len = q.b;
+            rep.rc = conf_mem_pull(&s.mem, q.a, q.b);
+            rep.len = rep.rc ? 0 : q.b;
             payload = s.buf + q.a;
             break;
         case CMD_IMM_WAIT:

@@ -17,7 +17,8 @@ struct side_msg {
 
 struct side {
     te_engine *e;
-    uint8_t *buf;
+    uint8_t *buf;          /* = mem.host, the mirror (mem.h) */
+    struct conf_mem mem;
     te_mr *mr;
     te_mr_desc desc;
     pthread_mutex_t lock;

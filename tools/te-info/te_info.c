@@ -299,6 +299,14 @@ int main(int argc, char **argv)
         }
     }
     printf("TransferEngine %s\n\n", te_version());
+    /* CUDA memory (TE_MEM_CUDA, GPU flags, watcher): usable, or why not.
+     * The classification of each registration is te_cuda_pointer_info(). */
+    char cuda_why[512];
+    if (te_cuda_status(cuda_why, sizeof(cuda_why)) == 0)
+        printf("CUDA memory: usable (driver loaded; TE_MEM_CUDA registrations "
+               "are classified with cuPointerGetAttributes)\n\n");
+    else
+        printf("CUDA memory: unavailable: %s\n\n", cuda_why);
     int rc = 0;
     if (want_plugins)
         list_plugins(cfg);

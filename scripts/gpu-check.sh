@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# GPU check of TransferEngine's CUDA support (docs/cuda.md), for a machine
+# with an NVIDIA GPU and the CUDA toolkit (nvcc, cmake, python3) but possibly
+# no internet and no apt. It builds the tree, runs every ctest of label gpu,
+# the conformance suite with device memory and the GPU benchmarks, and writes
+# a results file (default gpu-results/results.txt) with device, date, commit.
+#
+# Build dependencies (inih, check, pkg-config) come from .deb files carried
+# along, unpacked with dpkg -x (no root, no apt). Prepare them on a Debian 12
+# machine with apt (this repository's dev host), in the repository root:
+#     mkdir -p gpu-debs && cd gpu-debs && apt-get download \
+#       libinih1 libinih-dev libinireader0 check libsubunit0 libsubunit-dev \
+#       pkgconf pkgconf-bin libpkgconf3 pkg-config && cd ..
+# (or: scripts/gpu-check.sh --download-debs). gpu-debs/ is untracked, not
+# ignored, so a copy of the working tree carries it. Where inih and check are
+# installed already, the debs are not needed.
+#
+# Usage: scripts/gpu-check.sh [--download-debs] [--out DIR] [--quick]
+#   --quick   fewer benchmark samples (for a short device lease)
+# Exit: 0 when everything that ran passed, 1 otherwise.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=gpu-results
+QUICK=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --download-debs)
+        mkdir -p gpu-debs && (cd gpu-debs && apt-get download libinih1 \
+            libinih-dev libinireader0 check libsubunit0 libsubunit-dev \
+            pkgconf pkgconf-bin libpkgconf3 pkg-config)
+        exit $? ;;
+    --out) OUT=$2; shift ;;
+    --quick) QUICK=1 ;;
+    *) echo "usage: $0 [--download-debs] [--out DIR] [--quick]" >&2; exit 2 ;;
+    esac
+    shift
+done
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+RES=$OUT/results.txt
+: > "$RES"
+say() { echo "$*" | tee -a "$RES"; }
+FAILED=0
+
+# ---------------------------------------------------------------- deps
+if [ -d gpu-debs ] && ls gpu-debs/*.deb > /dev/null 2>&1; then
+    SYSROOT=$ROOT/build-gpu-deps
+    rm -rf "$SYSROOT" && mkdir -p "$SYSROOT"
+    for d in gpu-debs/*.deb; do dpkg -x "$d" "$SYSROOT"; done
+    ARCHLIB=$(ls -d "$SYSROOT"/usr/lib/*-linux-gnu 2>/dev/null | head -1)
+    export PATH=$SYSROOT/usr/bin:$PATH
+    export LD_LIBRARY_PATH=$ARCHLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    # The .pc files say prefix=/usr: the sysroot is prepended to -I/-L.
+    export PKG_CONFIG_SYSROOT_DIR=$SYSROOT
+    export PKG_CONFIG_LIBDIR=$ARCHLIB/pkgconfig:$SYSROOT/usr/share/pkgconfig
+    # Debian's pkg-config is a link to pkgconf; libpkgconf3 is in ARCHLIB.
+    command -v pkg-config > /dev/null || ln -sf pkgconf "$SYSROOT/usr/bin/pkg-config"
+    echo "deps: unpacked $(ls gpu-debs/*.deb | wc -l) .deb files into $SYSROOT"
+fi
+for m in inih check; do
+    pkg-config --exists $m || { echo "missing $m (see the header of $0)" >&2; exit 1; }
+done
+
+# --------------------------------------------------------------- build
+export PATH=/usr/local/cuda/bin:$PATH
+say "# TransferEngine GPU check"
+say "date:   $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+say "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (+local changes)')"
+say "host:   $(uname -srm), $(nproc) CPUs"
+say "gpu:    $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -4 | tr '\n' ';')"
+say "nvcc:   $(nvcc --version 2>/dev/null | tail -1)"
+ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTE_WITH_CUDA=ON \
+      -DTE_WITH_MLX5=AUTO -DTE_WITH_EFA=AUTO \
+      ${ARCH:+-DCMAKE_CUDA_ARCHITECTURES=$ARCH} > "$OUT/configure.log" 2>&1 \
+    || { say "configure FAILED (configure.log)"; exit 1; }
+cmake --build build-gpu -j"$(nproc)" > "$OUT/build.log" 2>&1 \
+    || { say "build FAILED (build.log)"; tail -30 "$OUT/build.log"; exit 1; }
+say "build:  ok ($(grep -c 'warning:' "$OUT/build.log") warnings)"
+BIN=$ROOT/build-gpu
+export TE_PLUGIN_PATH=$BIN/plugins
+say "te-info: $("$BIN"/tools/te-info/te-info --groups 2>&1 | grep 'CUDA memory')"
+
+# --------------------------------------------------------------- tests
+say ""
+say "## ctest -L gpu (unit tests and the conformance suite with --mem cuda)"
+(cd build-gpu && ctest -L gpu --output-on-failure --timeout 300) > "$OUT/ctest-gpu.log" 2>&1 || FAILED=1
+grep -E "Test +#|tests passed|Skipped|Failed" "$OUT/ctest-gpu.log" | tee -a "$RES"
+grep -q "Skipped" "$OUT/ctest-gpu.log" && { say "NOTE: gpu tests were SKIPPED: see ctest-gpu.log"; FAILED=1; }
+say ""
+say "## ctest cuda_ and host regressions (conformance_loopback, test_engine)"
+(cd build-gpu && ctest -R 'cuda_|conformance_loopback|test_engine|test_loopback' -j4 --timeout 300) \
+    > "$OUT/ctest-host.log" 2>&1 || FAILED=1
+grep -E "tests passed|Failed" "$OUT/ctest-host.log" | tee -a "$RES"
+
+# ------------------------------------------------------------ benchmarks
+say ""
+say "## benchmarks (te-bench, one process, loopback; references in the same run)"
+IT_W=20; IT_L=2000; IT_F=1000
+[ $QUICK = 1 ] && { IT_W=5; IT_L=300; IT_F=200; }
+for r in 1 2 3; do
+    for m in "cuda cuda" "host cuda" "cuda host"; do
+        set -- $m
+        say "### cudawrite run $r: --mem-src $1 --mem-dst $2"
+        "$BIN"/tools/te-bench/te-bench --test cudawrite --mem-src "$1" --mem-dst "$2" \
+            --iters $IT_W 2>&1 | tee -a "$RES" || FAILED=1
+    done
+    say "### watcher run $r"
+    "$BIN"/tools/te-bench/te-bench --test watcher --iters $IT_L 2>&1 | tee -a "$RES" || FAILED=1
+    say "### gpuflag run $r"
+    "$BIN"/tools/te-bench/te-bench --test gpuflag --iters $IT_F 2>&1 | tee -a "$RES" || FAILED=1
+done
+
+# efa over libfabric shm with CUDA memory, where the plugin was built.
+if [ -e "$BIN/plugins/libte-plugin-efa.so" ]; then
+    say ""
+    say "## efa (libfabric shm) conformance with --mem cuda"
+    "$BIN"/tools/te-conformance/te-conformance --plugin efa --set efa.provider=shm \
+        --set efa.hmem=on --mem cuda > "$OUT/efa-shm-cuda.log" 2>&1
+    rc=$?
+    tail -1 "$OUT/efa-shm-cuda.log" | tee -a "$RES"
+    say "efa shm --mem cuda: exit $rc (77 = skipped; see efa-shm-cuda.log)"
+fi
+say ""
+say "overall: $([ $FAILED = 0 ] && echo PASS || echo FAIL)"
+exit $FAILED
