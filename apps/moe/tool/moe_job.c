@@ -14,16 +14,31 @@ int moe_job_open(struct moe_job *j, const te_moe_config *c,
     j->c = *c;
     for (uint32_t i = 0; i < c->ranks; i++) {
         te_config *cfg = te_config_new();
-        for (const char *const *s = settings; s && *s; s++) {
+        if (!cfg) {
+            fprintf(stderr, "moe job: out of memory\n");
+            return -ENOMEM;
+        }
+        int rc = 0;
+        for (const char *const *s = settings; !rc && s && *s; s++) {
             char b[256];
             snprintf(b, sizeof(b), "%s", *s);
             char *dot = strchr(b, '.'), *eq = strchr(b, '=');
-            if (dot && eq && dot < eq) {
+            if (!dot || !eq || eq < dot) {
+                fprintf(stderr, "moe job: setting \"%s\" is not "
+                        "section.key=value\n", *s);
+                rc = -EINVAL;
+            } else {
                 *dot = *eq = 0;
-                te_config_set(cfg, b, dot + 1, eq + 1);
+                if ((rc = te_config_set(cfg, b, dot + 1, eq + 1)))
+                    fprintf(stderr, "moe job: setting \"%s\": %s\n", *s,
+                            te_last_error());
             }
         }
-        int rc = te_engine_create(cfg, &j->e[i]);
+        if (rc) {
+            te_config_free(cfg);
+            return rc;
+        }
+        rc = te_engine_create(cfg, &j->e[i]);
         te_config_free(cfg);
         if (rc) {
             fprintf(stderr, "moe job: engine %u: %s\n", i, te_last_error());

@@ -19,7 +19,8 @@ struct moe_job {
 };
 
 /* Engines (extra "section.key=value" settings, NULL-terminated), ranks,
- * blobs exchanged. 0 or -errno (message on stderr). */
+ * blobs exchanged. 0 or -errno (message on stderr); after a failure,
+ * moe_job_close() frees what was made. */
 int moe_job_open(struct moe_job *j, const te_moe_config *c,
                  const char *const *settings);
 /* Tokens and routing of every rank for a batch (skew: see

@@ -106,12 +106,22 @@ int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
                  const void *x, const uint16_t *experts, const float *weights,
                  float *out);
 
-/** Writes this rank submitted to peer `peer` in the last batch, per phase. */
+/**
+ * What this rank did in the last batch: writes submitted to each peer per
+ * phase, and where the time went. dispatch_us runs from the start of the
+ * batch to the arrival of every source's rows; it is made of pack_us
+ * (staging our rows), post_us (te_submit of the dispatch writes) and the
+ * wait for the peers' rows. combine_us runs from there to the summed
+ * output and includes experts_us (the local experts' compute).
+ */
 typedef struct te_moe_stats {
     uint32_t dispatch_writes[TE_MOE_MAX_RANKS];
     uint32_t combine_writes[TE_MOE_MAX_RANKS];
     uint32_t rows_sent, rows_received;
     double dispatch_us, combine_us; /**< last batch */
+    uint64_t dispatch_bytes[TE_MOE_MAX_RANKS]; /**< written to each peer */
+    uint64_t combine_bytes[TE_MOE_MAX_RANKS];
+    double pack_us, post_us, experts_us;      /**< parts of the above */
 } te_moe_stats;
 
 void te_moe_rank_stats(te_moe_rank *r, te_moe_stats *out);
