@@ -10,6 +10,7 @@
 
 /* What one measurement (one protocol, `batches` batches) gives. */
 struct measured {
+    char transport[256];            /* moe_job_describe */
     double dispatch[2], combine[2]; /* p50, p99 over ranks x batches (us) */
     double pack, post, experts;     /* p50 of the parts (us) */
     double writes_avg, bytes_avg;   /* dispatch, per peer per batch */
@@ -43,12 +44,13 @@ static int measure(te_moe_config c, int naive, uint32_t batches,
     for (uint32_t i = 0; i < c.ranks; i++)
         tok[i] = c.max_tokens;
     moe_job_inputs(&j, tok, 42, 0);
+    memset(m, 0, sizeof(*m));
+    moe_job_describe(&j, m->transport, sizeof(m->transport));
     size_t n = (size_t)batches * c.ranks, k = 0;
     double *v[5];
     for (int i = 0; i < 5; i++)
         v[i] = calloc(n ? n : 1, sizeof(double));
     double peers = 0, writes = 0, bytes = 0, cwrites = 0, cbytes = 0;
-    memset(m, 0, sizeof(*m));
     int rc = 0;
     for (uint32_t b = 0; b < batches + WARMUP && !rc; b++) {
         rc = moe_job_batch(&j, b);
@@ -102,7 +104,7 @@ static int measure(te_moe_config c, int naive, uint32_t batches,
 static void print_one(const te_moe_config *c, uint32_t batches, uint32_t rep,
                       const struct measured *p, const struct measured *n)
 {
-    printf("{\"repeat\": %u, \"ranks\": %u, \"experts\": %u, \"topk\": %u, "
+    printf("{\"repeat\": %u, \"transport\": \"%s\", \"ranks\": %u, \"experts\": %u, \"topk\": %u, "
            "\"hidden\": %u, \"tokens\": %u, \"private_rows\": %u, "
            "\"dtype\": \"%s\", \"batches\": %u, "
            "\"dispatch_p50_us\": %.1f, \"dispatch_p99_us\": %.1f, "
@@ -116,7 +118,7 @@ static void print_one(const te_moe_config *c, uint32_t batches, uint32_t rep,
            "\"naive_pack_p50_us\": %.1f, \"naive_post_p50_us\": %.1f, "
            "\"naive_combine_p50_us\": %.1f, \"naive_dispatch_writes_per_peer\": %.2f, "
            "\"dispatch_vs_naive\": %.3f}\n",
-           rep, c->ranks, c->experts, c->topk, c->hidden, c->max_tokens,
+           rep, p->transport, c->ranks, c->experts, c->topk, c->hidden, c->max_tokens,
            c->private_rows, c->dtype == TE_MOE_BF16 ? "bf16" : "fp32", batches,
            p->dispatch[0], p->dispatch[1], p->pack, p->post, p->combine[0],
            p->combine[1], p->experts, p->writes_avg, p->writes_max,

@@ -160,3 +160,18 @@ void moe_job_close(struct moe_job *j)
         if (j->e[i])
             te_engine_destroy(j->e[i]);
 }
+
+void moe_job_describe(const struct moe_job *j, char *buf, size_t len)
+{
+    int n = j->e[0] ? te_engine_nic_count(j->e[0], 0) : 0;
+    size_t at = (size_t)snprintf(buf, len, "plugin %s, %d NIC%s:",
+                                 j->e[0] ? te_engine_plugin_name(j->e[0]) : "?",
+                                 n, n == 1 ? "" : "s");
+    for (int k = 0; k < n && at < len; k++) {
+        te_nic_info info;
+        if (te_engine_nic_info(j->e[0], 0, k, &info))
+            break;
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", k ? "," : " ",
+                               info.name);
+    }
+}

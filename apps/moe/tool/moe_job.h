@@ -33,5 +33,8 @@ int moe_job_batch(struct moe_job *j, uint64_t b);
  * floats (exact comparison). */
 uint64_t moe_job_check(struct moe_job *j);
 void moe_job_close(struct moe_job *j);
+/* "plugin NAME, N NIC(s): name,name" of rank 0's engine (every rank has
+ * the same settings), for the tool's output. */
+void moe_job_describe(const struct moe_job *j, char *buf, size_t len);
 
 #endif

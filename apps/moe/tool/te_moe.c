@@ -103,6 +103,12 @@ static int run(const te_moe_config *c, uint32_t batches, uint32_t skew,
         printf("te-moe run: FAILED\n");
         return 1;
     }
+    char what[256];
+    moe_job_describe(&j, what, sizeof(what));
+    printf("te-moe run: %u ranks, %u experts, top-%u, hidden %u %s, up to %u "
+           "tokens per rank, private %u rows; %s\n", c->ranks, c->experts,
+           c->topk, c->hidden, c->dtype == TE_MOE_BF16 ? "bf16" : "fp32",
+           c->max_tokens, c->private_rows, what);
     uint32_t tok[TE_MOE_MAX_RANKS];
     int ok = 1;
     for (uint32_t b = 0; b < batches; b++) {
