@@ -21,6 +21,19 @@
 
 #include "moe_internal.h"
 
+/* Count the local completions of this batch's writes; older ones (a
+ * failed batch's late completions) are dropped. */
+static void take_completions(te_moe_rank *r, const te_completion *c, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (c[i].user_data != r->serial)
+            continue;
+        r->completed++;
+        if (c[i].status && !r->failed++)
+            snprintf(r->failed_why, sizeof(r->failed_why), "%s", c[i].reason);
+    }
+}
+
 static int64_t put(te_moe_rank *r, uint32_t d, size_t loff, size_t roff,
                    size_t len, uint32_t imm, uint64_t deadline)
 {
@@ -37,12 +50,14 @@ static int64_t put(te_moe_rank *r, uint32_t d, size_t loff, size_t roff,
     q.u.xfer.remote = &r->peers[d].desc;
     q.u.xfer.remote_off = roff;
     q.u.xfer.len = len;
+    q.user_data = r->serial;
     for (;;) {
         int64_t id = te_submit(r->e, &q);
         if (id != -EAGAIN || moe_now_ns() > deadline)
             return id;
+        /* Full: make room by taking completions (counted, not lost). */
         te_completion c[64];
-        te_poll_completions(r->e, c, 64, 1);
+        take_completions(r, c, te_poll_completions(r->e, c, 64, 1));
     }
 }
 
@@ -61,25 +76,20 @@ static int wait_imm(te_moe_rank *r, uint32_t imm, uint64_t count,
 
 /* Local completions of every write of the batch (so buffers may be reused
  * and failures seen). */
-static int drain(te_moe_rank *r, uint32_t n, uint64_t deadline)
+static int drain(te_moe_rank *r, uint32_t writes, uint64_t deadline)
 {
     te_completion c[64];
-    int failed = 0;
-    char why[96] = "";
-    while (n > 0) {
+    while (r->completed < writes) {
         uint64_t now = moe_now_ns();
         if (now > deadline)
-            return moe_fail(-ETIMEDOUT, "rank %u: %u writes not completed",
-                            r->rank, n);
-        int got = te_poll_completions(r->e, c, n < 64 ? (int)n : 64,
-                                      (int)((deadline - now) / 1000000) + 1);
-        for (int i = 0; i < got; i++)
-            if (c[i].status && !failed++)
-                snprintf(why, sizeof(why), "%s", c[i].reason);
-        n -= got > 0 ? (uint32_t)got : 0;
+            return moe_fail(-ETIMEDOUT, "rank %u: %u of %u writes not "
+                            "completed after %d ms", r->rank,
+                            writes - r->completed, writes, r->c.timeout_ms);
+        take_completions(r, c, te_poll_completions(r->e, c, 64,
+                         (int)((deadline - now) / 1000000) + 1));
     }
-    return failed ? moe_fail(-ECONNRESET, "rank %u: %d writes failed: %s",
-                             r->rank, failed, why) : 0;
+    return r->failed ? moe_fail(-ECONNRESET, "rank %u: %u writes failed: %s",
+                                r->rank, r->failed, r->failed_why) : 0;
 }
 
 static int fail_batch(te_moe_rank *r, int rc)
@@ -220,6 +230,8 @@ int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
             return moe_fail(-ENOTCONN, "rank %u: rank %u not connected",
                             r->rank, d);
     memset(&r->st, 0, sizeof(r->st));
+    r->serial++;
+    r->completed = r->failed = 0;
     uint64_t t0 = moe_now_ns(), post_ns = 0;
     uint64_t deadline = t0 + (uint64_t)c->timeout_ms * 1000000ull;
     uint32_t writes = 0;

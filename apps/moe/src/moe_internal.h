@@ -74,6 +74,13 @@ struct te_moe_rank {
     struct moe_peer peers[TE_MOE_MAX_RANKS];
     te_moe_stats st;
     float *xt, *acc;
+    /* Local completions of the current batch: its writes carry user_data
+     * = serial (one per te_moe_batch call), so completions of an earlier,
+     * failed batch are never counted for this one, and completions taken
+     * while waiting for room to submit are counted, not lost. */
+    uint64_t serial;
+    uint32_t completed, failed;
+    char failed_why[96];
 };
 
 uint64_t moe_now_ns(void);

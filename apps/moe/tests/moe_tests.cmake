@@ -77,3 +77,14 @@ if(TARGET te-plugin-efa)
               --set engine.nics_per_group=2 --set efa.devices=2)
   add_dependencies(te-moe-tool te-plugin-efa)
 endif()
+
+# A submission queue of 2 requests: te_submit answers -EAGAIN for most
+# writes, and the completions taken to make room must still be counted
+# (before: they were dropped and the batch failed with "N writes not
+# completed" at its deadline).
+add_test(NAME moe_run_submit_queue_full COMMAND te-moe-tool run --ranks 8
+         --topk 2 --experts 64 --hidden 64 --tokens 48 --private 0
+         --batches 3 --set engine.submit_queue_depth=2)
+set_tests_properties(moe_run_submit_queue_full PROPERTIES LABELS moe
+  TIMEOUT 120 ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}"
+  PASS_REGULAR_EXPRESSION "te-moe run: OK" FAIL_REGULAR_EXPRESSION "FAILED|WRONG")
