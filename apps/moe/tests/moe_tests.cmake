@@ -75,6 +75,15 @@ if(TARGET te-plugin-efa)
   moe_run_efa(moe_run_efa_shm_2nic --ranks 4 --topk 2 --experts 16
               --hidden 256 --tokens 32 --batches 2
               --set engine.nics_per_group=2 --set efa.devices=2)
+  # te-moe bench over shm runs both protocols and reports the writes per
+  # peer: at most 2 dispatch, exactly 1 combine (naive: one per row).
+  add_test(NAME moe_bench_efa_shm_smoke COMMAND te-moe-tool bench
+           ${MOE_EFA_SHM} --ranks 4 --topk 8 --experts 32 --hidden 128
+           --tokens 32 --batches 2 --repeat 3)
+  set_tests_properties(moe_bench_efa_shm_smoke PROPERTIES LABELS "moe;efa"
+    TIMEOUT 120 ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}"
+    PASS_REGULAR_EXPRESSION "\"transport\": \"plugin efa, 1 NIC: shm:shm\".*\"dispatch_writes_per_peer_max\": [12], .*\"combine_writes_per_peer\": 1.00, .*\"naive_dispatch_writes_per_peer\": ([3-9]|[1-9][0-9])\\..*\"summary\": true"
+    FAIL_REGULAR_EXPRESSION "failed")
   add_dependencies(te-moe-tool te-plugin-efa)
 endif()
 

@@ -31,74 +31,121 @@ static double pct(double *v, size_t n, int p)
     return v[k < n ? k : n - 1];
 }
 
-static int measure(te_moe_config c, int naive, uint32_t batches,
-                   const char *const *sets, struct measured *m)
-{
-    c.naive = (uint32_t)naive;
+/* One protocol's job and its samples. */
+struct side {
     struct moe_job j;
-    if (moe_job_open(&j, &c, sets)) {
-        moe_job_close(&j);
+    int naive, opened;
+    double *v[5]; /* dispatch, combine, pack, post, experts per rank-batch */
+    size_t k;
+    double peers, writes, bytes, cwrites, cbytes;
+    uint32_t writes_max;
+};
+
+/* s zeroed by the caller (so side_close works after any failure). */
+static int side_open(struct side *s, te_moe_config c, int naive,
+                     uint32_t batches, const char *const *sets)
+{
+    s->naive = naive;
+    c.naive = (uint32_t)naive;
+    size_t n = (size_t)batches * c.ranks;
+    for (int i = 0; i < 5; i++)
+        if (!(s->v[i] = calloc(n ? n : 1, sizeof(double))))
+            return 1;
+    s->opened = 1;
+    if (moe_job_open(&s->j, &c, sets))
         return 1;
-    }
     uint32_t tok[TE_MOE_MAX_RANKS];
     for (uint32_t i = 0; i < c.ranks; i++)
         tok[i] = c.max_tokens;
-    moe_job_inputs(&j, tok, 42, 0);
-    memset(m, 0, sizeof(*m));
-    moe_job_describe(&j, m->transport, sizeof(m->transport));
-    size_t n = (size_t)batches * c.ranks, k = 0;
-    double *v[5];
-    for (int i = 0; i < 5; i++)
-        v[i] = calloc(n ? n : 1, sizeof(double));
-    double peers = 0, writes = 0, bytes = 0, cwrites = 0, cbytes = 0;
-    int rc = 0;
-    for (uint32_t b = 0; b < batches + WARMUP && !rc; b++) {
-        rc = moe_job_batch(&j, b);
-        if (rc || b < WARMUP)
-            continue;
-        for (uint32_t i = 0; i < c.ranks; i++) {
-            te_moe_stats st;
-            te_moe_rank_stats(j.r[i], &st);
-            v[0][k] = st.dispatch_us;
-            v[1][k] = st.combine_us;
-            v[2][k] = st.pack_us;
-            v[3][k] = st.post_us;
-            v[4][k++] = st.experts_us;
-            for (uint32_t d = 0; d < c.ranks; d++) {
-                if (d == i)
-                    continue;
-                peers++;
-                writes += st.dispatch_writes[d];
-                bytes += (double)st.dispatch_bytes[d];
-                cwrites += st.combine_writes[d];
-                cbytes += (double)st.combine_bytes[d];
-                if (st.dispatch_writes[d] > m->writes_max)
-                    m->writes_max = st.dispatch_writes[d];
-            }
+    moe_job_inputs(&s->j, tok, 42, 0);
+    return 0;
+}
+
+static int side_batch(struct side *s, uint32_t b)
+{
+    const te_moe_config *c = &s->j.c;
+    if (moe_job_batch(&s->j, b)) {
+        fprintf(stderr, "te-moe bench: %s batch %u failed: %s\n",
+                s->naive ? "naive" : "protocol", b, s->j.why[0]);
+        return 1;
+    }
+    if (b < WARMUP)
+        return 0;
+    for (uint32_t i = 0; i < c->ranks; i++) {
+        te_moe_stats st;
+        te_moe_rank_stats(s->j.r[i], &st);
+        s->v[0][s->k] = st.dispatch_us;
+        s->v[1][s->k] = st.combine_us;
+        s->v[2][s->k] = st.pack_us;
+        s->v[3][s->k] = st.post_us;
+        s->v[4][s->k++] = st.experts_us;
+        for (uint32_t d = 0; d < c->ranks; d++) {
+            if (d == i)
+                continue;
+            s->peers++;
+            s->writes += st.dispatch_writes[d];
+            s->bytes += (double)st.dispatch_bytes[d];
+            s->cwrites += st.combine_writes[d];
+            s->cbytes += (double)st.combine_bytes[d];
+            if (st.dispatch_writes[d] > s->writes_max)
+                s->writes_max = st.dispatch_writes[d];
         }
     }
-    if (rc)
-        fprintf(stderr, "te-moe bench: %s batch failed: %s\n",
-                naive ? "naive" : "protocol", j.why[0]);
-    else if (k) {
-        m->dispatch[0] = pct(v[0], k, 50);
-        m->dispatch[1] = pct(v[0], k, 99);
-        m->combine[0] = pct(v[1], k, 50);
-        m->combine[1] = pct(v[1], k, 99);
-        m->pack = pct(v[2], k, 50);
-        m->post = pct(v[3], k, 50);
-        m->experts = pct(v[4], k, 50);
+    return 0;
+}
+
+static void side_result(struct side *s, struct measured *m)
+{
+    memset(m, 0, sizeof(*m));
+    moe_job_describe(&s->j, m->transport, sizeof(m->transport));
+    size_t k = s->k;
+    if (k) {
+        m->dispatch[0] = pct(s->v[0], k, 50);
+        m->dispatch[1] = pct(s->v[0], k, 99);
+        m->combine[0] = pct(s->v[1], k, 50);
+        m->combine[1] = pct(s->v[1], k, 99);
+        m->pack = pct(s->v[2], k, 50);
+        m->post = pct(s->v[3], k, 50);
+        m->experts = pct(s->v[4], k, 50);
     }
-    if (peers > 0) {
-        m->writes_avg = writes / peers;
-        m->bytes_avg = bytes / peers;
-        m->combine_writes_avg = cwrites / peers;
-        m->combine_bytes_avg = cbytes / peers;
+    if (s->peers > 0) {
+        m->writes_avg = s->writes / s->peers;
+        m->bytes_avg = s->bytes / s->peers;
+        m->combine_writes_avg = s->cwrites / s->peers;
+        m->combine_bytes_avg = s->cbytes / s->peers;
     }
+    m->writes_max = s->writes_max;
+}
+
+static void side_close(struct side *s)
+{
+    if (s->opened)
+        moe_job_close(&s->j);
     for (int i = 0; i < 5; i++)
-        free(v[i]);
-    moe_job_close(&j);
-    return rc ? 1 : 0;
+        free(s->v[i]);
+}
+
+/* The protocol and the naive exchange, batch by batch in turn (which goes
+ * first alternates), so that both see the same machine: on a shared,
+ * loaded machine, measuring one after the other compares two different
+ * loads. */
+static int measure(const te_moe_config *c, uint32_t batches,
+                   const char *const *sets, struct measured *p,
+                   struct measured *n)
+{
+    struct side s[2];
+    memset(s, 0, sizeof(s));
+    int rc = side_open(&s[0], *c, 0, batches, sets) ||
+             side_open(&s[1], *c, 1, batches, sets);
+    for (uint32_t b = 0; !rc && b < batches + WARMUP; b++)
+        rc = side_batch(&s[b % 2], b) || side_batch(&s[(b + 1) % 2], b);
+    if (!rc) {
+        side_result(&s[0], p);
+        side_result(&s[1], n);
+    }
+    side_close(&s[0]);
+    side_close(&s[1]);
+    return rc;
 }
 
 static void print_one(const te_moe_config *c, uint32_t batches, uint32_t rep,
@@ -140,14 +187,7 @@ int moe_bench(const te_moe_config *c, uint32_t batches, uint32_t repeat,
     int rc = !pd || !nd || !ratio || !pc;
     for (uint32_t r = 0; r < repeat && !rc; r++) {
         struct measured p, n;
-        /* Alternate which goes first, so neither always gets the colder
-         * (or warmer) machine. */
-        if (r % 2 == 0)
-            rc = measure(*c, 0, batches, settings, &p) ||
-                 measure(*c, 1, batches, settings, &n);
-        else
-            rc = measure(*c, 1, batches, settings, &n) ||
-                 measure(*c, 0, batches, settings, &p);
+        rc = measure(c, batches, settings, &p, &n);
         if (rc)
             break;
         print_one(c, batches, r + 1, &p, &n);

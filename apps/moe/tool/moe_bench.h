@@ -5,10 +5,11 @@
 #include <te/moe.h>
 
 /*
- * Measure `repeat` times, each the protocol and the naive exchange (a head,
- * then one write per row) one after the other in this process (the order
- * alternates between repeats), each over `batches` batches after 2
- * warm-up batches, every rank sending c->max_tokens tokens. Prints one
+ * Measure `repeat` times the protocol and the naive exchange (a head, then
+ * one write per row): two jobs of R ranks in this process, their batches
+ * run in turn (protocol, naive, naive, protocol, ...) so that both see the
+ * same machine; `batches` measured batches after 2 warm-up batches, every
+ * rank sending c->max_tokens tokens. Prints one
  * JSON object per repeat and, with repeat > 1, one with the medians.
  * settings: engine settings ("section.key=value", NULL-terminated).
  * Returns 0, or 1 with the reason on stderr.
