@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "te/kv.h"
+#include "kv_test_stats.h"
 
 #define POOL 8 /* pages per layer in the hand-made decoder region */
 #define LAYERS 2
@@ -202,8 +203,7 @@ START_TEST(bad_requests_are_refused_and_nothing_lands)
                           "layer %u page %u: %s", l, k,
                           used ? "not written" : "written");
         }
-    te_kv_prefiller_stats st;
-    te_kv_prefiller_stats_get(p, &st);
+    te_kv_prefiller_stats st = kv_test_stats_after(p, 1);
     ck_assert_uint_eq(st.rejected, 3);
     ck_assert_uint_eq(st.completed, 1);
 

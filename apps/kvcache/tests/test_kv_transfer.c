@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "te/kv.h"
+#include "kv_test_stats.h"
 
 static te_engine *engine(void)
 {
@@ -118,8 +119,7 @@ START_TEST(requests_land_and_verify)
         ck_assert_int_eq(te_kv_decoder_release(d, id), 0);
     }
     ck_assert_uint_eq(free_pages(d), 256);
-    te_kv_prefiller_stats st;
-    te_kv_prefiller_stats_get(p1.p, &st);
+    te_kv_prefiller_stats st = kv_test_stats_after(p1.p, 3);
     ck_assert_uint_eq(st.completed, 3);
     ck_assert_uint_eq(st.layer_writes, 15);
     /* Bad input at the decoder. */
@@ -164,8 +164,7 @@ START_TEST(cancel_is_confirmed_before_pages_return)
     wait_done(&r, 2, 30);
     ck_assert_msg(r.status[2] == 0, "%s", r.why[2]);
     ck_assert_msg(te_kv_decoder_verify(d, 2) == 0, "%s", te_kv_last_error());
-    te_kv_prefiller_stats st;
-    te_kv_prefiller_stats_get(p.p, &st);
+    te_kv_prefiller_stats st = kv_test_stats_after(p.p, 2);
     ck_assert_uint_eq(st.completed, 1);
     te_kv_decoder_free(d);
     te_kv_prefiller_free(p.p);
