@@ -222,6 +222,22 @@ void moe_retire_batch(te_moe_rank *r)
     r->generation++;
 }
 
+int te_moe_rank_disconnect(te_moe_rank *r)
+{
+    int first = 0;
+    for (uint32_t d = 0; d < r->c.ranks; d++) {
+        struct moe_peer *q = &r->peers[d];
+        if (!q->connected)
+            continue;
+        int rc = te_peer_remove(r->e, 0, q->peer);
+        if (rc && !first)
+            first = moe_fail(rc, "te-moe: rank %u: removing rank %u: %s",
+                             r->rank, d, te_last_error());
+        q->connected = 0;
+    }
+    return first;
+}
+
 void te_moe_rank_free(te_moe_rank *r)
 {
     if (!r)

@@ -75,6 +75,15 @@ if(TARGET te-plugin-efa)
   moe_run_efa(moe_run_efa_shm_2nic --ranks 4 --topk 2 --experts 16
               --hidden 256 --tokens 32 --batches 2
               --set engine.nics_per_group=2 --set efa.devices=2)
+  # Heartbeats every 1 ms: while the job closes, idle engines heartbeat
+  # their peers; a peer whose engine is already destroyed (its shm
+  # endpoint closed, in this process) crashed the process inside
+  # libfabric (SIGSEGV in shm's peer lock) until te_moe_rank_disconnect
+  # removed every rank's peers before any engine went.
+  moe_run_efa(moe_run_efa_shm_heartbeat_close --ranks 8 --topk 2
+              --experts 64 --hidden 64 --tokens 16 --batches 2
+              --set engine.heartbeat_ms=1)
+
   # te-moe bench over shm runs both protocols and reports the writes per
   # peer: at most 2 dispatch, exactly 1 combine (naive: one per row).
   add_test(NAME moe_bench_efa_shm_smoke COMMAND te-moe-tool bench

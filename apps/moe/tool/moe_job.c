@@ -149,6 +149,11 @@ uint64_t moe_job_check(struct moe_job *j)
 
 void moe_job_close(struct moe_job *j)
 {
+    /* Every rank's peers go before any engine: over efa/shm a write (a
+     * heartbeat) to an in-process peer whose engine is gone crashes. */
+    for (uint32_t i = 0; i < j->c.ranks; i++)
+        if (j->r[i])
+            te_moe_rank_disconnect(j->r[i]);
     for (uint32_t i = 0; i < j->c.ranks; i++) {
         te_moe_rank_free(j->r[i]);
         free(j->x[i]);

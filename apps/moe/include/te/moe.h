@@ -129,6 +129,20 @@ void te_moe_rank_stats(te_moe_rank *r, te_moe_stats *out);
 /** The message of the last te_moe_* failure of this thread. */
 const char *te_moe_last_error(void);
 
+/**
+ * Remove from the engine the peers te_moe_rank_connect() added (the
+ * engine's peers are shared: only when nothing else on this engine uses
+ * them). Call it on every rank before destroying any rank's engine when
+ * ranks share a process over a transport that keeps pointers into a
+ * closed in-process peer (the efa plugin on libfabric's shm: a write to
+ * it, a heartbeat included, crashes the process; docs/moe.md). After it,
+ * batches fail with -ENOTCONN until the peers are connected again.
+ * Returns 0 or the first te_peer_remove error.
+ */
+int te_moe_rank_disconnect(te_moe_rank *r);
+
+/** Free the rank's buffers, registration and immediate space (the
+ * engine's peers stay: te_moe_rank_disconnect). NULL is allowed. */
 void te_moe_rank_free(te_moe_rank *r);
 
 /**
