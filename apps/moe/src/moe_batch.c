@@ -80,13 +80,16 @@ static int drain(te_moe_rank *r, uint32_t writes, uint64_t deadline)
 {
     te_completion c[64];
     while (r->completed < writes) {
+        /* Take what is there before looking at the clock: completions
+         * already queued count even when the deadline has passed. */
         uint64_t now = moe_now_ns();
-        if (now > deadline)
+        int ms = now < deadline ? (int)((deadline - now) / 1000000) + 1 : 0;
+        int got = te_poll_completions(r->e, c, 64, ms);
+        take_completions(r, c, got);
+        if (got <= 0 && r->completed < writes && moe_now_ns() > deadline)
             return moe_fail(-ETIMEDOUT, "rank %u: %u of %u writes not "
                             "completed after %d ms", r->rank,
                             writes - r->completed, writes, r->c.timeout_ms);
-        take_completions(r, c, te_poll_completions(r->e, c, 64,
-                         (int)((deadline - now) / 1000000) + 1));
     }
     return r->failed ? moe_fail(-ECONNRESET, "rank %u: %u writes failed: %s",
                                 r->rank, r->failed, r->failed_why) : 0;
@@ -232,8 +235,12 @@ int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
     memset(&r->st, 0, sizeof(r->st));
     r->serial++;
     r->completed = r->failed = 0;
+    /* Every phase (dispatch; experts and combine; local completions) has
+     * its own deadline, timeout_ms from its start: a long expert phase
+     * does not eat the network's time. */
+    const uint64_t phase_ns = (uint64_t)c->timeout_ms * 1000000ull;
     uint64_t t0 = moe_now_ns(), post_ns = 0;
-    uint64_t deadline = t0 + (uint64_t)c->timeout_ms * 1000000ull;
+    uint64_t deadline = t0 + phase_ns;
     uint32_t writes = 0;
     struct batch_in in = {x, experts, weights, tokens, c->experts / c->ranks,
                           c->dtype == TE_MOE_BF16 ? 2 : 4, 0};
@@ -294,6 +301,7 @@ int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
     /* 4. Experts, and one combine write back to each source as soon as its
      * rows are done (zero-length if it sent none); ours in place. */
     uint64_t experts_ns = 0;
+    deadline = tc + phase_ns;
     for (uint32_t i = 1; i <= c->ranks; i++) {
         uint32_t s = (r->rank + i) % c->ranks;
         int mine = s == r->rank;
@@ -305,12 +313,13 @@ int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
         if (!rc && !mine)
             rc = put_counted(r, s, stage, r->off_rc + r->rank * r->cslot,
                              got[s] * r->crow_bytes,
-                             moe_imm_of(r, batch, r->rank, 2), deadline, 1,
-                             &writes, &post_ns);
+                             moe_imm_of(r, batch, r->rank, 2),
+                             moe_now_ns() + phase_ns, 1, &writes, &post_ns);
         if (rc)
             return fail_batch(r, rc);
     }
     r->st.experts_us = (double)experts_ns / 1e3;
+    deadline = moe_now_ns() + phase_ns;
     for (uint32_t i = 1; i < c->ranks; i++) {
         uint32_t d = (r->rank + c->ranks - i) % c->ranks;
         if ((rc = wait_imm(r, moe_imm_of(r, batch, d, 2), 1, deadline,
@@ -335,7 +344,7 @@ int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
                 o[e] += p[e];
         }
     r->st.combine_us = (double)(moe_now_ns() - tc) / 1e3;
-    if ((rc = drain(r, writes, deadline)))
+    if ((rc = drain(r, writes, moe_now_ns() + phase_ns)))
         return fail_batch(r, rc);
     return 0;
 }
