@@ -40,6 +40,12 @@ struct opts {
     uint32_t layer_us, ref_tokens, prefillers, requests, pool_pages;
     double seconds, link_gbps;
     int no_fill;
+    /* decode: per-request deadline, cancel every Kth request (and the one
+     * before it), the late-write detector, failures tolerated (a killed
+     * prefiller: its requests fail at their deadline, later ones go to
+     * the survivors) */
+    uint32_t request_ms, cancel_every;
+    int poison, allow_failed;
     const char *sets[32];
     int nsets;
 };
@@ -157,7 +163,7 @@ static int run_prefill(const struct opts *o)
 /* ------------------------------------------------------------- decode */
 
 struct tally {
-    atomic_int done, ok, failed;
+    atomic_int done, ok, failed, cancelled;
     double *t_end;
     int verify_bad, no_verify;
 };
@@ -167,7 +173,9 @@ static te_kv_decoder *g_dec;
 static void on_done(uint64_t id, int status, const char *why, void *arg)
 {
     struct tally *t = arg;
-    if (status) {
+    if (status == -ECANCELED) {
+        atomic_fetch_add(&t->cancelled, 1);
+    } else if (status) {
         fprintf(stderr, "te-kv: request %" PRIu64 ": %s (%s)\n", id,
                 strerror(-status), why);
         atomic_fetch_add(&t->failed, 1);
@@ -207,7 +215,10 @@ static int run_decode(const struct opts *o)
     te_engine *e = engine(o);
     uint32_t per = te_kv_pages_for(&s, o->tokens);
     te_kv_decoder_opts dopt = {.shape = s, .pool_pages = o->pool_pages ?
-                               o->pool_pages : per * 8, .max_requests = 8};
+                               o->pool_pages : per * 8, .max_requests = 8,
+                               .poison_freed = o->poison};
+    if (o->request_ms && o->request_ms < 5000) /* the 5 s defaults */
+        dopt.accept_timeout_ms = dopt.cancel_timeout_ms = (int)o->request_ms;
     if (te_kv_decoder_new(e, &dopt, &g_dec)) {
         fprintf(stderr, "te-kv decode: %s\n", te_kv_last_error());
         return 1;
@@ -225,23 +236,46 @@ static int run_decode(const struct opts *o)
     t.t_end = calloc(o->requests + 1, sizeof(double));
     t.no_verify = o->no_fill; /* the prefillers wrote no pattern */
     double t0 = now_s();
+    int live[64], nlive = npf, cancel_calls = 0, rerouted = 0;
+    for (int i = 0; i < npf; i++)
+        live[i] = 1;
     for (uint32_t r = 1; r <= o->requests; r++) {
-        int rc;
+        int rc, k = (int)(r % (uint32_t)npf);
         /* Full pool or window: wait for requests to end (each has a
          * deadline, so this does too; bounded again here). */
-        while ((rc = te_kv_decoder_submit(g_dec, ids[r % npf], r, o->tokens,
-                                          60000, on_done, &t)) == -EBUSY ||
-               rc == -ENOSPC) {
-            if (now_s() > t0 + 120) {
-                fprintf(stderr, "te-kv decode: no room for request %u after "
-                        "120 s\n", r);
-                return 1;
+        for (;;) {
+            while (!live[k])
+                k = (k + 1) % npf;
+            rc = te_kv_decoder_submit(g_dec, ids[k], r, o->tokens,
+                                      o->request_ms ? (int)o->request_ms
+                                                    : 60000, on_done, &t);
+            if (rc && rc != -EBUSY && rc != -ENOSPC && o->allow_failed &&
+                nlive > 1) {
+                /* --allow-failed: a dead or fenced prefiller takes no
+                 * more requests; the next live one gets this one. */
+                fprintf(stderr, "te-kv decode: request %u: %s; prefiller "
+                        "%s taken out\n", r, te_kv_last_error(), m[k].name);
+                live[k] = 0;
+                nlive--;
+                rerouted++;
+                continue;
             }
+            if ((rc != -EBUSY && rc != -ENOSPC) || now_s() > t0 + 120)
+                break;
             usleep(200);
         }
         if (rc) {
-            fprintf(stderr, "te-kv decode: submit: %s\n", te_kv_last_error());
+            fprintf(stderr, "te-kv decode: submit request %u: %s\n", r,
+                    te_kv_last_error());
             return 1;
+        }
+        /* --cancel-every K: this request (likely before its ACCEPT) and
+         * the one before it (likely between layers, or already done:
+         * then the cancel is refused and it completes). */
+        if (o->cancel_every && r % o->cancel_every == 0) {
+            cancel_calls += te_kv_decoder_cancel(g_dec, r) == 0;
+            if (r > 1)
+                cancel_calls += te_kv_decoder_cancel(g_dec, r - 1) == 0;
         }
     }
     while (atomic_load(&t.done) < (int)o->requests && now_s() < t0 + 120)
@@ -257,7 +291,18 @@ static int run_decode(const struct opts *o)
            "NOT verified" : "verified",
            (double)bytes / (1 << 20), dt, (double)bytes / dt / 1e9,
            (double)bytes * 8 / dt / 1e9);
-    int ok = atomic_load(&t.ok) == (int)o->requests && !t.verify_bad;
+    int ended = atomic_load(&t.ok) + atomic_load(&t.cancelled) +
+                atomic_load(&t.failed);
+    uint64_t late = te_kv_decoder_late_writes(g_dec);
+    if (o->cancel_every || o->allow_failed || o->poison)
+        printf("te-kv decode: %d ended of %u: %d completed, %d cancelled "
+               "(%d cancel calls), %d failed, %d rerouted; late writes "
+               "%" PRIu64 "%s\n", ended, o->requests, atomic_load(&t.ok),
+               atomic_load(&t.cancelled), cancel_calls, atomic_load(&t.failed),
+               rerouted, late, o->poison ? "" : " (not checked: no --poison)");
+    int ok = ended == (int)o->requests && !t.verify_bad && late == 0 &&
+             (o->allow_failed || atomic_load(&t.failed) == 0) &&
+             (o->cancel_every || atomic_load(&t.cancelled) == 0);
     te_kv_decoder_free(g_dec);
     te_engine_destroy(e);
     te_kv_store_close(st);
@@ -466,6 +511,13 @@ static void usage(FILE *f)
 "                      time scales linearly with a prompt's tokens\n"
 "  --pool-pages N      decoder pool pages per layer\n"
 "  --no-fill           bench: prefillers skip writing the check pattern\n"
+"decode checks:\n"
+"  --request-ms N      deadline of each request (default 60000)\n"
+"  --cancel-every K    cancel every Kth request and the one before it\n"
+"  --poison            late-write detector: freed pages are poisoned and\n"
+"                      checked when reused (must find 0 late writes)\n"
+"  --allow-failed      failed requests (a killed prefiller) do not fail\n"
+"                      the run; later requests skip that prefiller"
 "membership:\n"
 "  --store URL         etcd://HOST:PORT or dir:PATH (default $TE_KV_STORE,\n"
 "                      else dir:/tmp/te-kv-<uid>)\n"
@@ -531,7 +583,9 @@ int main(int argc, char **argv)
         {"store", 1, 0, 's'}, {"cluster", 1, 0, 'c'}, {"name", 1, 0, 'N'},
         {"seconds", 1, 0, 'S'}, {"link-gbps", 1, 0, 'g'},
         {"pool-pages", 1, 0, 'o'}, {"set", 1, 0, 'x'},
-        {"no-fill", 0, 0, 'F'}, {"help", 0, 0, '?' + 256}, {0, 0, 0, 0}};
+        {"no-fill", 0, 0, 'F'}, {"request-ms", 1, 0, 'T'},
+        {"cancel-every", 1, 0, 'C'}, {"poison", 0, 0, 'Z'},
+        {"allow-failed", 0, 0, 'A'}, {"help", 0, 0, '?' + 256}, {0, 0, 0, 0}};
     int c;
     optind = 2;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -555,6 +609,10 @@ int main(int argc, char **argv)
         case 'o': o.pool_pages = parse_u32("pool-pages", optarg); break;
         case 'x': if (o.nsets < 32) o.sets[o.nsets++] = optarg; break;
         case 'F': o.no_fill = 1; break;
+        case 'T': o.request_ms = parse_u32("request-ms", optarg); break;
+        case 'C': o.cancel_every = parse_u32("cancel-every", optarg); break;
+        case 'Z': o.poison = 1; break;
+        case 'A': o.allow_failed = 1; break;
         case '?' + 256: usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
