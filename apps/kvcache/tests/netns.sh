@@ -52,6 +52,11 @@ IF_B=tkvb$$
 ADDR_A=198.51.100.1
 ADDR_B=198.51.100.2
 WORK=$(mktemp -d /tmp/te-kv-netns.XXXXXX)
+# etcd's data on tmpfs: on this shared machine a WAL fsync on disk was
+# measured at 3 s, as long as the prefillers' 3 s lease, which then expired
+# (te_kv_store_keepalive does not re-register after that: the prefiller
+# stays unlisted; see docs/kvcache.md).
+ETCD_DATA=$(mktemp -d /dev/shm/te-kv-etcd.XXXXXX 2>/dev/null || mktemp -d "$WORK/etcd.XXXXXX")
 PIDS=()
 
 cleanup() {
@@ -61,7 +66,7 @@ cleanup() {
   ip netns del "$NS_A" 2>/dev/null
   ip netns del "$NS_B" 2>/dev/null  # takes the veth pair with it
   ip link del "$IF_A" 2>/dev/null
-  rm -rf "$WORK"
+  rm -rf "$WORK" "$ETCD_DATA"
   return 0
 }
 trap cleanup EXIT
@@ -83,7 +88,7 @@ echo "netns: $NS_A ($ADDR_A: etcd, decoders) <-> $NS_B ($ADDR_B: prefillers) ove
 
 # etcd in A: the namespace is fresh, so its fixed ports are free.
 STORE=etcd://$ADDR_A:2379
-timeout 120 ip netns exec "$NS_A" "$ETCD" --name te-kv-netns --data-dir "$WORK/etcd" \
+timeout 120 ip netns exec "$NS_A" "$ETCD" --name te-kv-netns --data-dir "$ETCD_DATA/data" \
   --listen-client-urls "http://$ADDR_A:2379" --advertise-client-urls "http://$ADDR_A:2379" \
   --listen-peer-urls "http://127.0.0.1:2380" \
   --initial-advertise-peer-urls "http://127.0.0.1:2380" \
@@ -104,8 +109,8 @@ efa=(--set engine.plugin=efa --set "efa.provider=tcp;ofi_rxm")
 shape=(--store "$STORE" --cluster "netns-$$" --model qwen3-235b-a22b --layers 8)
 
 # Prefillers in B: "fast" ones without compute (the transfer run) and
-# "slow" ones with 20 ms of compute per layer at every prompt size
-# (--ref-tokens = --tokens), so that requests last ~160 ms and the cancel
+# "slow" ones with 10 ms of compute per layer at every prompt size
+# (--ref-tokens = --tokens), so that requests last ~80 ms and the cancel
 # and kill runs land mid-request. A later --cluster wins over shape's.
 start_prefiller() { # NAME LAYER_US CLUSTER
   timeout 90 ip netns exec "$NS_B" "$KV" prefill "${shape[@]}" "${efa[@]}" \
@@ -126,8 +131,8 @@ child_of() { pgrep -P "$1" | head -1; }
 # 1. transfer: prefillers without compute, 32 requests of 1024 tokens.
 start_prefiller fast0 0 "netns-$$"
 start_prefiller fast1 0 "netns-$$"
-start_prefiller slow0 20000 "netns-$$-slow"
-start_prefiller slow1 20000 "netns-$$-slow"
+start_prefiller slow0 10000 "netns-$$-slow"
+start_prefiller slow1 10000 "netns-$$-slow"
 # log_level 2: the plugin names its provider and paths (no silent fallback).
 decode transfer --prefillers 2 --tokens 1024 --requests 32 --set engine.log_level=2 ||
   fail "transfer run (exit $?)"
@@ -149,13 +154,22 @@ echo "netns cancel: $line"
 echo "$line" | grep -Eq ": 24 ended of 24: [0-9]+ completed, [1-9][0-9]* cancelled .* 0 failed, 0 rerouted; late writes 0$" ||
   fail "cancel: a request was lost or failed, none was cancelled, or a late write"
 
-# 3. kill slow0 with SIGKILL while 40 requests stream through both (each
-# ~160 ms of compute; the run lasts >2 s, the kill lands at 0.8 s).
+# 3. kill slow0 with SIGKILL while 40 requests stream through both (~80 ms
+# of compute each, one at a time per prefiller: >1.6 s of requests). The
+# kill lands 0.3 s after the decoder's engine is up (its info line; it
+# lists the store before, then adds the prefillers and submits at once).
+# The deadline, 6 s, leaves room for the survivor's queue (up to 8
+# requests in flight) on a loaded machine; the victim's requests fail at it.
 victim=$(child_of "$pid_slow0")
 [ -n "$victim" ] || fail "no te-kv process under prefiller slow0's timeout"
 decode kill "${slow[@]}" --prefillers 2 --tokens 1024 --requests 40 \
-  --request-ms 3000 --allow-failed & dec=$!
-sleep 0.8
+  --request-ms 6000 --allow-failed --set engine.log_level=2 & dec=$!
+for _ in $(seq 1 200); do  # bounded: 200 x 0.05 s
+  grep -q "paths:" "$WORK/kill.log" 2>/dev/null && break
+  kill -0 "$dec" 2>/dev/null || break
+  sleep 0.05
+done
+sleep 0.3
 kill -9 "$victim"
 wait "$dec" || fail "kill run (exit $?)"
 line=$(grep "ended of 40" "$WORK/kill.log") || fail "kill: no summary"
