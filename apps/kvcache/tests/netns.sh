@@ -59,9 +59,16 @@ WORK=$(mktemp -d /tmp/te-kv-netns.XXXXXX)
 ETCD_DATA=$(mktemp -d /dev/shm/te-kv-etcd.XXXXXX 2>/dev/null || mktemp -d "$WORK/etcd.XXXXXX")
 PIDS=()
 
+# Stop a process we started and its descendants, by pid, children first
+# (a subshell killed alone would orphan its timeout and tool).
+stop_tree() {
+  local c
+  for c in $(pgrep -P "$1"); do stop_tree "$c"; done
+  kill "$1" 2>/dev/null
+}
 cleanup() {
   local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do stop_tree "$p"; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
   ip netns del "$NS_A" 2>/dev/null
   ip netns del "$NS_B" 2>/dev/null  # takes the veth pair with it
@@ -113,9 +120,11 @@ shape=(--store "$STORE" --cluster "netns-$$" --model qwen3-235b-a22b --layers 8)
 # (--ref-tokens = --tokens), so that requests last ~80 ms and the cancel
 # and kill runs land mid-request. A later --cluster wins over shape's.
 start_prefiller() { # NAME LAYER_US CLUSTER
-  timeout 90 ip netns exec "$NS_B" "$KV" prefill "${shape[@]}" "${efa[@]}" \
+  # In a subshell with its stderr (bash's "Killed" notice) discarded:
+  # the SIGKILLed one is not reported on the test's output.
+  (timeout 90 ip netns exec "$NS_B" "$KV" prefill "${shape[@]}" "${efa[@]}" \
     --cluster "$3" --set "efa.node=$ADDR_B" --tokens 1024 --layer-us "$2" \
-    --ref-tokens 1024 --name "$1" --seconds 80 >"$WORK/$1.log" 2>&1 &
+    --ref-tokens 1024 --name "$1" --seconds 80 >"$WORK/$1.log" 2>&1; exit $?) 2>/dev/null &
   PIDS+=($!)
   eval "pid_$1=$!"
 }
@@ -125,8 +134,9 @@ decode() { # LOG ARGS...
   timeout 60 ip netns exec "$NS_A" "$KV" decode "${shape[@]}" "${efa[@]}" \
     --set "efa.node=$ADDR_A" --poison "$@" >"$WORK/$log.log" 2>&1
 }
-# The te-kv process under `timeout` (kill -9 of timeout would orphan it).
-child_of() { pgrep -P "$1" | head -1; }
+# The te-kv process of a prefiller: subshell -> timeout -> te-kv (ip
+# netns exec execs it); kill -9 of the subshell or timeout would orphan it.
+child_of() { local t; t=$(pgrep -P "$1" | head -1); [ -n "$t" ] && pgrep -P "$t" | head -1; }
 
 # 1. transfer: prefillers without compute, 32 requests of 1024 tokens.
 start_prefiller fast0 0 "netns-$$"

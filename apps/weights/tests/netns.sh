@@ -7,7 +7,8 @@
 # plain directory: namespaces share the filesystem.
 #  1. 2 trainers -> 2 receivers, the small preset, tp 2, fp8, two versions:
 #     every receiver verifies every byte of each live version (0 differ);
-#  2. the same with trainer 1 SIGKILLed mid-version 2 (train --die-at 2:50
+#  2. the same in bf16 with 2 NICs per rank (efa.devices = 2);
+#  3. 1 with trainer 1 SIGKILLed mid-version 2 (train --die-at 2:50
 #     kills itself once half of its version-2 writes were submitted): every
 #     receiver rejects version 2 naming the missing tensors and keeps
 #     version 1 live, 0 bytes differ.
@@ -45,9 +46,16 @@ ADDR_B=198.51.100.2
 WORK=$(mktemp -d /tmp/te-wt-netns.XXXXXX)
 PIDS=()
 
+# Stop a process we started and its descendants, by pid, children first
+# (a subshell killed alone would orphan its timeout and tool).
+stop_tree() {
+  local c
+  for c in $(pgrep -P "$1"); do stop_tree "$c"; done
+  kill "$1" 2>/dev/null
+}
 cleanup() {
   local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do stop_tree "$p"; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
   ip netns del "$NS_A" 2>/dev/null
   ip netns del "$NS_B" 2>/dev/null  # takes the veth pair with it
@@ -72,13 +80,16 @@ ip -n "$NS_B" link set "$IF_B" up
 set +e
 echo "netns: $NS_A ($ADDR_A: trainers) <-> $NS_B ($ADDR_B: receivers) over veth $IF_A/$IF_B"
 
-# One engine configuration per side (te-weights --config); log_level 2 so
-# that the plugin names its provider and paths (no silent fallback).
+# One engine configuration per side and NIC count (te-weights --config;
+# the schedule sets engine.nics_per_group); log_level 2 so that the plugin
+# names its provider and paths (no silent fallback).
 for side in A B; do
   addr=$ADDR_A
   [ $side = B ] && addr=$ADDR_B
-  printf '[engine]\nplugin = efa\nlog_level = 2\n[efa]\nprovider = tcp;ofi_rxm\nnode = %s\n' \
-    "$addr" >"$WORK/$side.ini"
+  for nics in 1 2; do
+    printf '[engine]\nplugin = efa\nlog_level = 2\n[efa]\nprovider = tcp;ofi_rxm\nnode = %s\ndevices = %s\n' \
+      "$addr" "$nics" >"$WORK/$side$nics.ini"
+  done
 done
 
 timeout 30 "$TW" gen --model small --seed 1 --out "$WORK/c1.safetensors" >/dev/null || fail gen
@@ -86,19 +97,19 @@ timeout 30 "$TW" gen --model small --seed 2 --out "$WORK/c2.safetensors" >/dev/n
 C1=$WORK/c1.safetensors
 C2=$WORK/c2.safetensors
 
-# run NAME [DIE_AT]: 2 trainers in A, 2 receivers in B; trainer 1 gets
-# --die-at DIE_AT when given.
+# run NAME NICS "PLAN OPTIONS" [DIE_AT]: 2 trainers in A, 2 receivers in
+# B; trainer 1 gets --die-at DIE_AT when given.
 run() {
-  local name=$1 die=${2:-}
+  local name=$1 nics=$2 opts=$3 die=${4:-}
   local d=$WORK/$name
   mkdir -p "$d/rv"
-  timeout 30 "$TW" plan --model "$C1" --trainers 2 --ranks 2 --tp 2 --fp8 --nics 1 \
+  timeout 30 "$TW" plan --model "$C1" --trainers 2 --ranks 2 $opts --nics "$nics" \
     --watermark 1 --out "$d/s.bin" >"$d/plan.log" || fail "$name: plan"
   local common=(--model "$C1" --schedule "$d/s.bin" --dir "$d/rv" --timeout-ms 8000
                 --update 1="$C1" --update 2="$C2")
   local rpids=() tpids=() r t
   for r in 0 1; do
-    timeout 60 ip netns exec "$NS_B" "$TW" infer "${common[@]}" --config "$WORK/B.ini" \
+    timeout 60 ip netns exec "$NS_B" "$TW" infer "${common[@]}" --config "$WORK/B$nics.ini" \
       --rank $r >"$d/infer$r.log" 2>&1 &
     rpids+=($!)
     PIDS+=($!)
@@ -106,8 +117,10 @@ run() {
   for t in 0 1; do
     local extra=()
     [ -n "$die" ] && [ $t = 1 ] && extra=(--die-at "$die")
-    timeout 60 ip netns exec "$NS_A" "$TW" train "${common[@]}" --config "$WORK/A.ini" \
-      --rank $t "${extra[@]}" >"$d/train$t.log" 2>&1 &
+    # In a subshell with its stderr (bash's "Killed" notice) discarded: a
+    # SIGKILLed trainer is not reported on the test's output.
+    (timeout 60 ip netns exec "$NS_A" "$TW" train "${common[@]}" --config "$WORK/A$nics.ini" \
+      --rank $t "${extra[@]}" >"$d/train$t.log" 2>&1; exit $?) 2>/dev/null &
     tpids+=($!)
     PIDS+=($!)
   done
@@ -122,30 +135,41 @@ run() {
   [ $rc = 0 ] || fail "$name: a receiver found bytes that differ or failed"
 }
 
-# 1. two versions, every byte verified at both receivers.
-run versions
-[ "$TRAIN_CODES" = " 0 0" ] || fail "versions: a trainer failed (exit codes:$TRAIN_CODES)"
-for side in train0 infer0; do
-  grep -q "provider=tcp;ofi_rxm" "$WORK/versions/$side.log" ||
-    fail "versions: $side's engine is not on efa tcp;ofi_rxm"
-done
-for r in 0 1; do
-  for v in 1 2; do
-    grep -q "version $v live: .* 0 differ" "$WORK/versions/infer$r.log" ||
-      fail "versions: receiver $r version $v"
+# 1, 2. two versions, every byte verified at both receivers.
+check_versions() { # NAME
+  local name=$1 side r v t
+  [ "$TRAIN_CODES" = " 0 0" ] || fail "$name: a trainer failed (exit codes:$TRAIN_CODES)"
+  for side in train0 infer0; do
+    grep -q "provider=tcp;ofi_rxm" "$WORK/$name/$side.log" ||
+      fail "$name: $side's engine is not on efa tcp;ofi_rxm"
   done
+  for r in 0 1; do
+    for v in 1 2; do
+      grep -q "version $v live: .* 0 differ" "$WORK/$name/infer$r.log" ||
+        fail "$name: receiver $r version $v"
+    done
+  done
+  for t in 0 1; do
+    grep "version [12] pushed" "$WORK/$name/train$t.log" |
+      awk -v t=$t -v n=$name '{ for (i = 1; i <= NF; i++) { if ($i == "writes") w = $(i + 1);
+                     if ($i == "s") s = $(i - 1) }
+                     printf "netns %s trainer %d: version %s pushed %d bytes in %s s (%.2f Gbit/s)\n",
+                            n, t, $4, w, s, w * 8 / s / 1e9 }'
+  done
+}
+run fp8_1nic 1 "--tp 2 --fp8"
+check_versions fp8_1nic
+echo "ok: 2 trainers ($NS_A) -> 2 receivers ($NS_B), fp8, 1 NIC, over efa tcp;ofi_rxm: 2 versions live, every byte identical"
+run bf16_2nic 2 "--tp 2"
+check_versions bf16_2nic
+for side in train0 infer0; do
+  [ "$(grep -c ": opened (" "$WORK/bf16_2nic/$side.log")" = 2 ] ||
+    fail "bf16_2nic: $side did not open 2 NICs"
 done
-for t in 0 1; do
-  grep "version [12] pushed" "$WORK/versions/train$t.log" |
-    awk -v t=$t '{ for (i = 1; i <= NF; i++) { if ($i == "writes") w = $(i + 1);
-                   if ($i == "s") s = $(i - 1) }
-                   printf "netns trainer %d: version %s pushed %d bytes in %s s (%.2f Gbit/s)\n",
-                          t, $4, w, s, w * 8 / s / 1e9 }'
-done
-echo "ok: 2 trainers ($NS_A) -> 2 receivers ($NS_B) over efa tcp;ofi_rxm: 2 versions live, every byte identical"
+echo "ok: 2 trainers -> 2 receivers, bf16, 2 NICs each, over efa tcp;ofi_rxm: 2 versions live, every byte identical"
 
-# 2. trainer 1 dies mid-version 2.
-run killed 2:50
+# 3. trainer 1 dies mid-version 2.
+run killed 1 "--tp 2 --fp8" 2:50
 grep -q "die-at: SIGKILL after" "$WORK/killed/train1.log" || fail "killed: trainer 1 did not die mid-version 2"
 grep -q "version 1 pushed" "$WORK/killed/train1.log" || fail "killed: trainer 1 did not push version 1"
 grep -q "version 2 pushed" "$WORK/killed/train1.log" && fail "killed: trainer 1 pushed version 2"
