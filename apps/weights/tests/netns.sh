@@ -15,6 +15,8 @@
 # Namespaces and processes are removed on every exit path.
 #
 # usage: netns.sh TE_WEIGHTS   (TE_PLUGIN_PATH: where libte-plugin-efa.so is)
+#   TE_WT_NETNS_MODEL=medium: the same runs on the medium preset (the
+#   throughput figure of docs/weights.md; ctest uses small).
 # exit: 0 pass, 1 fail, 77 skipped (no root / namespaces / efa plugin).
 set -u
 TW=${1:?usage: netns.sh path/to/te-weights}
@@ -92,8 +94,11 @@ for side in A B; do
   done
 done
 
-timeout 30 "$TW" gen --model small --seed 1 --out "$WORK/c1.safetensors" >/dev/null || fail gen
-timeout 30 "$TW" gen --model small --seed 2 --out "$WORK/c2.safetensors" >/dev/null || fail gen
+MODEL=${TE_WT_NETNS_MODEL:-small}
+WATERMARK=1  # MiB of staging per trainer (as weights_e2e); larger presets
+[ "$MODEL" = small ] || WATERMARK=64  # have slices above 1 MiB
+timeout 30 "$TW" gen --model "$MODEL" --seed 1 --out "$WORK/c1.safetensors" >/dev/null || fail gen
+timeout 30 "$TW" gen --model "$MODEL" --seed 2 --out "$WORK/c2.safetensors" >/dev/null || fail gen
 C1=$WORK/c1.safetensors
 C2=$WORK/c2.safetensors
 
@@ -104,7 +109,7 @@ run() {
   local d=$WORK/$name
   mkdir -p "$d/rv"
   timeout 30 "$TW" plan --model "$C1" --trainers 2 --ranks 2 $opts --nics "$nics" \
-    --watermark 1 --out "$d/s.bin" >"$d/plan.log" || fail "$name: plan"
+    --watermark "$WATERMARK" --out "$d/s.bin" >"$d/plan.log" || fail "$name: plan"
   local common=(--model "$C1" --schedule "$d/s.bin" --dir "$d/rv" --timeout-ms 8000
                 --update 1="$C1" --update 2="$C2")
   local rpids=() tpids=() r t
