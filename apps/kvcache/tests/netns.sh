@@ -174,6 +174,7 @@ victim=$(child_of "$pid_slow0")
 [ -n "$victim" ] || fail "no te-kv process under prefiller slow0's timeout"
 decode kill "${slow[@]}" --prefillers 2 --tokens 1024 --requests 40 \
   --request-ms 6000 --allow-failed --set engine.log_level=2 & dec=$!
+PIDS+=($dec)
 for _ in $(seq 1 200); do  # bounded: 200 x 0.05 s
   grep -q "paths:" "$WORK/kill.log" 2>/dev/null && break
   kill -0 "$dec" 2>/dev/null || break
@@ -195,7 +196,7 @@ fi
 
 # 4. slow0's lease (3 s) expires; the survivor alone serves.
 gone=0
-for _ in $(seq 1 50); do  # bounded: 50 x (<=1 s + 0.2 s)
+for _ in $(seq 1 50); do  # bounded: 50 x (<= 10 s + 0.2 s)
   out=$(timeout 10 ip netns exec "$NS_A" "$KV" members "${shape[@]}" "${slow[@]}" 2>&1)
   echo "$out" | grep -q "slow0" || { gone=1; break; }
   sleep 0.2

@@ -224,21 +224,28 @@ static int run_decode(const struct opts *o)
         return 1;
     }
     uint32_t ids[64];
-    int npf = n < 64 ? n : 64;
-    for (int i = 0; i < npf; i++)
-        if (te_kv_decoder_add_prefiller(g_dec, m[i].addr, m[i].addr_len,
-                                        &ids[i])) {
-            fprintf(stderr, "te-kv decode: %s: %s\n", m[i].name,
-                    te_kv_last_error());
-            return 1;
+    int npf = n < 64 ? n : 64, live[64], nlive = 0;
+    for (int i = 0; i < npf; i++) {
+        live[i] = te_kv_decoder_add_prefiller(g_dec, m[i].addr,
+                                              m[i].addr_len, &ids[i]) == 0;
+        nlive += live[i];
+        if (!live[i]) {
+            /* --allow-failed: a listed prefiller may have died since. */
+            fprintf(stderr, "te-kv decode: %s: %s%s\n", m[i].name,
+                    te_kv_last_error(), o->allow_failed ? "; skipped" : "");
+            if (!o->allow_failed)
+                return 1;
         }
+    }
+    if (!nlive) {
+        fprintf(stderr, "te-kv decode: no prefiller could be added\n");
+        return 1;
+    }
     struct tally t = {0};
     t.t_end = calloc(o->requests + 1, sizeof(double));
     t.no_verify = o->no_fill; /* the prefillers wrote no pattern */
     double t0 = now_s();
-    int live[64], nlive = npf, cancel_calls = 0, rerouted = 0;
-    for (int i = 0; i < npf; i++)
-        live[i] = 1;
+    int cancel_calls = 0, rerouted = 0;
     for (uint32_t r = 1; r <= o->requests; r++) {
         int rc, k = (int)(r % (uint32_t)npf);
         /* Full pool or window: wait for requests to end (each has a
