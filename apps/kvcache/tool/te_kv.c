@@ -217,7 +217,7 @@ static int run_decode(const struct opts *o)
     te_kv_decoder_opts dopt = {.shape = s, .pool_pages = o->pool_pages ?
                                o->pool_pages : per * 8, .max_requests = 8,
                                .poison_freed = o->poison};
-    if (o->request_ms && o->request_ms < 5000) /* the 5 s defaults */
+    if (o->request_ms) /* else the library's 5 s for both */
         dopt.accept_timeout_ms = dopt.cancel_timeout_ms = (int)o->request_ms;
     if (te_kv_decoder_new(e, &dopt, &g_dec)) {
         fprintf(stderr, "te-kv decode: %s\n", te_kv_last_error());
@@ -519,7 +519,8 @@ static void usage(FILE *f)
 "  --pool-pages N      decoder pool pages per layer\n"
 "  --no-fill           bench: prefillers skip writing the check pattern\n"
 "decode checks:\n"
-"  --request-ms N      deadline of each request (default 60000)\n"
+"  --request-ms N      deadline of each request (default 60000), and of\n"
+"                      its ACCEPT and cancel confirmation (default 5000)\n"
 "  --cancel-every K    cancel every Kth request and the one before it\n"
 "  --poison            late-write detector: freed pages are poisoned and\n"
 "                      checked when reused (must find 0 late writes)\n"

@@ -24,7 +24,11 @@ SKIP=77
 skip() { echo "SKIP: $*"; exit $SKIP; }
 fail() {
   echo "FAIL: $*"
-  for f in "$WORK"/*/*.log; do [ -f "$f" ] && { echo "== $f"; tail -20 "$f"; }; done
+  # each log's last lines without the engines' info lines and sanitizer
+  # stack frames, so that the tool's own error shows
+  for f in "$WORK"/*/*.log; do
+    [ -f "$f" ] && { echo "== $f"; grep -v "transferengine info\|^    #[0-9]" "$f" | tail -25; }
+  done
   exit 1
 }
 
