@@ -39,9 +39,11 @@ command -v ip >/dev/null 2>&1 ||
   skip "iproute2 'ip' not found (scripts/deps/efa.list installs iproute2)"
 [ "$(id -u)" -eq 0 ] ||
   skip "creating network namespaces needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN)"
+command -v pgrep >/dev/null 2>&1 ||
+  skip "pgrep not found (scripts/deps/netns.list installs procps)"
 ETCD=$(command -v etcd || true)
 [ -n "$ETCD" ] || skip "etcd not installed (apt-get install etcd-server)"
-command -v curl >/dev/null 2>&1 || skip "curl not found (the etcd health probe)"
+command -v curl >/dev/null 2>&1 || skip "curl not found (the etcd probe; scripts/deps/netns.list)"
 efa_so=
 for d in ${TE_PLUGIN_PATH//:/ }; do
   [ -f "$d/libte-plugin-efa.so" ] && efa_so=$d/libte-plugin-efa.so
