@@ -81,3 +81,20 @@ TE_API int te_peer_remove(te_engine *e, int group, te_peer peer)
         free(c);
     return rc;
 }
+
+TE_API int te_peer_status(te_engine *e, int group, te_peer peer)
+{
+    te_error_clear();
+    struct te_group *g = group_of(e, group, "te_peer_status");
+    if (!g)
+        return -EINVAL;
+    struct te_peer_entry *pe = te_group_peer(g, peer);
+    if (!pe)
+        return te_fail(-ENOENT, "te_peer_status: peer %u is not a peer of "
+                       "group %d", peer, group);
+    if (atomic_load_explicit(&pe->state, memory_order_acquire) ==
+        TE_PEER_DOWN)
+        return te_fail(-ECONNRESET, "te_peer_status: peer %u of group %d "
+                       "is down", peer, group);
+    return 0;
+}

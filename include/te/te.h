@@ -236,6 +236,19 @@ TE_API int te_peer_add(te_engine *e, int group, const void *addr, size_t len,
 /** Remove a peer; its in-flight requests fail with -ECONNABORTED. */
 TE_API int te_peer_remove(te_engine *e, int group, te_peer peer);
 
+/**
+ * Whether a peer is usable, without sending anything: 0 while it is live,
+ * -ECONNRESET once the engine has declared it down (the transport lost it,
+ * its process exited, it closed the conversation, or it stayed silent past
+ * engine.peer_timeout_ms: the log names which), -ENOENT for a handle that is
+ * not a peer of the group. A down peer stays down; te_peer_add() of its
+ * address again gives a fresh handle once it is back. Lock-free; callable
+ * from any thread and from callbacks, e.g. by an application that waits on
+ * messages or immediates from a peer it never writes to, and so would
+ * otherwise learn of its death only at its own deadline.
+ */
+TE_API int te_peer_status(te_engine *e, int group, te_peer peer);
+
 /* ---------------------------------------------------------------- memory */
 
 /** Registration access flags. */

@@ -91,3 +91,19 @@ def test_config_from_environment(tmp_path, monkeypatch):
     assert cfg.get("engine", "groups") == "3"
     with te.Engine(cfg) as e:
         assert e.groups == 3
+
+
+def test_peer_alive_until_its_engine_closes():
+    import time
+    with te.Engine() as a:
+        b = te.Engine()
+        p = a.add_peer(b.address())
+        assert a.peer_alive(p)
+        with pytest.raises(te.TEError) as ei:
+            a.peer_alive(p + 1000)
+        assert ei.value.errno == errno.ENOENT
+        b.close()
+        deadline = time.monotonic() + 10
+        while a.peer_alive(p) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not a.peer_alive(p), "a closed peer engine was never declared down"

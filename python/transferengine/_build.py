@@ -181,6 +181,7 @@ const char *te_cap_names(uint32_t caps, char *buf, size_t len);
 int te_peer_add(te_engine *e, int group, const void *addr, size_t len,
                 te_peer *out);
 int te_peer_remove(te_engine *e, int group, te_peer peer);
+int te_peer_status(te_engine *e, int group, te_peer peer);
 int te_mr_reg(te_engine *e, int group, void *addr, size_t len, uint32_t access,
               uint32_t mem_kind, te_mr **out);
 int te_mr_dereg(te_engine *e, te_mr *mr);

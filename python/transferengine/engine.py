@@ -1,5 +1,6 @@
 """Engine: the te_engine of te.h with Pythonic ownership."""
 import atexit
+import errno
 import os
 import collections
 import threading
@@ -181,6 +182,16 @@ class Engine:
     def remove_peer(self, peer: int, group: int = 0) -> None:
         """te_peer_remove: its requests in flight fail with ECONNABORTED."""
         check(lib.te_peer_remove(self._cdata(), group, peer), "te_peer_remove")
+
+    def peer_alive(self, peer: int, group: int = 0) -> bool:
+        """te_peer_status: True while the peer is live, False once the engine
+        has declared it down (it stays down). Raises TEError (ENOENT) for a
+        handle that is not a peer of the group. Sends nothing."""
+        rc = lib.te_peer_status(self._cdata(), group, peer)
+        if rc == -errno.ECONNRESET:
+            return False
+        check(rc, "te_peer_status")
+        return True
 
     # -------------------------------------------------------------- memory
     def register(self, obj: Any, access: int = REMOTE_WRITE | REMOTE_READ,

@@ -315,11 +315,16 @@ START_TEST(silent_peer_declared_down)
     pair_open(&x, "[loopback]\nfault_delay_us = 3000000\n"
                   "[engine]\npeer_timeout_ms = 100\n", 4096);
     te_request r = small_write(&x, -1);
+    ck_assert_int_eq(te_peer_status(x.a, 0, x.p), 0);
+    ck_assert_int_eq(te_peer_status(x.a, 0, x.p + 1000), -ENOENT);
+    ck_assert_int_eq(te_peer_status(x.a, 7, x.p), -EINVAL);
     ck_assert_int_gt(te_submit(x.a, &r), 0);
     te_completion c;
     ck_assert_int_eq(te_poll_completions(x.a, &c, 1, 5000), 1);
     ck_assert_int_eq(c.status, -ETIMEDOUT);
     ck_assert_ptr_nonnull(strstr(c.reason, "no completion"));
+    ck_assert_int_eq(te_peer_status(x.a, 0, x.p), -ECONNRESET);
+    ck_assert_ptr_nonnull(strstr(te_last_error(), "is down"));
     ck_assert_int_eq(te_submit(x.a, &r), -ECONNRESET);
     /* The same engine still serves another, healthy peer: b adds a. */
     uint8_t addr[TE_ADDR_MAX];

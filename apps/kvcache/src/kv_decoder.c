@@ -383,8 +383,30 @@ static void handle_imm(te_kv_decoder *d, uint32_t imm, int status)
                       "was counted" : "expectation ended");
 }
 
+/* A prefiller the engine declared down (transport error, its process
+ * exited, silence past engine.peer_timeout_ms) is fenced now rather than
+ * at its requests' deadlines: the decoder only receives from it, so no
+ * failed write of its own would tell. */
+static void check_peers(te_kv_decoder *d)
+{
+    for (uint32_t pf = 0; pf < d->npf; pf++) {
+        if (!d->pf[pf].live)
+            continue;
+        int busy = 0;
+        for (uint32_t i = 0; i < d->o.max_requests && !busy; i++)
+            busy = d->req[i].pf == pf && (d->req[i].state == R_SENT ||
+                                          d->req[i].state == R_ARMED ||
+                                          d->req[i].state == R_CANCELLING);
+        if (busy && te_peer_status(d->e, d->o.group, d->pf[pf].peer) ==
+                        -ECONNRESET)
+            fence_prefiller(d, pf, -ECONNRESET,
+                            "the engine declared its peer down");
+    }
+}
+
 static void check_deadlines(te_kv_decoder *d)
 {
+    check_peers(d);
     uint64_t now = kv_now_ns();
     for (uint32_t i = 0; i < d->o.max_requests; i++) {
         struct kv_req *q = &d->req[i];

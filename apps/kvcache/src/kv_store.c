@@ -473,8 +473,22 @@ int te_kv_store_keepalive(te_kv_store *s)
                               json_pack("{s:s}", "ID", id));
         if (!r)
             return -EHOSTUNREACH;
+        json_t *res = json_object_get(r, "result");
+        int64_t ttl = json_int(res ? res : r, "TTL");
         json_decref(r);
-        return 0;
+        if (ttl > 0)
+            return 0;
+        /* etcd answers the keepalive of an expired lease with HTTP 200 and
+         * no TTL; the record went with the lease. A new lease, the same
+         * record. */
+        r = etcd_call(s, "/v3/lease/grant",
+                      json_pack("{s:I}", "TTL", (json_int_t)s->ttl_s));
+        if (!r)
+            return -EHOSTUNREACH;
+        s->lease = json_int(r, "ID");
+        json_decref(r);
+        int rc = etcd_put(s);
+        return rc ? rc : 1;
     }
     char *e = strstr(s->record, "expires=");
     if (!e)
@@ -485,9 +499,11 @@ int te_kv_store_keepalive(te_kv_store *s)
     char why[64];
     if (parse_record(s->record, strlen(s->record), &m, &old, why, sizeof(why)))
         return kv_fail(-EINVAL, "store: own record: %s", why);
+    int expired = old <= unix_ms(); /* readers had dropped it */
     make_record(s, m.role, m.addr, m.addr_len, m.capacity,
                 unix_ms() + 1000ull * s->ttl_s);
-    return dir_write(s);
+    int rc = dir_write(s);
+    return rc ? rc : expired;
 }
 
 int te_kv_store_unregister(te_kv_store *s)

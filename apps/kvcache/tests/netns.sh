@@ -60,8 +60,8 @@ ADDR_B=198.51.100.2
 WORK=$(mktemp -d /tmp/te-kv-netns.XXXXXX)
 # etcd's data on tmpfs: on this shared machine a WAL fsync on disk was
 # measured at 3 s, as long as the prefillers' 3 s lease, which then expired
-# (te_kv_store_keepalive does not re-register after that: the prefiller
-# stays unlisted; see docs/kvcache.md).
+# (the prefiller registers again at its next keepalive, but decoders that
+# listed the members meanwhile missed it).
 ETCD_DATA=$(mktemp -d /dev/shm/te-kv-etcd.XXXXXX 2>/dev/null || mktemp -d "$WORK/etcd.XXXXXX")
 PIDS=()
 

@@ -195,6 +195,11 @@ START_TEST(embedded_store_lists_live_members_and_skips_bad_ones)
     sleep(2);
     ck_assert_int_eq(te_kv_store_list(a, "decode", m, 4), 0);
     ck_assert_int_eq(te_kv_store_keepalive(a), 0);
+    /* ... and comes back, said so, at its next keepalive while it lives. */
+    ck_assert_int_eq(te_kv_store_keepalive(b), 1);
+    ck_assert_int_eq(te_kv_store_list(a, "decode", m, 4), 1);
+    ck_assert_int_eq(te_kv_store_keepalive(b), 0);
+    ck_assert_int_eq(te_kv_store_unregister(b), 0);
     ck_assert_int_eq(te_kv_store_list(a, "prefill", m, 4), 1);
     ck_assert_int_eq(te_kv_store_unregister(a), 0);
     ck_assert_int_eq(te_kv_store_list(a, "prefill", m, 4), 0);

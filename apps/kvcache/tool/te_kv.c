@@ -129,9 +129,14 @@ static int run_prefill(const struct opts *o)
     double end = kv_tool_now_s() + o->seconds;
     while (!stop_flag && kv_tool_now_s() < end) {
         usleep(200000);
-        if (te_kv_store_keepalive(st))
+        int ka = te_kv_store_keepalive(st);
+        if (ka < 0)
             fprintf(stderr, "te-kv prefill: keepalive: %s\n",
                     te_kv_last_error());
+        else if (ka == 1)
+            fprintf(stderr, "te-kv prefill %s: its record had expired "
+                    "(stopped or starved past the 3 s ttl): registered "
+                    "again\n", o->name);
     }
     te_kv_store_unregister(st);
     te_kv_store_close(st);
@@ -187,12 +192,17 @@ static int run_decode(const struct opts *o)
     while ((n = te_kv_store_list(st, "prefill", m, 64)) < (int)o->prefillers &&
            kv_tool_now_s() < deadline)
         usleep(50000);
+    /* Every failure below leaves through `out`, which frees what exists. */
+    te_engine *e = NULL;
+    struct tally t = {0};
+    int ok = 0;
+    g_dec = NULL;
     if (n < (int)o->prefillers) {
         fprintf(stderr, "te-kv decode: %d of %u prefillers in the store "
                 "after 30 s\n", n < 0 ? 0 : n, o->prefillers);
-        return 1;
+        goto out;
     }
-    te_engine *e = kv_tool_engine(o);
+    e = kv_tool_engine(o);
     uint32_t per = te_kv_pages_for(&s, o->tokens);
     te_kv_decoder_opts dopt = {.shape = s, .pool_pages = o->pool_pages ?
                                o->pool_pages : per * 8, .max_requests = 8,
@@ -201,7 +211,8 @@ static int run_decode(const struct opts *o)
         dopt.accept_timeout_ms = dopt.cancel_timeout_ms = (int)o->request_ms;
     if (te_kv_decoder_new(e, &dopt, &g_dec)) {
         fprintf(stderr, "te-kv decode: %s\n", te_kv_last_error());
-        return 1;
+        g_dec = NULL;
+        goto out;
     }
     uint32_t ids[64];
     int npf = n < 64 ? n : 64, live[64], nlive = 0;
@@ -214,14 +225,13 @@ static int run_decode(const struct opts *o)
             fprintf(stderr, "te-kv decode: %s: %s%s\n", m[i].name,
                     te_kv_last_error(), o->allow_failed ? "; skipped" : "");
             if (!o->allow_failed)
-                return 1;
+                goto out;
         }
     }
     if (!nlive) {
         fprintf(stderr, "te-kv decode: no prefiller could be added\n");
-        return 1;
+        goto out;
     }
-    struct tally t = {0};
     t.t_end = calloc(o->requests + 1, sizeof(double));
     t.no_verify = o->no_fill; /* the prefillers wrote no pattern */
     double t0 = kv_tool_now_s();
@@ -254,7 +264,7 @@ static int run_decode(const struct opts *o)
         if (rc) {
             fprintf(stderr, "te-kv decode: submit request %u: %s\n", r,
                     te_kv_last_error());
-            return 1;
+            goto out; /* te_kv_decoder_free fails what is in flight */
         }
         /* --cancel-every K: this request (likely before its ACCEPT) and
          * the one before it (likely between layers, or already done:
@@ -287,11 +297,15 @@ static int run_decode(const struct opts *o)
                "%" PRIu64 "%s\n", ended, o->requests, atomic_load(&t.ok),
                atomic_load(&t.cancelled), cancel_calls, atomic_load(&t.failed),
                rerouted, late, o->poison ? "" : " (not checked: no --poison)");
-    int ok = ended == (int)o->requests && !t.verify_bad && late == 0 &&
+    ok = ended == (int)o->requests && !t.verify_bad && late == 0 &&
              (o->allow_failed || atomic_load(&t.failed) == 0) &&
              (o->cancel_every || atomic_load(&t.cancelled) == 0);
-    te_kv_decoder_free(g_dec);
-    te_engine_destroy(e);
+out:
+    if (g_dec)
+        te_kv_decoder_free(g_dec);
+    g_dec = NULL;
+    if (e)
+        te_engine_destroy(e);
     te_kv_store_close(st);
     free(t.t_end);
     return ok ? 0 : 1;

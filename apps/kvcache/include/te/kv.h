@@ -325,7 +325,12 @@ int te_kv_store_open(const char *url, const char *cluster, te_kv_store **out);
 int te_kv_store_register(te_kv_store *s, const char *name, const char *role,
                          const void *addr, size_t len, uint32_t capacity,
                          int ttl_s);
-/** Keep this member's record alive another ttl. */
+/** Keep this member's record alive another ttl. A record that expired
+ *  meanwhile (a process stopped or starved past its ttl: its etcd lease
+ *  is gone, or its file record is past its expiry) is published again,
+ *  so a member that was dropped from the list comes back while it lives.
+ *  0: refreshed; 1: it had expired and was published again; <0: error
+ *  (te_kv_last_error()). */
 int te_kv_store_keepalive(te_kv_store *s);
 /** Remove this member's record. */
 int te_kv_store_unregister(te_kv_store *s);
