@@ -72,6 +72,7 @@ struct efa_paths {
     uint64_t write_flags;     /* completion flag of writes */
     bool inject;              /* small writes use fi_inject_write[data] */
     size_t inject_max;
+    bool inject_zero;         /* imm-only writes too (probe: inject_zero) */
     bool key_check;           /* keys carry a check the initiator verifies */
     bool remote_cq_data_cap;  /* FI_REMOTE_CQ_DATA accepted as a capability */
     bool source;              /* FI_SOURCE: completions name the sender */
@@ -210,6 +211,7 @@ struct te_plugin_nic {
     uint64_t write_flags;
     bool use_inject;
     size_t inject_max;
+    bool inject_zero;        /* zero-length WriteImm as an inject */
     bool rx_cq_data;
     bool source;
     bool prov_errno_is_errno; /* tcp family: prov_errno holds the cause */

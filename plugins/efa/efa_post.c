@@ -3,8 +3,10 @@
  *  WRITE  fi_writemsg, FI_REMOTE_CQ_DATA carrying the imm when TE_POP_F_IMM,
  *         plus the completion flag the probe chose; small writes may use
  *         fi_inject_write[data] (no completion from the provider: the LOCAL
- *         entry is produced here). A zero-length write without a key goes
- *         to the peer's landing region (EFA needs a valid key even then).
+ *         entry is produced here), and so may zero-length WriteImms where
+ *         the probe saw a zero-length inject deliver its immediate. A
+ *         zero-length write without a key goes to the peer's landing region
+ *         (EFA needs a valid key even then).
  *  READ   fi_readmsg.   SEND fi_sendmsg.   RECV fi_recvmsg (FI_ADDR_UNSPEC).
  * Each provider operation holds a slot whose fi_context2 is the op context,
  * so a completion finds its op in O(1) and is reported exactly once.
@@ -234,12 +236,16 @@ static int post_one(efa_nic *nic, const struct te_plugin_op *op)
         complete_now(nic, op, -EACCES, op->peer);
         return 1;
     }
-    if (op->kind == TE_POP_WRITE && nic->use_inject && op->len &&
-        op->len <= nic->inject_max) {
+    if (op->kind == TE_POP_WRITE && nic->use_inject &&
+        (op->len ? op->len <= nic->inject_max
+                 : nic->inject_zero && (op->flags & TE_POP_F_IMM))) {
+        /* A zero-length source may be NULL: give the provider a valid
+         * address anyway (our landing region; nothing is read). */
+        const void *src = op->len ? op->local_addr : nic->landing;
         ssize_t rc = (op->flags & TE_POP_F_IMM)
-                         ? fi_inject_writedata(nic->ep, op->local_addr,
-                                               op->len, op->imm, p->fi_addr,
-                                               raddr, rkey)
+                         ? fi_inject_writedata(nic->ep, src, op->len,
+                                               op->imm, p->fi_addr, raddr,
+                                               rkey)
                          : fi_inject_write(nic->ep, op->local_addr, op->len,
                                            p->fi_addr, raddr, rkey);
         if (rc == -FI_EAGAIN) {
