@@ -177,6 +177,26 @@ static bool stalled(efa_nic *nic, struct efa_peer *p)
     return true;
 }
 
+/* A same-host peer (shm) is entered through a lock that lives in ITS
+ * shared memory: if it was killed holding that lock, fi_writemsg() would
+ * spin forever and the worker with it (measured: conformance remote_killed
+ * hung so under ASan). Its pidfd is read before going in: once per post()
+ * call, at most every EFA_POST_CHECK_NS (why that is enough:
+ * efa_internal.h). A dead peer is turned down here. */
+static void check_alive(efa_nic *nic, struct efa_peer *p)
+{
+    uint64_t now = efa_now_ns();
+    if (now - p->pidfd_read_ns < EFA_POST_CHECK_NS)
+        return;
+    p->pidfd_read_ns = now;
+    struct pollfd pf = {.fd = p->pidfd, .events = POLLIN};
+    if (poll(&pf, 1, 0) > 0) {
+        char why[64];
+        snprintf(why, sizeof(why), "its process %u exited", p->pid);
+        efa_peer_down(nic, p, -ECONNRESET, why);
+    }
+}
+
 /* 1 = consumed (posted or completed here), 0 = no room now, <0 = invalid. */
 static int post_one(efa_nic *nic, const struct te_plugin_op *op)
 {
@@ -201,18 +221,8 @@ static int post_one(efa_nic *nic, const struct te_plugin_op *op)
     if (nic->tx_out >= nic->qd)
         return 0;
     if (p->state == EFA_PEER_LIVE && p->pidfd >= 0 && p != nic->post_checked) {
-        /* A same-host peer (shm) is entered through a lock that lives in
-         * ITS shared memory: if it was killed holding that lock,
-         * fi_writemsg() would spin forever and the worker with it
-         * (measured: conformance remote_killed hung so under ASan). Ask its
-         * pidfd once per post() call before going in. */
         nic->post_checked = p;
-        struct pollfd pf = {.fd = p->pidfd, .events = POLLIN};
-        if (poll(&pf, 1, 0) > 0) {
-            char why[64];
-            snprintf(why, sizeof(why), "its process %u exited", p->pid);
-            efa_peer_down(nic, p, -ECONNRESET, why);
-        }
+        check_alive(nic, p);
     }
     if (p->state == EFA_PEER_DOWN) {
         complete_now(nic, op, -ECONNRESET, op->peer);
