@@ -237,6 +237,28 @@ void te_cuda_restore(CUcontext saved)
         driver.CtxSetCurrent(saved);
 }
 
+int te_cuda_mapped_word(const char *who, void **host, void **dev)
+{
+    char what[96];
+    void *h = NULL;
+    CUresult r = driver.MemHostAlloc(&h, 64, CU_MEMHOSTALLOC_DEVICEMAP |
+                                                 CU_MEMHOSTALLOC_PORTABLE);
+    if (r != CUDA_SUCCESS) {
+        snprintf(what, sizeof(what), "%s: cuMemHostAlloc", who);
+        return te_cuda_fail(r, what);
+    }
+    CUdeviceptr dp = 0;
+    if ((r = driver.MemHostGetDevicePointer(&dp, h, 0)) != CUDA_SUCCESS) {
+        driver.MemFreeHost(h);
+        snprintf(what, sizeof(what), "%s: cuMemHostGetDevicePointer", who);
+        return te_cuda_fail(r, what);
+    }
+    memset(h, 0, 64);
+    *host = h;
+    *dev = (void *)(uintptr_t)dp;
+    return 0;
+}
+
 int te_cuda_loaded(void)
 {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);

@@ -75,6 +75,13 @@ int te_cuda_use_device(int ordinal);
  */
 int te_cuda_enter_device(int ordinal, CUcontext *saved);
 void te_cuda_restore(CUcontext saved);
+
+/* 64 bytes of host-pinned memory mapped into the current context's device
+ * (what the GPU flag and the watcher word live in): *host for the CPU,
+ * *dev for kernels, zeroed. Needs a current context (te_cuda_enter_device);
+ * freed with the driver's MemFreeHost(*host). 0 or the failure, named with
+ * `who`, recorded by te_cuda_fail(). */
+int te_cuda_mapped_word(const char *who, void **host, void **dev);
 #endif /* TE_HAVE_CUDA */
 
 /**

@@ -39,31 +39,20 @@ TE_API int te_gpu_flag_create(int device, te_gpu_flag **out)
         te_cuda_restore(saved);
         return rc;
     }
-    const struct te_cuda_driver *d = te_cuda_driver();
     te_gpu_flag *f = calloc(1, sizeof(*f));
     if (!f) {
         te_cuda_restore(saved);
         return te_fail(-ENOMEM, "te_gpu_flag_create: out of memory");
     }
-    void *host = NULL;
-    CUresult r = d->MemHostAlloc(&host, 64, CU_MEMHOSTALLOC_DEVICEMAP |
-                                                CU_MEMHOSTALLOC_PORTABLE);
-    if (r != CUDA_SUCCESS) {
+    void *host = NULL, *dev = NULL;
+    if ((rc = te_cuda_mapped_word("te_gpu_flag_create", &host, &dev))) {
         free(f);
         te_cuda_restore(saved);
-        return te_cuda_fail(r, "te_gpu_flag_create: cuMemHostAlloc");
-    }
-    CUdeviceptr dp = 0;
-    r = d->MemHostGetDevicePointer(&dp, host, 0);
-    if (r != CUDA_SUCCESS) {
-        d->MemFreeHost(host);
-        free(f);
-        te_cuda_restore(saved);
-        return te_cuda_fail(r, "te_gpu_flag_create: cuMemHostGetDevicePointer");
+        return rc;
     }
     f->host = host;
     atomic_store(f->host, 0);
-    f->device = (void *)(uintptr_t)dp;
+    f->device = dev;
     f->device_ordinal = device;
     *out = f;
     te_cuda_restore(saved);

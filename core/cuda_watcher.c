@@ -116,25 +116,15 @@ TE_API int te_gpu_watcher_create(int device, uint32_t flags,
         te_cuda_restore(saved);
         return te_fail(-ENOMEM, "te_gpu_watcher_create: out of memory");
     }
-    void *host = NULL;
-    CUresult r = d->MemHostAlloc(&host, 64, CU_MEMHOSTALLOC_DEVICEMAP |
-                                                CU_MEMHOSTALLOC_PORTABLE);
-    if (r != CUDA_SUCCESS) {
+    void *host = NULL, *dev = NULL;
+    if ((rc = te_cuda_mapped_word("te_gpu_watcher_create", &host, &dev))) {
         free(w);
         te_cuda_restore(saved);
-        return te_cuda_fail(r, "te_gpu_watcher_create: cuMemHostAlloc");
-    }
-    CUdeviceptr dp = 0;
-    if ((r = d->MemHostGetDevicePointer(&dp, host, 0)) != CUDA_SUCCESS) {
-        d->MemFreeHost(host);
-        free(w);
-        te_cuda_restore(saved);
-        return te_cuda_fail(r, "te_gpu_watcher_create: "
-                               "cuMemHostGetDevicePointer");
+        return rc;
     }
     w->host = host;
     atomic_store(w->host, 0);
-    w->device = (void *)(uintptr_t)dp;
+    w->device = dev;
     w->flags = flags;
     w->device_ordinal = device;
     w->cb = cb;

@@ -404,6 +404,15 @@ static void wait_quiet(te_kv_prefiller *p)
         usleep(50);
 }
 
+/* The worker counts while te_kv_prefiller_stats_get() may read from
+ * another thread: under the lock that reader takes. */
+static void stat_add(te_kv_prefiller *p, uint64_t *field, uint64_t n)
+{
+    pthread_mutex_lock(&p->lock);
+    *field += n;
+    pthread_mutex_unlock(&p->lock);
+}
+
 static void serve(te_kv_prefiller *p, struct job *j)
 {
     te_mr_desc d;
@@ -412,7 +421,7 @@ static void serve(te_kv_prefiller *p, struct job *j)
     if (bad) {
         fprintf(stderr, "te-kv prefiller: request %" PRIu64 " rejected: %s\n",
                 j->m.request_id, why);
-        p->st.rejected++;
+        stat_add(p, &p->st.rejected, 1);
         reply(p, j->from, TE_KV_MSG_REJECT, j->m.request_id, (uint32_t)bad);
         return;
     }
@@ -426,7 +435,7 @@ static void serve(te_kv_prefiller *p, struct job *j)
         layer_request(p, j, &d, src_idx, l, &r);
         int64_t n = te_expected_imms(p->e, &r, 0);
         if (n < 0) {
-            p->st.rejected++;
+            stat_add(p, &p->st.rejected, 1);
             reply(p, j->from, TE_KV_MSG_REJECT, j->m.request_id, EINVAL);
             return;
         }
@@ -440,7 +449,7 @@ static void serve(te_kv_prefiller *p, struct job *j)
     acc.request_id = j->m.request_id;
     acc.expected_imms = expect;
     send_msg(p, j->from, &acc);
-    p->st.accepted++;
+    stat_add(p, &p->st.accepted, 1);
 
     atomic_store(&p->write_failed, 0);
     uint64_t compute_ns = (uint64_t)p->o.layer_us * 1000u *
@@ -469,8 +478,8 @@ static void serve(te_kv_prefiller *p, struct job *j)
                     ": %s\n", l, j->m.request_id, te_last_error());
             break;
         }
-        p->st.layer_writes++;
-        p->st.bytes += j->m.npages * p->page_bytes;
+        stat_add(p, &p->st.layer_writes, 1);
+        stat_add(p, &p->st.bytes, (uint64_t)j->m.npages * p->page_bytes);
         if (l + 1 == j->m.layers) {
             pthread_mutex_lock(&p->lock);
             p->last[j->m.request_id % 256].id = j->m.request_id;
@@ -483,7 +492,7 @@ static void serve(te_kv_prefiller *p, struct job *j)
         kv_pattern_fill(h, p->hidden_bytes, j->m.request_id, UINT32_MAX, 0);
         hidden_request(p, j, &d, &r);
         if (!submit(p, &r))
-            p->st.bytes += p->hidden_bytes;
+            stat_add(p, &p->st.bytes, p->hidden_bytes);
     }
     /* Nothing of this request can land after its writes completed. */
     wait_quiet(p);
@@ -493,12 +502,12 @@ static void serve(te_kv_prefiller *p, struct job *j)
     p->cancel_current = 0;
     pthread_mutex_unlock(&p->lock);
     if (cancelled) {
-        p->st.cancelled++;
+        stat_add(p, &p->st.cancelled, 1);
         reply(p, j->from, TE_KV_MSG_CANCELLED, j->m.request_id, 0);
     } else if (atomic_load(&p->write_failed)) {
-        p->st.failed++;
+        stat_add(p, &p->st.failed, 1);
     } else {
-        p->st.completed++;
+        stat_add(p, &p->st.completed, 1);
     }
 }
 

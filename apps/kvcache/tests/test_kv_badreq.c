@@ -13,21 +13,12 @@
 #include <unistd.h>
 
 #include "te/kv.h"
+#include "kv_test_util.h"
 
 #define POOL 8 /* pages per layer in the hand-made decoder region */
 #define LAYERS 2
 
-static te_engine *engine(void)
-{
-    te_config *c = te_config_new();
-    char v[32];
-    snprintf(v, sizeof(v), "%d", TE_KV_MSG_MAX + 64);
-    te_config_set(c, "engine", "max_msg_size", v);
-    te_engine *e = NULL;
-    ck_assert_msg(te_engine_create(c, &e) == 0, "%s", te_last_error());
-    te_config_free(c);
-    return e;
-}
+static te_engine *engine(void) { return kv_test_engine(); }
 
 /* Replies the prefiller sent us, parsed. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -202,8 +193,7 @@ START_TEST(bad_requests_are_refused_and_nothing_lands)
                           "layer %u page %u: %s", l, k,
                           used ? "not written" : "written");
         }
-    te_kv_prefiller_stats st;
-    te_kv_prefiller_stats_get(p, &st);
+    te_kv_prefiller_stats st = kv_test_stats_after(p, 1);
     ck_assert_uint_eq(st.rejected, 3);
     ck_assert_uint_eq(st.completed, 1);
 

@@ -20,21 +20,12 @@
 #include <unistd.h>
 
 #include "te/kv.h"
+#include "kv_test_util.h"
 
 #define WINDOW 8 /* requests in flight */
 #define PREFILLERS 3
 
-static te_engine *engine(void)
-{
-    te_config *c = te_config_new();
-    char v[32];
-    snprintf(v, sizeof(v), "%d", TE_KV_MSG_MAX + 64);
-    te_config_set(c, "engine", "max_msg_size", v);
-    te_engine *e = NULL;
-    ck_assert_msg(te_engine_create(c, &e) == 0, "%s", te_last_error());
-    te_config_free(c);
-    return e;
-}
+static te_engine *engine(void) { return kv_test_engine(); }
 
 static double now_s(void)
 {

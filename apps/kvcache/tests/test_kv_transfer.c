@@ -14,18 +14,9 @@
 #include <unistd.h>
 
 #include "te/kv.h"
+#include "kv_test_util.h"
 
-static te_engine *engine(void)
-{
-    te_config *c = te_config_new();
-    char v[32];
-    snprintf(v, sizeof(v), "%d", TE_KV_MSG_MAX + 64);
-    te_config_set(c, "engine", "max_msg_size", v);
-    te_engine *e = NULL;
-    ck_assert_msg(te_engine_create(c, &e) == 0, "%s", te_last_error());
-    te_config_free(c);
-    return e;
-}
+static te_engine *engine(void) { return kv_test_engine(); }
 
 static te_kv_shape shape(uint32_t layers)
 {
@@ -118,8 +109,7 @@ START_TEST(requests_land_and_verify)
         ck_assert_int_eq(te_kv_decoder_release(d, id), 0);
     }
     ck_assert_uint_eq(free_pages(d), 256);
-    te_kv_prefiller_stats st;
-    te_kv_prefiller_stats_get(p1.p, &st);
+    te_kv_prefiller_stats st = kv_test_stats_after(p1.p, 3);
     ck_assert_uint_eq(st.completed, 3);
     ck_assert_uint_eq(st.layer_writes, 15);
     /* Bad input at the decoder. */
@@ -164,8 +154,7 @@ START_TEST(cancel_is_confirmed_before_pages_return)
     wait_done(&r, 2, 30);
     ck_assert_msg(r.status[2] == 0, "%s", r.why[2]);
     ck_assert_msg(te_kv_decoder_verify(d, 2) == 0, "%s", te_kv_last_error());
-    te_kv_prefiller_stats st;
-    te_kv_prefiller_stats_get(p.p, &st);
+    te_kv_prefiller_stats st = kv_test_stats_after(p.p, 2);
     ck_assert_uint_eq(st.completed, 1);
     te_kv_decoder_free(d);
     te_kv_prefiller_free(p.p);

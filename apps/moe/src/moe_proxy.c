@@ -64,13 +64,12 @@ static void ring_fail(te_moe_proxy *p, int err, const char *fmt, ...)
 static void ring_fail(te_moe_proxy *p, int err, const char *fmt, ...)
 {
     pthread_mutex_lock(&p->mu);
-    if (p->ring->error == 0) {
+    if (__atomic_load_n(&p->ring->error, __ATOMIC_RELAXED) == 0) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(p->error, sizeof(p->error), fmt, ap);
         va_end(ap);
-        atomic_thread_fence(memory_order_release);
-        p->ring->error = err;
+        __atomic_store_n(&p->ring->error, err, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&p->mu);
 }
@@ -136,11 +135,16 @@ static void *proxy_main(void *arg)
 {
     te_moe_proxy *p = arg;
     uint32_t mask = p->ring->entries - 1;
-    uint64_t head = p->ring->consumed;
+    uint64_t head = __atomic_load_n(&p->ring->consumed, __ATOMIC_RELAXED);
     unsigned idle = 0;
     while (!atomic_load(&p->stop)) {
         te_moe_ring_entry *en = &p->ent[head & mask];
-        if (en->seq != (uint32_t)(head + 1) || p->ring->error) {
+        /* The words both sides touch are accessed atomically (a GPU
+         * producer's volatile store after __threadfence_system() pairs
+         * with the acquire load), so the protocol is also checkable by
+         * ThreadSanitizer with a CPU producer. */
+        if (__atomic_load_n(&en->seq, __ATOMIC_ACQUIRE) != (uint32_t)(head + 1) ||
+            __atomic_load_n(&p->ring->error, __ATOMIC_ACQUIRE)) {
             /* spin a little, then yield: the producer posts in bursts */
             if (++idle > 2000)
                 usleep(20);
@@ -149,14 +153,12 @@ static void *proxy_main(void *arg)
             continue;
         }
         idle = 0;
-        atomic_thread_fence(memory_order_acquire); /* fields after seq */
         te_moe_ring_entry copy = *en;
-        en->seq = 0;
+        __atomic_store_n(&en->seq, 0, __ATOMIC_RELAXED);
         if (submit_entry(p, head, &copy))
             continue; /* ring stopped; the producer sees ring->error */
         head++;
-        atomic_thread_fence(memory_order_release);
-        p->ring->consumed = head;
+        __atomic_store_n(&p->ring->consumed, head, __ATOMIC_RELEASE);
     }
     return NULL;
 }
@@ -209,7 +211,8 @@ static void on_watch(uint32_t imm, int status, void *arg)
     struct proxy_watch *w = arg;
     (void)imm;
     atomic_thread_fence(memory_order_release); /* the data before the flag */
-    w->p->flags[w->flag] = status == 0 ? w->value : TE_MOE_FLAG_FAILED;
+    __atomic_store_n(&w->p->flags[w->flag], status == 0 ? w->value : TE_MOE_FLAG_FAILED,
+                     __ATOMIC_RELEASE);
     atomic_store(&w->armed, 0);
 }
 

@@ -29,8 +29,9 @@ static int failures;
 static int post(te_moe_ring *r, uint64_t *posted, te_moe_ring_entry e)
 {
     te_moe_ring_entry *ents = te_moe_ring_entries(r);
-    for (int spins = 0; *posted - r->consumed >= r->entries; spins++) {
-        if (r->error || spins > 2000000)
+    for (int spins = 0; *posted - __atomic_load_n(&r->consumed, __ATOMIC_ACQUIRE) >= r->entries;
+         spins++) {
+        if (__atomic_load_n(&r->error, __ATOMIC_ACQUIRE) || spins > 2000000)
             return -1;
         usleep(1);
     }
@@ -38,8 +39,7 @@ static int post(te_moe_ring *r, uint64_t *posted, te_moe_ring_entry e)
     uint32_t seq = (uint32_t)(*posted + 1);
     e.seq = 0;
     memcpy((void *)slot, &e, sizeof(e));
-    atomic_thread_fence(memory_order_release);
-    slot->seq = seq;
+    __atomic_store_n(&slot->seq, seq, __ATOMIC_RELEASE);
     (*posted)++;
     return 0;
 }
@@ -47,7 +47,7 @@ static int post(te_moe_ring *r, uint64_t *posted, te_moe_ring_entry e)
 static int wait_flag(volatile uint32_t *f, uint32_t want, int ms)
 {
     for (int i = 0; i < ms * 10; i++) {
-        if (*f == want)
+        if (__atomic_load_n(f, __ATOMIC_ACQUIRE) == want)
             return 0;
         usleep(100);
     }
@@ -109,9 +109,9 @@ int main(void)
                              .dst_off = (N - 1) * CHUNK, .len = 2 * CHUNK};
     post(ma, &posted, bad);
     te_moe_ring *ra = ma;
-    for (int i = 0; i < 50000 && !ra->error; i++)
+    for (int i = 0; i < 50000 && !__atomic_load_n(&ra->error, __ATOMIC_ACQUIRE); i++)
         usleep(100);
-    CHECK(ra->error != 0 && strstr(te_moe_proxy_error(pa), "outside"), "bounds: %d %s",
+    CHECK(__atomic_load_n(&ra->error, __ATOMIC_ACQUIRE) != 0 && strstr(te_moe_proxy_error(pa), "outside"), "bounds: %d %s",
           ra->error, te_moe_proxy_error(pa));
     te_moe_proxy_destroy(pa);
 
@@ -120,9 +120,9 @@ int main(void)
     posted = 0;
     te_moe_ring_entry unknown = {.target = 9, .imm = imm, .len = CHUNK};
     post(ma, &posted, unknown);
-    for (int i = 0; i < 50000 && !ra->error; i++)
+    for (int i = 0; i < 50000 && !__atomic_load_n(&ra->error, __ATOMIC_ACQUIRE); i++)
         usleep(100);
-    CHECK(ra->error != 0 && strstr(te_moe_proxy_error(pa), "unknown target"), "target: %s",
+    CHECK(__atomic_load_n(&ra->error, __ATOMIC_ACQUIRE) != 0 && strstr(te_moe_proxy_error(pa), "unknown target"), "target: %s",
           te_moe_proxy_error(pa));
     usleep(100000);
     int zero = 1;

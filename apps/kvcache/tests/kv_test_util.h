@@ -1,0 +1,44 @@
+/* What the kvcache tests share: an engine able to carry te-kv messages,
+ * and prefiller counters as a test may assert them.
+ *
+ * A prefiller counts a request as completed, failed or cancelled only after
+ * all its writes completed at the initiator; the decoder can see the last
+ * immediate (and the test go on) before that. Reading the counters once is
+ * a race under load, so a test waits, bounded, until `finished` requests
+ * are counted, then asserts on what it got. */
+#ifndef KV_TEST_UTIL_H
+#define KV_TEST_UTIL_H
+
+#include <check.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "te/kv.h"
+
+/* A loopback engine (the defaults) whose messages fit a te-kv message. */
+static inline te_engine *kv_test_engine(void)
+{
+    te_config *c = te_config_new();
+    char v[32];
+    snprintf(v, sizeof(v), "%d", TE_KV_MSG_MAX + 64);
+    te_config_set(c, "engine", "max_msg_size", v);
+    te_engine *e = NULL;
+    ck_assert_msg(te_engine_create(c, &e) == 0, "%s", te_last_error());
+    te_config_free(c);
+    return e;
+}
+
+static inline te_kv_prefiller_stats kv_test_stats_after(te_kv_prefiller *p,
+                                                        uint64_t finished)
+{
+    te_kv_prefiller_stats st;
+    for (int i = 0; i < 10000; i++) { /* 10 s at most */
+        te_kv_prefiller_stats_get(p, &st);
+        if (st.completed + st.failed + st.cancelled >= finished)
+            break;
+        usleep(1000);
+    }
+    return st;
+}
+
+#endif
