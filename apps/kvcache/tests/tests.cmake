@@ -42,3 +42,15 @@ set_tests_properties(kvcache_cli_bad_number PROPERTIES LABELS kvcache
 add_test(NAME kvcache_soak_faults COMMAND test_kv_soak)
 set_tests_properties(kvcache_soak_faults PROPERTIES TIMEOUT 300 LABELS kvcache
   ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR};CK_DEFAULT_TIMEOUT=120;TE_LOOPBACK_FAULT_REORDER=true;TE_LOOPBACK_FAULT_DELAY_US=50;TE_KV_SOAK_REQUESTS=2000")
+
+# Two hosts on one machine: etcd and decoders in one network namespace,
+# prefiller processes in another, over the efa plugin with tcp;ofi_rxm
+# across a veth pair (198.51.100.0/24); transfer, cancel and kill runs.
+# Root only (namespaces): skipped (77) otherwise, or without etcd or the
+# efa plugin.
+add_test(NAME kvcache_netns_efa_tcp
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/netns.sh $<TARGET_FILE:te-kv-tool>)
+set_tests_properties(kvcache_netns_efa_tcp PROPERTIES TIMEOUT 120
+  LABELS "kvcache;efa;netns" RUN_SERIAL TRUE SKIP_RETURN_CODE 77
+  ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}"
+  PASS_REGULAR_EXPRESSION "kvcache_netns_efa_tcp: PASS")

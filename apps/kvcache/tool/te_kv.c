@@ -32,26 +32,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <te/kv.h>
+#include "te_kv_tool.h"
 
-struct opts {
-    const char *model, *store, *cluster, *name;
-    uint32_t layers, kv_heads, head_dim, hidden, page_kib, tokens;
-    uint32_t layer_us, ref_tokens, prefillers, requests, pool_pages;
-    double seconds, link_gbps;
-    int no_fill;
-    const char *sets[32];
-    int nsets;
-};
 
-static double now_s(void)
+double kv_tool_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int shape_of(const struct opts *o, te_kv_shape *s)
+int kv_tool_shape_of(const struct opts *o, te_kv_shape *s)
 {
     int rc;
     if (o->kv_heads) {
@@ -69,7 +60,7 @@ static int shape_of(const struct opts *o, te_kv_shape *s)
     return rc;
 }
 
-static te_engine *engine(const struct opts *o)
+te_engine *kv_tool_engine(const struct opts *o)
 {
     te_config *c = te_config_new();
     char v[32];
@@ -107,9 +98,9 @@ static void on_term(int sig) { (void)sig; stop_flag = 1; }
 static int run_prefill(const struct opts *o)
 {
     te_kv_shape s;
-    if (shape_of(o, &s))
+    if (kv_tool_shape_of(o, &s))
         return 2;
-    te_engine *e = engine(o);
+    te_engine *e = kv_tool_engine(o);
     te_kv_prefiller_opts po = {.shape = s, .max_pages =
                                te_kv_pages_for(&s, o->tokens),
                                .layer_us = o->layer_us,
@@ -135,8 +126,8 @@ static int run_prefill(const struct opts *o)
     }
     signal(SIGTERM, on_term);
     signal(SIGINT, on_term);
-    double end = now_s() + o->seconds;
-    while (!stop_flag && now_s() < end) {
+    double end = kv_tool_now_s() + o->seconds;
+    while (!stop_flag && kv_tool_now_s() < end) {
         usleep(200000);
         if (te_kv_store_keepalive(st))
             fprintf(stderr, "te-kv prefill: keepalive: %s\n",
@@ -156,23 +147,20 @@ static int run_prefill(const struct opts *o)
 
 /* ------------------------------------------------------------- decode */
 
-struct tally {
-    atomic_int done, ok, failed;
-    double *t_end;
-    int verify_bad, no_verify;
-};
 
-static te_kv_decoder *g_dec;
+te_kv_decoder *g_dec;
 
-static void on_done(uint64_t id, int status, const char *why, void *arg)
+void kv_tool_on_done(uint64_t id, int status, const char *why, void *arg)
 {
     struct tally *t = arg;
-    if (status) {
+    if (status == -ECANCELED) {
+        atomic_fetch_add(&t->cancelled, 1);
+    } else if (status) {
         fprintf(stderr, "te-kv: request %" PRIu64 ": %s (%s)\n", id,
                 strerror(-status), why);
         atomic_fetch_add(&t->failed, 1);
     } else {
-        t->t_end[id] = now_s();
+        t->t_end[id] = kv_tool_now_s();
         if (!t->no_verify && te_kv_decoder_verify(g_dec, id)) {
             fprintf(stderr, "te-kv: %s\n", te_kv_last_error());
             t->verify_bad = 1;
@@ -186,7 +174,7 @@ static void on_done(uint64_t id, int status, const char *why, void *arg)
 static int run_decode(const struct opts *o)
 {
     te_kv_shape s;
-    if (shape_of(o, &s))
+    if (kv_tool_shape_of(o, &s))
         return 2;
     te_kv_store *st;
     if (te_kv_store_open(o->store, o->cluster, &st)) {
@@ -195,58 +183,91 @@ static int run_decode(const struct opts *o)
     }
     te_kv_member m[64];
     int n = 0;
-    double deadline = now_s() + 30;
+    double deadline = kv_tool_now_s() + 30;
     while ((n = te_kv_store_list(st, "prefill", m, 64)) < (int)o->prefillers &&
-           now_s() < deadline)
+           kv_tool_now_s() < deadline)
         usleep(50000);
     if (n < (int)o->prefillers) {
         fprintf(stderr, "te-kv decode: %d of %u prefillers in the store "
                 "after 30 s\n", n < 0 ? 0 : n, o->prefillers);
         return 1;
     }
-    te_engine *e = engine(o);
+    te_engine *e = kv_tool_engine(o);
     uint32_t per = te_kv_pages_for(&s, o->tokens);
     te_kv_decoder_opts dopt = {.shape = s, .pool_pages = o->pool_pages ?
-                               o->pool_pages : per * 8, .max_requests = 8};
+                               o->pool_pages : per * 8, .max_requests = 8,
+                               .poison_freed = o->poison};
+    if (o->request_ms) /* else the library's 5 s for both */
+        dopt.accept_timeout_ms = dopt.cancel_timeout_ms = (int)o->request_ms;
     if (te_kv_decoder_new(e, &dopt, &g_dec)) {
         fprintf(stderr, "te-kv decode: %s\n", te_kv_last_error());
         return 1;
     }
     uint32_t ids[64];
-    int npf = n < 64 ? n : 64;
-    for (int i = 0; i < npf; i++)
-        if (te_kv_decoder_add_prefiller(g_dec, m[i].addr, m[i].addr_len,
-                                        &ids[i])) {
-            fprintf(stderr, "te-kv decode: %s: %s\n", m[i].name,
-                    te_kv_last_error());
-            return 1;
+    int npf = n < 64 ? n : 64, live[64], nlive = 0;
+    for (int i = 0; i < npf; i++) {
+        live[i] = te_kv_decoder_add_prefiller(g_dec, m[i].addr,
+                                              m[i].addr_len, &ids[i]) == 0;
+        nlive += live[i];
+        if (!live[i]) {
+            /* --allow-failed: a listed prefiller may have died since. */
+            fprintf(stderr, "te-kv decode: %s: %s%s\n", m[i].name,
+                    te_kv_last_error(), o->allow_failed ? "; skipped" : "");
+            if (!o->allow_failed)
+                return 1;
         }
+    }
+    if (!nlive) {
+        fprintf(stderr, "te-kv decode: no prefiller could be added\n");
+        return 1;
+    }
     struct tally t = {0};
     t.t_end = calloc(o->requests + 1, sizeof(double));
     t.no_verify = o->no_fill; /* the prefillers wrote no pattern */
-    double t0 = now_s();
+    double t0 = kv_tool_now_s();
+    int cancel_calls = 0, rerouted = 0;
     for (uint32_t r = 1; r <= o->requests; r++) {
-        int rc;
+        int rc, k = (int)(r % (uint32_t)npf);
         /* Full pool or window: wait for requests to end (each has a
          * deadline, so this does too; bounded again here). */
-        while ((rc = te_kv_decoder_submit(g_dec, ids[r % npf], r, o->tokens,
-                                          60000, on_done, &t)) == -EBUSY ||
-               rc == -ENOSPC) {
-            if (now_s() > t0 + 120) {
-                fprintf(stderr, "te-kv decode: no room for request %u after "
-                        "120 s\n", r);
-                return 1;
+        for (;;) {
+            while (!live[k])
+                k = (k + 1) % npf;
+            rc = te_kv_decoder_submit(g_dec, ids[k], r, o->tokens,
+                                      o->request_ms ? (int)o->request_ms
+                                                    : 60000, kv_tool_on_done, &t);
+            if (rc && rc != -EBUSY && rc != -ENOSPC && o->allow_failed &&
+                nlive > 1) {
+                /* --allow-failed: a dead or fenced prefiller takes no
+                 * more requests; the next live one gets this one. */
+                fprintf(stderr, "te-kv decode: request %u: %s; prefiller "
+                        "%s taken out\n", r, te_kv_last_error(), m[k].name);
+                live[k] = 0;
+                nlive--;
+                rerouted++;
+                continue;
             }
+            if ((rc != -EBUSY && rc != -ENOSPC) || kv_tool_now_s() > t0 + 120)
+                break;
             usleep(200);
         }
         if (rc) {
-            fprintf(stderr, "te-kv decode: submit: %s\n", te_kv_last_error());
+            fprintf(stderr, "te-kv decode: submit request %u: %s\n", r,
+                    te_kv_last_error());
             return 1;
         }
+        /* --cancel-every K: this request (likely before its ACCEPT) and
+         * the one before it (likely between layers, or already done:
+         * then the cancel is refused and it completes). */
+        if (o->cancel_every && r % o->cancel_every == 0) {
+            cancel_calls += te_kv_decoder_cancel(g_dec, r) == 0;
+            if (r > 1)
+                cancel_calls += te_kv_decoder_cancel(g_dec, r - 1) == 0;
+        }
     }
-    while (atomic_load(&t.done) < (int)o->requests && now_s() < t0 + 120)
+    while (atomic_load(&t.done) < (int)o->requests && kv_tool_now_s() < t0 + 120)
         usleep(1000);
-    double dt = now_s() - t0;
+    double dt = kv_tool_now_s() - t0;
     uint64_t bytes = (uint64_t)o->requests * s.layers * per *
                      te_kv_page_bytes(&s);
     printf("te-kv decode: %d/%u requests completed from %d prefillers, %d "
@@ -257,7 +278,18 @@ static int run_decode(const struct opts *o)
            "NOT verified" : "verified",
            (double)bytes / (1 << 20), dt, (double)bytes / dt / 1e9,
            (double)bytes * 8 / dt / 1e9);
-    int ok = atomic_load(&t.ok) == (int)o->requests && !t.verify_bad;
+    int ended = atomic_load(&t.ok) + atomic_load(&t.cancelled) +
+                atomic_load(&t.failed);
+    uint64_t late = te_kv_decoder_late_writes(g_dec);
+    if (o->cancel_every || o->allow_failed || o->poison)
+        printf("te-kv decode: %d ended of %u: %d completed, %d cancelled "
+               "(%d cancel calls), %d failed, %d rerouted; late writes "
+               "%" PRIu64 "%s\n", ended, o->requests, atomic_load(&t.ok),
+               atomic_load(&t.cancelled), cancel_calls, atomic_load(&t.failed),
+               rerouted, late, o->poison ? "" : " (not checked: no --poison)");
+    int ok = ended == (int)o->requests && !t.verify_bad && late == 0 &&
+             (o->allow_failed || atomic_load(&t.failed) == 0) &&
+             (o->cancel_every || atomic_load(&t.cancelled) == 0);
     te_kv_decoder_free(g_dec);
     te_engine_destroy(e);
     te_kv_store_close(st);
@@ -322,121 +354,6 @@ static int run_members(const struct opts *o)
     return 0;
 }
 
-/* -------------------------------------------------------------- bench */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* One run: `requests` requests spread over the prefillers, one at a time
- * per prefiller; per request the exposed transfer time (end - start - the
- * layers' compute) as a fraction of one layer's compute. */
-static int run_bench(const struct opts *o)
-{
-    te_kv_shape s;
-    if (shape_of(o, &s))
-        return 2;
-    uint32_t np = o->prefillers ? o->prefillers : 1;
-    if (np > 16)
-        np = 16;
-    uint32_t per = te_kv_pages_for(&s, o->tokens);
-    te_engine *pe[16];
-    te_kv_prefiller *pf[16];
-    te_engine *de = engine(o);
-    te_kv_decoder_opts dopt = {.shape = s, .pool_pages = per * (np + 1),
-                               .max_requests = np + 1};
-    if (te_kv_decoder_new(de, &dopt, &g_dec)) {
-        fprintf(stderr, "te-kv bench: %s\n", te_kv_last_error());
-        return 1;
-    }
-    uint32_t ids[16];
-    for (uint32_t i = 0; i < np; i++) {
-        pe[i] = engine(o);
-        te_kv_prefiller_opts po = {.shape = s, .max_pages = per,
-                                   .layer_us = o->layer_us,
-                                   .ref_tokens = o->ref_tokens,
-                                   .no_fill = o->no_fill};
-        uint8_t addr[TE_ADDR_MAX];
-        size_t alen = sizeof(addr);
-        te_engine_address(pe[i], 0, addr, &alen);
-        if (te_kv_prefiller_new(pe[i], &po, &pf[i]) ||
-            te_kv_decoder_add_prefiller(g_dec, addr, alen, &ids[i])) {
-            fprintf(stderr, "te-kv bench: %s\n", te_kv_last_error());
-            return 1;
-        }
-    }
-    struct tally t = {0};
-    t.no_verify = o->no_fill;
-    uint32_t R = o->requests;
-    t.t_end = calloc(R + 1, sizeof(double));
-    double *t_start = calloc(R + 1, sizeof(double));
-    double compute = (double)o->layer_us * 1e-6 * o->tokens /
-                     (o->ref_tokens ? o->ref_tokens : 1);
-    double t0 = now_s();
-    uint32_t next = 1;
-    while (atomic_load(&t.done) < (int)R && now_s() < t0 + 300) {
-        /* keep one request per prefiller in flight */
-        while (next <= R && te_kv_decoder_inflight(g_dec) < np) {
-            t_start[next] = now_s();
-            if (te_kv_decoder_submit(g_dec, ids[next % np], next, o->tokens,
-                                     120000, on_done, &t))
-                break;
-            next++;
-        }
-        usleep(100);
-    }
-    double dt = now_s() - t0;
-    /* Per request: decoder notified - last layer computed (prefiller's
-     * clock = ours: one process, CLOCK_MONOTONIC). That is the transfer
-     * time not hidden behind compute (the last layer's own bytes, the
-     * hidden state, the notification), in us and in layers' compute. */
-    double *exposed = calloc(R, sizeof(double)), *lat = calloc(R, sizeof(double));
-    uint32_t ne = 0;
-    for (uint32_t r = 1; r <= R; r++) {
-        uint64_t tl = te_kv_prefiller_last_layer_ns(pf[r % np], r);
-        if (t.t_end[r] <= 0 || !tl)
-            continue;
-        double gap = t.t_end[r] - (double)tl * 1e-9;
-        exposed[ne] = gap / (compute > 0 ? compute : 1e-9);
-        lat[ne++] = gap * 1e6;
-    }
-    qsort(exposed, ne, sizeof(double), cmp_double);
-    qsort(lat, ne, sizeof(double), cmp_double);
-    uint64_t bytes = (uint64_t)atomic_load(&t.ok) * s.layers * per *
-                     te_kv_page_bytes(&s);
-    double gbps = (double)bytes * 8 / dt / 1e9;
-    /* The binding cap: the decoder's ingress or the prefillers' egress. */
-    double cap_in = o->link_gbps * te_engine_nic_count(de, 0);
-    double cap_out = o->link_gbps * np * te_engine_nic_count(pe[0], 0);
-    double caps = cap_in < cap_out ? cap_in : cap_out;
-    printf("{\"model\": \"%s\", \"layers\": %u, \"tokens\": %u, \"pages\": %u, "
-           "\"page_bytes\": %" PRIu64 ", \"prefillers\": %u, \"requests\": %u, "
-           "\"ok\": %d, \"layer_ms\": %.3f, \"exposed_p50_of_layer\": %.4f, "
-           "\"exposed_p99_of_layer\": %.4f, \"notify_p50_us\": %.1f, "
-           "\"notify_p99_us\": %.1f, \"gbit_per_s\": %.2f, "
-           "\"link_gbps\": %g, \"caps_gbit\": %g, \"of_caps\": %.3f, "
-           "\"verified\": %s}\n",
-           s.name, s.layers, o->tokens, per, te_kv_page_bytes(&s), np, R,
-           atomic_load(&t.ok), compute * 1e3, ne ? exposed[ne / 2] : -1,
-           ne ? exposed[ne * 99 / 100] : -1, ne ? lat[ne / 2] : -1,
-           ne ? lat[ne * 99 / 100] : -1, gbps, o->link_gbps, caps,
-           caps > 0 ? gbps / caps : 0,
-           o->no_fill ? "\"skipped (--no-fill)\"" : t.verify_bad ? "false" : "true");
-    free(lat);
-    te_kv_decoder_free(g_dec);
-    for (uint32_t i = 0; i < np; i++) {
-        te_kv_prefiller_free(pf[i]);
-        te_engine_destroy(pe[i]);
-    }
-    te_engine_destroy(de);
-    free(exposed);
-    free(t_start);
-    free(t.t_end);
-    return atomic_load(&t.ok) == (int)R && !t.verify_bad ? 0 : 1;
-}
-
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -466,6 +383,14 @@ static void usage(FILE *f)
 "                      time scales linearly with a prompt's tokens\n"
 "  --pool-pages N      decoder pool pages per layer\n"
 "  --no-fill           bench: prefillers skip writing the check pattern\n"
+"decode checks:\n"
+"  --request-ms N      deadline of each request (default 60000), and of\n"
+"                      its ACCEPT and cancel confirmation (default 5000)\n"
+"  --cancel-every K    cancel every Kth request and the one before it\n"
+"  --poison            late-write detector: freed pages are poisoned and\n"
+"                      checked when reused (must find 0 late writes)\n"
+"  --allow-failed      failed requests (a killed prefiller) do not fail\n"
+"                      the run; later requests skip that prefiller"
 "membership:\n"
 "  --store URL         etcd://HOST:PORT or dir:PATH (default $TE_KV_STORE,\n"
 "                      else dir:/tmp/te-kv-<uid>)\n"
@@ -531,7 +456,9 @@ int main(int argc, char **argv)
         {"store", 1, 0, 's'}, {"cluster", 1, 0, 'c'}, {"name", 1, 0, 'N'},
         {"seconds", 1, 0, 'S'}, {"link-gbps", 1, 0, 'g'},
         {"pool-pages", 1, 0, 'o'}, {"set", 1, 0, 'x'},
-        {"no-fill", 0, 0, 'F'}, {"help", 0, 0, '?' + 256}, {0, 0, 0, 0}};
+        {"no-fill", 0, 0, 'F'}, {"request-ms", 1, 0, 'T'},
+        {"cancel-every", 1, 0, 'C'}, {"poison", 0, 0, 'Z'},
+        {"allow-failed", 0, 0, 'A'}, {"help", 0, 0, '?' + 256}, {0, 0, 0, 0}};
     int c;
     optind = 2;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -555,6 +482,10 @@ int main(int argc, char **argv)
         case 'o': o.pool_pages = parse_u32("pool-pages", optarg); break;
         case 'x': if (o.nsets < 32) o.sets[o.nsets++] = optarg; break;
         case 'F': o.no_fill = 1; break;
+        case 'T': o.request_ms = parse_u32("request-ms", optarg); break;
+        case 'C': o.cancel_every = parse_u32("cancel-every", optarg); break;
+        case 'Z': o.poison = 1; break;
+        case 'A': o.allow_failed = 1; break;
         case '?' + 256: usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -570,7 +501,7 @@ int main(int argc, char **argv)
     if (!strcmp(role, "demo"))
         return run_demo(&o);
     if (!strcmp(role, "bench"))
-        return run_bench(&o);
+        return kv_tool_run_bench(&o);
     if (!strcmp(role, "members"))
         return run_members(&o);
     fprintf(stderr, "te-kv: unknown role \"%s\" (demo, prefill, decode, "

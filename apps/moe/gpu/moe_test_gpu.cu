@@ -14,7 +14,7 @@ static int failures;
 #define CHECK(c, msg) do { if (!(c)) { failures++; printf("FAIL line %d: %s\n", __LINE__, msg); } } while (0)
 #define CU(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s: %s\n", #x, cudaGetErrorString(e_)); return 1; } } while (0)
 
-// The CPU staging of libte-moe (moe_rank.c, step 1) written out here: rows
+// The CPU staging of libte-moe (moe_batch.c, stage_rows) written out here: rows
 // per destination in token order, meta = the token's experts on d in
 // top-k order. The kernels must produce exactly these bytes.
 static int test_pack_combine(void)

@@ -45,4 +45,49 @@ struct moe_head {
 };
 _Static_assert(sizeof(struct moe_head) == 64, "head is 64 bytes");
 
+/* A peer rank: its engine peer and the descriptor of its registration. */
+struct moe_peer {
+    int connected;
+    te_peer peer;
+    te_mr_desc desc;
+};
+
+/* A rank (moe_rank.c: setup; moe_batch.c: the batch). Its registration
+ * holds four areas of one slot per peer:
+ *   off_sd  send_dispatch[d]  head + max_tokens rows      staged by us
+ *   off_rd  recv_dispatch[s]  head + max_tokens rows      written by s
+ *   off_sc  send_combine[s]   max_tokens combine rows     staged by us
+ *   off_rc  recv_combine[d]   max_tokens combine rows     written by d
+ * Our own slots of recv_dispatch / recv_combine are filled in place. */
+struct te_moe_rank {
+    te_engine *e;
+    te_moe_config c;
+    uint32_t rank, nics;
+    moe_weights W;
+    size_t row_bytes, crow_bytes, dslot, cslot;
+    uint8_t *mem;
+    size_t mem_len;
+    size_t off_sd, off_rd, off_sc, off_rc;
+    te_mr *mr;
+    te_imm_space *space;
+    uint32_t generation; /* lives of the immediate space used: failed batches */
+    struct moe_peer peers[TE_MOE_MAX_RANKS];
+    te_moe_stats st;
+    float *xt, *acc;
+    /* Local completions of the current batch: its writes carry user_data
+     * = serial (one per te_moe_batch call), so completions of an earlier,
+     * failed batch are never counted for this one, and completions taken
+     * while waiting for room to submit are counted, not lost. */
+    uint64_t serial;
+    uint32_t completed, failed;
+    char failed_why[96];
+};
+
+uint64_t moe_now_ns(void);
+/* The raw immediate of (batch, source, phase) at any rank of this job. */
+uint32_t moe_imm_of(const te_moe_rank *r, uint64_t batch, uint32_t src,
+                    uint32_t phase);
+/* After a failed batch: retire the immediate space (every rank does). */
+void moe_retire_batch(te_moe_rank *r);
+
 #endif

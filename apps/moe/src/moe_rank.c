@@ -1,6 +1,6 @@
 /*
- * A MoE rank: its engine, one registration holding four areas, and the
- * protocol of te/moe.h.
+ * A MoE rank: its engine, one registration holding four areas (the batch
+ * itself is in moe_batch.c).
  *
  *   area                      per peer slot                  written by
  *   send_dispatch[d]          head + max_tokens rows          us (staging)
@@ -42,30 +42,7 @@ int moe_fail(int err, const char *fmt, ...)
 
 const char *te_moe_last_error(void) { return moe_msg; }
 
-struct peer {
-    int connected;
-    te_peer peer;
-    te_mr_desc desc;
-};
-
-struct te_moe_rank {
-    te_engine *e;
-    te_moe_config c;
-    uint32_t rank, nics;
-    moe_weights W;
-    size_t row_bytes, crow_bytes, dslot, cslot;
-    uint8_t *mem;
-    size_t mem_len;
-    size_t off_sd, off_rd, off_sc, off_rc; /* the four areas */
-    te_mr *mr;
-    te_imm_space *space;
-    uint32_t generation;                    /* lives used: failed batches */
-    struct peer peers[TE_MOE_MAX_RANKS];
-    te_moe_stats st;
-    float *xt, *acc;
-};
-
-static uint64_t now_ns(void)
+uint64_t moe_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -74,9 +51,8 @@ static uint64_t now_ns(void)
 
 static uint32_t space_size(const te_moe_config *c) { return 2 * c->ranks * 3; }
 
-/* The raw immediate of (batch, source, phase) at any rank of this job. */
-static uint32_t imm_of(const te_moe_rank *r, uint64_t batch, uint32_t src,
-                       uint32_t phase)
+uint32_t moe_imm_of(const te_moe_rank *r, uint64_t batch, uint32_t src,
+                    uint32_t phase)
 {
     uint32_t idx = ((uint32_t)(batch & 1) * r->c.ranks + src) * 3 + phase;
     return SPACE_BASE + (r->generation % SPACE_LIVES) * space_size(&r->c) + idx;
@@ -142,7 +118,7 @@ int te_moe_rank_new(te_engine *e, const te_moe_config *c, uint32_t rank,
         goto fail;
     }
     /* The same fixed range on every rank, so senders compute receivers'
-     * immediates (imm_of). */
+     * immediates (moe_imm_of). */
     if ((rc = te_imm_space_create(e, "te-moe", space_size(c), SPACE_LIVES,
                                   TE_IMM_SPACE_FIXED, SPACE_BASE, &r->space))) {
         rc = moe_fail(rc, "te-moe: immediate space: %s", te_last_error());
@@ -224,7 +200,7 @@ int te_moe_rank_connect(te_moe_rank *r, uint32_t peer, const void *blob,
         return moe_fail(-EINVAL, "te-moe: rank %u has %u NICs, rank %u has %u",
                         peer, h.nics, r->rank, r->nics);
     const uint8_t *p = (const uint8_t *)blob + sizeof(h);
-    struct peer *q = &r->peers[peer];
+    struct moe_peer *q = &r->peers[peer];
     int rc = te_peer_add(r->e, 0, p, h.addr_len, &q->peer);
     if (!rc)
         rc = te_desc_parse(p + h.addr_len, h.desc_len, &q->desc);
@@ -239,6 +215,29 @@ int te_moe_rank_connect(te_moe_rank *r, uint32_t peer, const void *blob,
 
 void te_moe_rank_stats(te_moe_rank *r, te_moe_stats *out) { *out = r->st; }
 
+void moe_retire_batch(te_moe_rank *r)
+{
+    /* Late writes of the failed batch must never count in a later one. */
+    te_imm_space_retire(r->space);
+    r->generation++;
+}
+
+int te_moe_rank_disconnect(te_moe_rank *r)
+{
+    int first = 0;
+    for (uint32_t d = 0; d < r->c.ranks; d++) {
+        struct moe_peer *q = &r->peers[d];
+        if (!q->connected)
+            continue;
+        int rc = te_peer_remove(r->e, 0, q->peer);
+        if (rc && !first)
+            first = moe_fail(rc, "te-moe: rank %u: removing rank %u: %s",
+                             r->rank, d, te_last_error());
+        q->connected = 0;
+    }
+    return first;
+}
+
 void te_moe_rank_free(te_moe_rank *r)
 {
     if (!r)
@@ -252,254 +251,3 @@ void te_moe_rank_free(te_moe_rank *r)
     free(r);
 }
 
-/* ---------------------------------------------------------------- batch */
-
-static int64_t put(te_moe_rank *r, uint32_t d, size_t loff, size_t roff,
-                   size_t len, uint32_t imm, uint64_t deadline)
-{
-    te_request q;
-    te_request_init(&q, TE_OP_WRITE);
-    q.flags = TE_F_IMM;
-    q.imm = imm;
-    q.route.kind = TE_ROUTE_PIN;
-    q.route.nic = d % r->nics;
-    q.timeout_ms = r->c.timeout_ms;
-    q.u.xfer.peer = r->peers[d].peer;
-    q.u.xfer.local = r->mr;
-    q.u.xfer.local_off = loff;
-    q.u.xfer.remote = &r->peers[d].desc;
-    q.u.xfer.remote_off = roff;
-    q.u.xfer.len = len;
-    for (;;) {
-        int64_t id = te_submit(r->e, &q);
-        if (id != -EAGAIN || now_ns() > deadline)
-            return id;
-        te_completion c[64];
-        te_poll_completions(r->e, c, 64, 1);
-    }
-}
-
-static int wait_imm(te_moe_rank *r, uint32_t imm, uint64_t count,
-                    uint64_t deadline, const char *what, uint32_t peer)
-{
-    uint64_t now = now_ns();
-    int ms = now < deadline ? (int)((deadline - now) / 1000000) : 0;
-    int rc = te_imm_wait(r->e, imm, count, ms > 0 ? ms : 1);
-    if (rc)
-        return moe_fail(rc == -ETIMEDOUT ? -ETIMEDOUT : rc, "rank %u: %s of "
-                        "rank %u incomplete after %d ms (%s)", r->rank, what,
-                        peer, r->c.timeout_ms, te_last_error());
-    return 0;
-}
-
-/* Local completions of every write of the batch (so buffers may be reused
- * and failures seen). */
-static int drain(te_moe_rank *r, uint32_t n, uint64_t deadline)
-{
-    te_completion c[64];
-    int failed = 0;
-    char why[96] = "";
-    while (n > 0) {
-        uint64_t now = now_ns();
-        if (now > deadline)
-            return moe_fail(-ETIMEDOUT, "rank %u: %u writes not completed",
-                            r->rank, n);
-        int got = te_poll_completions(r->e, c, n < 64 ? (int)n : 64,
-                                      (int)((deadline - now) / 1000000) + 1);
-        for (int i = 0; i < got; i++)
-            if (c[i].status && !failed++)
-                snprintf(why, sizeof(why), "%s", c[i].reason);
-        n -= got > 0 ? (uint32_t)got : 0;
-    }
-    return failed ? moe_fail(-ECONNRESET, "rank %u: %d writes failed: %s",
-                             r->rank, failed, why) : 0;
-}
-
-static int fail_batch(te_moe_rank *r, int rc)
-{
-    /* Late writes of this batch must never count in a later one. */
-    te_imm_space_retire(r->space);
-    r->generation++;
-    return rc;
-}
-
-int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
-                 const void *x, const uint16_t *experts, const float *weights,
-                 float *out)
-{
-    const te_moe_config *c = &r->c;
-    if (tokens > c->max_tokens)
-        return moe_fail(-E2BIG, "rank %u: %u tokens, buffers hold %u",
-                        r->rank, tokens, c->max_tokens);
-    if (tokens && (!x || !experts || !weights || !out))
-        return moe_fail(-EINVAL, "rank %u: NULL input", r->rank);
-    int rc = moe_check_routing(c, tokens, experts, weights);
-    if (rc)
-        return rc;
-    for (uint32_t d = 0; d < c->ranks; d++)
-        if (d != r->rank && !r->peers[d].connected)
-            return moe_fail(-ENOTCONN, "rank %u: rank %u not connected",
-                            r->rank, d);
-    memset(r->st.dispatch_writes, 0, sizeof(r->st.dispatch_writes));
-    memset(r->st.combine_writes, 0, sizeof(r->st.combine_writes));
-    r->st.rows_sent = r->st.rows_received = 0;
-    uint64_t t0 = now_ns();
-    uint64_t deadline = t0 + (uint64_t)c->timeout_ms * 1000000ull;
-    uint32_t per = c->experts / c->ranks, writes = 0;
-    size_t elem = c->dtype == TE_MOE_BF16 ? 2 : 4;
-    uint32_t P = c->naive ? 0 : c->private_rows;
-
-    /* 1. Rows per destination, staged in send_dispatch[d]. */
-    uint32_t n[TE_MOE_MAX_RANKS] = {0};
-    for (uint32_t t = 0; t < tokens; t++) {
-        const uint16_t *ex = experts + (size_t)t * c->topk;
-        for (uint32_t d = 0; d < c->ranks; d++) {
-            struct moe_row_meta m = {.token = t};
-            for (uint32_t j = 0; j < c->topk; j++)
-                if (ex[j] / per == d) {
-                    m.experts[m.nexp] = ex[j];
-                    m.weights[m.nexp++] = weights[(size_t)t * c->topk + j];
-                }
-            if (!m.nexp)
-                continue;
-            uint8_t *row = r->mem + r->off_sd + d * r->dslot +
-                           sizeof(struct moe_head) + n[d]++ * r->row_bytes;
-            memcpy(row, &m, sizeof(m));
-            memcpy(row + sizeof(m), (const uint8_t *)x + (size_t)t * c->hidden * elem,
-                   c->hidden * elem);
-        }
-    }
-    /* 2. Dispatch: head + first P rows in one write; the rest in a second
-     * (naive: the head alone, then one write per row). */
-    for (uint32_t i = 1; i < c->ranks; i++) {
-        uint32_t d = (r->rank + i) % c->ranks;
-        struct moe_head *h = (struct moe_head *)(r->mem + r->off_sd + d * r->dslot);
-        h->rows = n[d];
-        h->batch = batch;
-        size_t src = r->off_sd + d * r->dslot;
-        size_t dst = r->off_rd + r->rank * r->dslot; /* our slot at d */
-        uint32_t first = n[d] < P ? n[d] : P;
-        int64_t id = put(r, d, src, dst, sizeof(*h) + first * r->row_bytes,
-                         imm_of(r, batch, r->rank, 0), deadline);
-        if (id < 0)
-            return fail_batch(r, moe_fail((int)id, "rank %u: dispatch to rank "
-                                          "%u: %s", r->rank, d, te_last_error()));
-        writes++;
-        r->st.dispatch_writes[d]++;
-        if (n[d] > first) {
-            uint32_t chunks = c->naive ? n[d] - first : 1;
-            for (uint32_t k = 0; k < chunks; k++) {
-                uint32_t at = first + k, cnt = c->naive ? 1 : n[d] - first;
-                id = put(r, d, src + sizeof(*h) + at * r->row_bytes,
-                         dst + sizeof(*h) + at * r->row_bytes,
-                         cnt * r->row_bytes, imm_of(r, batch, r->rank, 1),
-                         deadline);
-                if (id < 0)
-                    return fail_batch(r, moe_fail((int)id, "rank %u: dispatch "
-                                                  "to rank %u: %s", r->rank, d,
-                                                  te_last_error()));
-                writes++;
-                r->st.dispatch_writes[d]++;
-            }
-        }
-        r->st.rows_sent += n[d];
-    }
-    /* Our own rows: no network. */
-    memcpy(r->mem + r->off_rd + r->rank * r->dslot,
-           r->mem + r->off_sd + r->rank * r->dslot,
-           sizeof(struct moe_head) + n[r->rank] * r->row_bytes);
-    ((struct moe_head *)(r->mem + r->off_rd + r->rank * r->dslot))->rows =
-        n[r->rank];
-    ((struct moe_head *)(r->mem + r->off_rd + r->rank * r->dslot))->batch = batch;
-
-    /* 3. Receive: the head of every source, then its rest if any. */
-    uint32_t got[TE_MOE_MAX_RANKS];
-    for (uint32_t i = 1; i < c->ranks; i++) {
-        uint32_t s = (r->rank + c->ranks - i) % c->ranks;
-        if ((rc = wait_imm(r, imm_of(r, batch, s, 0), 1, deadline,
-                           "dispatch", s)))
-            return fail_batch(r, rc);
-        const struct moe_head *h =
-            (const struct moe_head *)(r->mem + r->off_rd + s * r->dslot);
-        if (h->rows > c->max_tokens || h->batch != batch)
-            return fail_batch(r, moe_fail(-EPROTO, "rank %u: rank %u sent %u "
-                                          "rows for batch %" PRIu64 " (max %u, "
-                                          "batch %" PRIu64 ")", r->rank, s,
-                                          h->rows, h->batch, c->max_tokens,
-                                          batch));
-        got[s] = h->rows;
-        uint32_t rest = got[s] > P ? got[s] - P : 0;
-        if (rest && (rc = wait_imm(r, imm_of(r, batch, s, 1),
-                                   c->naive ? rest : 1, deadline, "dispatch "
-                                   "rest", s)))
-            return fail_batch(r, rc);
-        r->st.rows_received += got[s];
-    }
-    got[r->rank] = n[r->rank];
-    r->st.dispatch_us = (double)(now_ns() - t0) / 1e3;
-
-    /* 4. Experts: per row, the weighted sum of the local experts. */
-    uint64_t tc = now_ns();
-    for (uint32_t s = 0; s < c->ranks; s++) {
-        for (uint32_t k = 0; k < got[s]; k++) {
-            const uint8_t *row = r->mem + r->off_rd + s * r->dslot +
-                                 sizeof(struct moe_head) + k * r->row_bytes;
-            struct moe_row_meta m;
-            memcpy(&m, row, sizeof(m));
-            if (m.nexp > c->topk || m.token >= c->max_tokens)
-                return fail_batch(r, moe_fail(-EPROTO, "rank %u: row %u from "
-                                              "rank %u is corrupt", r->rank,
-                                              k, s));
-            te_moe_config one = *c;
-            one.hidden = c->hidden;
-            moe_token_f32(&one, row + sizeof(m), 0, r->xt);
-            moe_partial(c, &r->W, r->rank, m.nexp, m.experts, m.weights,
-                        r->xt, r->acc);
-            uint8_t *crow = r->mem + r->off_sc + s * r->cslot + k * r->crow_bytes;
-            memcpy(crow, &m.token, 4);
-            memcpy(crow + 16, r->acc, c->hidden * sizeof(float));
-        }
-    }
-    /* 5. Combine: one write back to each source (zero-length if empty). */
-    for (uint32_t i = 1; i < c->ranks; i++) {
-        uint32_t s = (r->rank + i) % c->ranks;
-        int64_t id = put(r, s, r->off_sc + s * r->cslot,
-                         r->off_rc + r->rank * r->cslot,
-                         got[s] * r->crow_bytes, imm_of(r, batch, r->rank, 2),
-                         deadline);
-        if (id < 0)
-            return fail_batch(r, moe_fail((int)id, "rank %u: combine to rank "
-                                          "%u: %s", r->rank, s, te_last_error()));
-        writes++;
-        r->st.combine_writes[s]++;
-    }
-    memcpy(r->mem + r->off_rc + r->rank * r->cslot,
-           r->mem + r->off_sc + r->rank * r->cslot, got[r->rank] * r->crow_bytes);
-    for (uint32_t i = 1; i < c->ranks; i++) {
-        uint32_t d = (r->rank + c->ranks - i) % c->ranks;
-        if ((rc = wait_imm(r, imm_of(r, batch, d, 2), 1, deadline, "combine",
-                           d)))
-            return fail_batch(r, rc);
-    }
-    /* 6. Sum the partial results in rank order (the reference's order). */
-    memset(out, 0, (size_t)tokens * c->hidden * sizeof(float));
-    for (uint32_t d = 0; d < c->ranks; d++)
-        for (uint32_t k = 0; k < n[d]; k++) {
-            const uint8_t *crow = r->mem + r->off_rc + d * r->cslot +
-                                  k * r->crow_bytes;
-            uint32_t t;
-            memcpy(&t, crow, 4);
-            if (t >= tokens)
-                return fail_batch(r, moe_fail(-EPROTO, "rank %u: combine row "
-                                              "%u from rank %u names token %u",
-                                              r->rank, k, d, t));
-            const float *p = (const float *)(crow + 16);
-            float *o = out + (size_t)t * c->hidden;
-            for (uint32_t e = 0; e < c->hidden; e++)
-                o[e] += p[e];
-        }
-    r->st.combine_us = (double)(now_ns() - tc) / 1e3;
-    if ((rc = drain(r, writes, deadline)))
-        return fail_batch(r, rc);
-    return 0;
-}

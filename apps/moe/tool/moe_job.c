@@ -14,16 +14,31 @@ int moe_job_open(struct moe_job *j, const te_moe_config *c,
     j->c = *c;
     for (uint32_t i = 0; i < c->ranks; i++) {
         te_config *cfg = te_config_new();
-        for (const char *const *s = settings; s && *s; s++) {
+        if (!cfg) {
+            fprintf(stderr, "moe job: out of memory\n");
+            return -ENOMEM;
+        }
+        int rc = 0;
+        for (const char *const *s = settings; !rc && s && *s; s++) {
             char b[256];
             snprintf(b, sizeof(b), "%s", *s);
             char *dot = strchr(b, '.'), *eq = strchr(b, '=');
-            if (dot && eq && dot < eq) {
+            if (!dot || !eq || eq < dot) {
+                fprintf(stderr, "moe job: setting \"%s\" is not "
+                        "section.key=value\n", *s);
+                rc = -EINVAL;
+            } else {
                 *dot = *eq = 0;
-                te_config_set(cfg, b, dot + 1, eq + 1);
+                if ((rc = te_config_set(cfg, b, dot + 1, eq + 1)))
+                    fprintf(stderr, "moe job: setting \"%s\": %s\n", *s,
+                            te_last_error());
             }
         }
-        int rc = te_engine_create(cfg, &j->e[i]);
+        if (rc) {
+            te_config_free(cfg);
+            return rc;
+        }
+        rc = te_engine_create(cfg, &j->e[i]);
         te_config_free(cfg);
         if (rc) {
             fprintf(stderr, "moe job: engine %u: %s\n", i, te_last_error());
@@ -134,6 +149,11 @@ uint64_t moe_job_check(struct moe_job *j)
 
 void moe_job_close(struct moe_job *j)
 {
+    /* Every rank's peers go before any engine: over efa/shm a write (a
+     * heartbeat) to an in-process peer whose engine is gone crashes. */
+    for (uint32_t i = 0; i < j->c.ranks; i++)
+        if (j->r[i])
+            te_moe_rank_disconnect(j->r[i]);
     for (uint32_t i = 0; i < j->c.ranks; i++) {
         te_moe_rank_free(j->r[i]);
         free(j->x[i]);
@@ -144,4 +164,19 @@ void moe_job_close(struct moe_job *j)
     for (uint32_t i = 0; i < j->c.ranks; i++)
         if (j->e[i])
             te_engine_destroy(j->e[i]);
+}
+
+void moe_job_describe(const struct moe_job *j, char *buf, size_t len)
+{
+    int n = j->e[0] ? te_engine_nic_count(j->e[0], 0) : 0;
+    size_t at = (size_t)snprintf(buf, len, "plugin %s, %d NIC%s:",
+                                 j->e[0] ? te_engine_plugin_name(j->e[0]) : "?",
+                                 n, n == 1 ? "" : "s");
+    for (int k = 0; k < n && at < len; k++) {
+        te_nic_info info;
+        if (te_engine_nic_info(j->e[0], 0, k, &info))
+            break;
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", k ? "," : " ",
+                               info.name);
+    }
 }

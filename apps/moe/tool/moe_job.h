@@ -19,7 +19,8 @@ struct moe_job {
 };
 
 /* Engines (extra "section.key=value" settings, NULL-terminated), ranks,
- * blobs exchanged. 0 or -errno (message on stderr). */
+ * blobs exchanged. 0 or -errno (message on stderr); after a failure,
+ * moe_job_close() frees what was made. */
 int moe_job_open(struct moe_job *j, const te_moe_config *c,
                  const char *const *settings);
 /* Tokens and routing of every rank for a batch (skew: see
@@ -32,5 +33,8 @@ int moe_job_batch(struct moe_job *j, uint64_t b);
  * floats (exact comparison). */
 uint64_t moe_job_check(struct moe_job *j);
 void moe_job_close(struct moe_job *j);
+/* "plugin NAME, N NIC(s): name,name" of rank 0's engine (every rank has
+ * the same settings), for the tool's output. */
+void moe_job_describe(const struct moe_job *j, char *buf, size_t len);
 
 #endif

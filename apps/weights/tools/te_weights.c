@@ -58,6 +58,8 @@ static void usage(FILE *f)
 "  --timeout-ms T    deadline of every wait and of each version (20000)\n"
 "  --config FILE     TransferEngine INI file   --link-gbps G  loopback NIC cap\n"
 "  --progress        train: a progress line on stderr every 10 %% of the bytes\n"
+"  --die-at V:PCT    train (tests): SIGKILL itself once PCT %% of its writes of\n"
+"                    version V were submitted (a trainer dead mid-version)\n"
 "bench: --model --trainers --ranks --tp --ep --fp8 --nics --link-gbps G (1) --runs K (3..16)\n"
 "  runs the job uncapped and capped, and compares with the simulator (docs/weights.md)\n");
 }
@@ -102,6 +104,17 @@ int wt_cli_parse(int argc, char **argv, struct wt_cli *o)
         else if (ARG("--timeout-ms")) o->timeout_ms = atoi(v);
         else if (ARG("--runs")) o->runs = atoi(v);
         else if (ARG("--link-gbps")) o->link_gbps = v;
+        else if (ARG("--die-at")) {
+            char *end;
+            unsigned long ver = strtoul(v, &end, 10), pct = 0;
+            if (end != v && *end == ':')
+                pct = strtoul(end + 1, &end, 10);
+            if (*end || !ver || !pct || pct > 99)
+                return fprintf(stderr, "te-weights: --die-at wants VERSION:PCT with "
+                               "PCT in 1..99, got \"%s\"\n", v), -1;
+            o->die_version = (uint32_t)ver;
+            o->die_pct = (uint32_t)pct;
+        }
         else if (ARG("--update")) {
             if (o->nupdates == WT_CLI_MAX_UPDATES)
                 return fprintf(stderr, "te-weights: too many --update\n"), -1;

@@ -15,6 +15,10 @@ struct wt_cli {
     uint64_t watermark_mib, seed;
     double gbps, write_us, read_us, quant_gbps, h2d_gbps;
     uint32_t nupdates;
+    /* train --die-at V:PCT (tests): SIGKILL this process once PCT % of its
+     * writes of version V were submitted; a real death mid-version on any
+     * transport (the loopback's fault_kill_after is loopback-only). */
+    uint32_t die_version, die_pct;
     struct { uint32_t version; const char *checkpoint; } updates[WT_CLI_MAX_UPDATES];
 };
 

@@ -102,15 +102,28 @@ static int make_engine(const struct wt_cli *o, uint32_t nics, te_engine **e)
     return rc;
 }
 
-/* --progress: a line on stderr at every 10 % of the bytes. */
+struct progress {
+    int last, show;
+    uint32_t version, die_version, die_pct;
+};
+
+/* --progress: a line on stderr at every 10 % of the bytes; --die-at. */
 static void show_progress(uint64_t writes, uint64_t total_writes, uint64_t bytes,
                           uint64_t total_bytes, uint64_t inflight, void *arg)
 {
-    int *last = arg;
+    struct progress *p = arg;
+    if (p->die_version == p->version && total_writes &&
+        writes * 100 >= (uint64_t)p->die_pct * total_writes && writes < total_writes) {
+        fprintf(stderr, "te-weights train: --die-at: SIGKILL after %llu of %llu writes "
+                "of version %u\n", (unsigned long long)writes,
+                (unsigned long long)total_writes, p->version);
+        fflush(NULL);
+        raise(SIGKILL);
+    }
     int pct = total_bytes ? (int)(bytes * 100 / total_bytes) : 100;
-    if (pct / 10 == *last / 10 && pct != 100)
+    if (!p->show || (pct / 10 == p->last / 10 && pct != 100))
         return;
-    *last = pct;
+    p->last = pct;
     fprintf(stderr, "  %3d%%  %llu/%llu writes  %.1f/%.1f MiB  %.1f MiB in flight\n",
             pct, (unsigned long long)writes, (unsigned long long)total_writes,
             bytes / 1048576.0, total_bytes / 1048576.0, inflight / 1048576.0);
@@ -130,9 +143,11 @@ int wt_cmd_train(const struct wt_cli *o)
     if (te_wt_trainer_create(e, m, sh, s, o->rank, &t) ||
         te_wt_trainer_connect(t, o->dir, o->timeout_ms))
         return die("train", te_wt_last_error());
-    int failed = 0, last_pct = -10;
-    if (o->progress)
-        te_wt_trainer_set_progress(t, show_progress, &last_pct);
+    int failed = 0;
+    struct progress prog = {.last = -10, .show = o->progress,
+                            .die_version = o->die_version, .die_pct = o->die_pct};
+    if (o->progress || o->die_version)
+        te_wt_trainer_set_progress(t, show_progress, &prog);
     for (uint32_t i = 0; i < o->nupdates; i++) {
         if (i && te_wt_trainer_wait_done(t, o->dir, o->updates[i - 1].version,
                                           o->timeout_ms)) {
@@ -144,7 +159,8 @@ int wt_cmd_train(const struct wt_cli *o)
         if (te_wt_trainer_load(t, o->updates[i].checkpoint))
             return die("train", te_wt_last_error());
         te_wt_push_stats st;
-        last_pct = -10;
+        prog.last = -10;
+        prog.version = o->updates[i].version;
         int rc = te_wt_trainer_push(t, o->dir, o->updates[i].version, o->timeout_ms, &st);
         if (rc) {
             printf("train %u: version %u failed: %s\n", o->rank, o->updates[i].version,

@@ -106,12 +106,22 @@ int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
                  const void *x, const uint16_t *experts, const float *weights,
                  float *out);
 
-/** Writes this rank submitted to peer `peer` in the last batch, per phase. */
+/**
+ * What this rank did in the last batch: writes submitted to each peer per
+ * phase, and where the time went. dispatch_us runs from the start of the
+ * batch to the arrival of every source's rows; it is made of pack_us
+ * (staging our rows), post_us (te_submit of the dispatch writes) and the
+ * wait for the peers' rows. combine_us runs from there to the summed
+ * output and includes experts_us (the local experts' compute).
+ */
 typedef struct te_moe_stats {
     uint32_t dispatch_writes[TE_MOE_MAX_RANKS];
     uint32_t combine_writes[TE_MOE_MAX_RANKS];
     uint32_t rows_sent, rows_received;
     double dispatch_us, combine_us; /**< last batch */
+    uint64_t dispatch_bytes[TE_MOE_MAX_RANKS]; /**< written to each peer */
+    uint64_t combine_bytes[TE_MOE_MAX_RANKS];
+    double pack_us, post_us, experts_us;      /**< parts of the above */
 } te_moe_stats;
 
 void te_moe_rank_stats(te_moe_rank *r, te_moe_stats *out);
@@ -119,6 +129,20 @@ void te_moe_rank_stats(te_moe_rank *r, te_moe_stats *out);
 /** The message of the last te_moe_* failure of this thread. */
 const char *te_moe_last_error(void);
 
+/**
+ * Remove from the engine the peers te_moe_rank_connect() added (the
+ * engine's peers are shared: only when nothing else on this engine uses
+ * them). Call it on every rank before destroying any rank's engine when
+ * ranks share a process over a transport that keeps pointers into a
+ * closed in-process peer (the efa plugin on libfabric's shm: a write to
+ * it, a heartbeat included, crashes the process; docs/moe.md). After it,
+ * batches fail with -ENOTCONN until the peers are connected again.
+ * Returns 0 or the first te_peer_remove error.
+ */
+int te_moe_rank_disconnect(te_moe_rank *r);
+
+/** Free the rank's buffers, registration and immediate space (the
+ * engine's peers stay: te_moe_rank_disconnect). NULL is allowed. */
 void te_moe_rank_free(te_moe_rank *r);
 
 /**

@@ -1,0 +1,47 @@
+/* Shared by the te-kv tool's files (tool/te_kv.c, tool/te_kv_bench.c). */
+#ifndef TE_KV_TOOL_H
+#define TE_KV_TOOL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <te/kv.h>
+
+/* The command line (te_kv.c's main parses it). */
+struct opts {
+    const char *model, *store, *cluster, *name;
+    uint32_t layers, kv_heads, head_dim, hidden, page_kib, tokens;
+    uint32_t layer_us, ref_tokens, prefillers, requests, pool_pages;
+    double seconds, link_gbps;
+    int no_fill;
+    /* decode: per-request deadline, cancel every Kth request (and the one
+     * before it), the late-write detector, failures tolerated (a killed
+     * prefiller: its requests fail at their deadline, later ones go to
+     * the survivors) */
+    uint32_t request_ms, cancel_every;
+    int poison, allow_failed;
+    const char *sets[32];
+    int nsets;
+};
+
+/* Outcomes of a run's requests, filled by kv_tool_on_done(). */
+struct tally {
+    atomic_int done, ok, failed, cancelled;
+    double *t_end;
+    int verify_bad, no_verify;
+};
+
+/* The decoder whose requests kv_tool_on_done() verifies and releases. */
+extern te_kv_decoder *g_dec;
+
+double kv_tool_now_s(void);
+/* The model shape of the options (message on stderr on failure). */
+int kv_tool_shape_of(const struct opts *o, te_kv_shape *s);
+/* An engine configured by the options; exits on failure. */
+te_engine *kv_tool_engine(const struct opts *o);
+/* te_kv_done_fn: counts, verifies and releases (arg: struct tally). */
+void kv_tool_on_done(uint64_t id, int status, const char *why, void *arg);
+
+int kv_tool_run_bench(const struct opts *o);
+
+#endif
