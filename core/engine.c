@@ -422,10 +422,15 @@ TE_API int te_engine_create(const te_config *cfg, te_engine **out)
         te_log(e, 1, "cannot pin the callback thread to CPU %d "
                "(engine.callback_cpu): %s; it runs unpinned",
                e->s.callback_cpu, strerror(e->cb.pin_error));
+    if (te_req_pool_init(&e->req_pool, TE_REQ_POOL_BLOCKS,
+                         TE_REQ_POOL_BLOCK_SIZE)) {
+        rc = te_fail(-ENOMEM, "request pool: out of memory");
+        goto fail_cb;
+    }
     e->groups = calloc(e->s.groups, sizeof(*e->groups));
     if (!e->groups) {
         rc = te_fail(-ENOMEM, "out of memory");
-        goto fail_cb;
+        goto fail_pool;
     }
     e->ngroups = e->s.groups;
     for (uint32_t g = 0; g < e->ngroups; g++) {
@@ -453,6 +458,8 @@ fail_groups: {
     free(e->groups);
     te_fail(rc, "%s", msg);
 }
+fail_pool:
+    te_req_pool_destroy(&e->req_pool);
 fail_cb:
     te_callbacks_stop(&e->cb);
 fail_imms:
@@ -482,6 +489,7 @@ TE_API void te_engine_destroy(te_engine *e)
     for (uint32_t g = 0; g < e->ngroups; g++)
         close_group(e, &e->groups[g]);
     free(e->groups);
+    te_req_pool_destroy(&e->req_pool); /* every request was freed above */
     te_imm_spaces_fini(&e->spaces);
     te_imm_table_free(e->imms);
     e->plugin.ops->fini(e->pctx);

@@ -15,6 +15,7 @@
 #include "loader.h"
 #include "wire.h"
 #include "imm_counter.h"
+#include "req_pool.h"
 #include "imm_space.h"
 #include "mpsc_queue.h"
 #include "callback.h"
@@ -236,6 +237,13 @@ struct te_req {
 
 struct te_topology;
 
+/* Request pool: blocks cover a request with up to 5 cursors (one write
+ * sharded over 5 NICs, a scatter to 5 peers) or a page list of ~40 pages;
+ * larger requests and those beyond the pool use malloc. 256 KiB per
+ * engine, touched only as far as requests are in flight at once. */
+#define TE_REQ_POOL_BLOCKS 256
+#define TE_REQ_POOL_BLOCK_SIZE 1024
+
 struct te_engine {
     struct te_settings s;
     struct te_topology *topo;   /* discovery result (NULL if not run) */
@@ -254,6 +262,9 @@ struct te_engine {
     struct te_callbacks cb;
     _Atomic int stopping;
     _Atomic int64_t next_req_id;
+    /* Blocks of small requests, recycled between te_submit() and the
+     * workers without malloc's arena lock (req_pool.h). */
+    struct te_req_pool req_pool;
 };
 
 /* worker.c */

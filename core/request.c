@@ -360,7 +360,8 @@ void te_req_free(struct te_req *q)
         if (q->mrs[i])
             atomic_fetch_sub_explicit(&q->mrs[i]->users, 1,
                                       memory_order_release);
-    free(q);
+    if (!te_req_pool_put(&q->g->e->req_pool, q))
+        free(q);
 }
 
 TE_API int64_t te_submit(te_engine *e, const te_request *r)
@@ -402,7 +403,9 @@ TE_API int64_t te_submit(te_engine *e, const te_request *r)
                   (size_t)lay.ndescs * sizeof(te_mr_desc) + lay.extra;
     /* Not calloc: every cursor is initialised by expand(), the rest is
      * copied; zeroing kilobytes per scatter showed in the posting time. */
-    struct te_req *q = malloc(size);
+    struct te_req *q = te_req_pool_get(&e->req_pool, size);
+    if (!q)
+        q = malloc(size);
     if (!q)
         return te_fail(-ENOMEM, "%s: cannot allocate %zu bytes",
                        op_name(r->op), size);

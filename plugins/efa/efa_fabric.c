@@ -262,6 +262,9 @@ int efa_decide_paths(efa_ctx *ctx)
                  (ctx->cfg.inject == EFA_AUTO && r->inject_data == 1 &&
                   !r->key_errors_reported));
     p->inject_max = p->inject ? i->tx_attr->inject_size : 0;
+    /* Imm-only writes as injects where the probe saw one arrive: no
+     * provider completion to produce, read and match per barrier/imm. */
+    p->inject_zero = p->inject && r->inject_zero == 1;
 
     p->native_rma = classify_rma(ctx, i, p->rma, sizeof(p->rma));
     if (!p->native_rma && ctx->cfg.require_native_rma) {
@@ -288,12 +291,13 @@ int efa_decide_paths(efa_ctx *ctx)
         snprintf(inj, sizeof(inj), "off");
     snprintf(p->summary, sizeof(p->summary),
              "provider=%s api=%u.%u rma=%s write=fi_writemsg+REMOTE_CQ_DATA "
-             "completion=%s imm0=zero-length-write read=%s send=fi_sendmsg "
+             "completion=%s imm0=%s read=%s send=fi_sendmsg "
              "inject=%s keys=%s mr_mode=%s rx_cq_data=%s source=%s hmem=%s "
              "progress=%s",
              prov, FI_MAJOR(fi_version()), FI_MINOR(fi_version()),
              p->native_rma ? "native" : "EMULATED",
              efa_completion_name(r->completion),
+             p->inject_zero ? "zero-length-inject" : "zero-length-write",
              r->read == 1 ? "fi_readmsg" : "unsupported", inj,
              p->key_check ? "checked-at-initiator"
              : (mode & FI_MR_PROV_KEY) ? "provider" : "counter",

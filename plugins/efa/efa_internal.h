@@ -41,6 +41,11 @@
 #define EFA_LANDING_LEN 64    /* target of imm-only writes without a key */
 #define EFA_POLL_BATCH 64     /* CQ entries read per fi_cq_read call */
 #define EFA_HK_INTERVAL_NS 2000000ull /* peer liveness checks */
+/* A same-host peer's pidfd is read before posting to it at most this
+ * often (a poll(2) costs ~0.3 us here, per post() call; the kernel itself
+ * makes a SIGKILLed peer's pidfd readable only 2-50 ms after the kill,
+ * measured, so 50 us adds little to the window the check cannot cover). */
+#define EFA_POST_CHECK_NS 50000ull
 
 enum efa_tristate { EFA_AUTO = 0, EFA_ON = 1, EFA_OFF = 2 };
 enum efa_av_mode { EFA_AV_FIRST_USE = 0, EFA_AV_AT_ADD = 1 };
@@ -72,6 +77,7 @@ struct efa_paths {
     uint64_t write_flags;     /* completion flag of writes */
     bool inject;              /* small writes use fi_inject_write[data] */
     size_t inject_max;
+    bool inject_zero;         /* imm-only writes too (probe: inject_zero) */
     bool key_check;           /* keys carry a check the initiator verifies */
     bool remote_cq_data_cap;  /* FI_REMOTE_CQ_DATA accepted as a capability */
     bool source;              /* FI_SOURCE: completions name the sender */
@@ -162,6 +168,7 @@ struct efa_peer {
     int pidfd;           /* same-host liveness, -1 if not monitored */
     uint32_t pid;
     uint64_t stall_since_ns; /* first -FI_EAGAIN with nothing in flight */
+    uint64_t pidfd_read_ns;  /* last pidfd check before a post */
 };
 
 /* Unbounded FIFO of completions poll() returns before reading the CQ. */
@@ -210,6 +217,7 @@ struct te_plugin_nic {
     uint64_t write_flags;
     bool use_inject;
     size_t inject_max;
+    bool inject_zero;        /* zero-length WriteImm as an inject */
     bool rx_cq_data;
     bool source;
     bool prov_errno_is_errno; /* tcp family: prov_errno holds the cause */

@@ -3,8 +3,10 @@
  *  WRITE  fi_writemsg, FI_REMOTE_CQ_DATA carrying the imm when TE_POP_F_IMM,
  *         plus the completion flag the probe chose; small writes may use
  *         fi_inject_write[data] (no completion from the provider: the LOCAL
- *         entry is produced here). A zero-length write without a key goes
- *         to the peer's landing region (EFA needs a valid key even then).
+ *         entry is produced here), and so may zero-length WriteImms where
+ *         the probe saw a zero-length inject deliver its immediate. A
+ *         zero-length write without a key goes to the peer's landing region
+ *         (EFA needs a valid key even then).
  *  READ   fi_readmsg.   SEND fi_sendmsg.   RECV fi_recvmsg (FI_ADDR_UNSPEC).
  * Each provider operation holds a slot whose fi_context2 is the op context,
  * so a completion finds its op in O(1) and is reported exactly once.
@@ -175,6 +177,26 @@ static bool stalled(efa_nic *nic, struct efa_peer *p)
     return true;
 }
 
+/* A same-host peer (shm) is entered through a lock that lives in ITS
+ * shared memory: if it was killed holding that lock, fi_writemsg() would
+ * spin forever and the worker with it (measured: conformance remote_killed
+ * hung so under ASan). Its pidfd is read before going in: once per post()
+ * call, at most every EFA_POST_CHECK_NS (why that is enough:
+ * efa_internal.h). A dead peer is turned down here. */
+static void check_alive(efa_nic *nic, struct efa_peer *p)
+{
+    uint64_t now = efa_now_ns();
+    if (now - p->pidfd_read_ns < EFA_POST_CHECK_NS)
+        return;
+    p->pidfd_read_ns = now;
+    struct pollfd pf = {.fd = p->pidfd, .events = POLLIN};
+    if (poll(&pf, 1, 0) > 0) {
+        char why[64];
+        snprintf(why, sizeof(why), "its process %u exited", p->pid);
+        efa_peer_down(nic, p, -ECONNRESET, why);
+    }
+}
+
 /* 1 = consumed (posted or completed here), 0 = no room now, <0 = invalid. */
 static int post_one(efa_nic *nic, const struct te_plugin_op *op)
 {
@@ -199,18 +221,8 @@ static int post_one(efa_nic *nic, const struct te_plugin_op *op)
     if (nic->tx_out >= nic->qd)
         return 0;
     if (p->state == EFA_PEER_LIVE && p->pidfd >= 0 && p != nic->post_checked) {
-        /* A same-host peer (shm) is entered through a lock that lives in
-         * ITS shared memory: if it was killed holding that lock,
-         * fi_writemsg() would spin forever and the worker with it
-         * (measured: conformance remote_killed hung so under ASan). Ask its
-         * pidfd once per post() call before going in. */
         nic->post_checked = p;
-        struct pollfd pf = {.fd = p->pidfd, .events = POLLIN};
-        if (poll(&pf, 1, 0) > 0) {
-            char why[64];
-            snprintf(why, sizeof(why), "its process %u exited", p->pid);
-            efa_peer_down(nic, p, -ECONNRESET, why);
-        }
+        check_alive(nic, p);
     }
     if (p->state == EFA_PEER_DOWN) {
         complete_now(nic, op, -ECONNRESET, op->peer);
@@ -234,12 +246,16 @@ static int post_one(efa_nic *nic, const struct te_plugin_op *op)
         complete_now(nic, op, -EACCES, op->peer);
         return 1;
     }
-    if (op->kind == TE_POP_WRITE && nic->use_inject && op->len &&
-        op->len <= nic->inject_max) {
+    if (op->kind == TE_POP_WRITE && nic->use_inject &&
+        (op->len ? op->len <= nic->inject_max
+                 : nic->inject_zero && (op->flags & TE_POP_F_IMM))) {
+        /* A zero-length source may be NULL: give the provider a valid
+         * address anyway (our landing region; nothing is read). */
+        const void *src = op->len ? op->local_addr : nic->landing;
         ssize_t rc = (op->flags & TE_POP_F_IMM)
-                         ? fi_inject_writedata(nic->ep, op->local_addr,
-                                               op->len, op->imm, p->fi_addr,
-                                               raddr, rkey)
+                         ? fi_inject_writedata(nic->ep, src, op->len,
+                                               op->imm, p->fi_addr, raddr,
+                                               rkey)
                          : fi_inject_write(nic->ep, op->local_addr, op->len,
                                            p->fi_addr, raddr, rkey);
         if (rc == -FI_EAGAIN) {

@@ -447,6 +447,25 @@ static void probe_inject(struct pair *p, const struct fi_info *info,
     int good = posted == N && arrived == N &&
                memcmp(p->b.buf + 1024, want, N * SZ) == 0;
     r->inject_data = good;
+    if (good) {
+        /* The imm-only write (len 0) as an inject: no completion entry to
+         * produce and read. Used only when its immediate arrives. */
+        ssize_t rc = POST_RETRY(p, long_ms, fi_inject_writedata(
+            p->a.ep, p->a.buf + 1024, 0, PROBE_IMM + 0x180, p->b_at_a,
+            p->b.base + 128, p->b.key));
+        int got = 0;
+        deadline = now_ms() + long_ms;
+        while (rc == 0 && !got && now_ms() <= deadline) {
+            struct seen s = {0};
+            drain(p, &p->a, NULL, PROBE_IMM + 0x180, &s);
+            drain(p, &p->b, NULL, PROBE_IMM + 0x180, &s);
+            got = s.data;
+        }
+        r->inject_zero = got;
+        if (!got)
+            note(r, "zero-length fi_inject_writedata: %s",
+                 rc ? fi_strerror((int)-rc) : "immediate never arrived");
+    }
     if (!good) {
         int bad = 0;
         for (int i = 0; i < N * SZ; i++)
@@ -537,6 +556,7 @@ int efa_probe_run(const struct fi_info *info, uint32_t timeout_ms,
 {
     memset(r, 0, sizeof(*r));
     r->imm_write = r->imm_zero = r->read = r->inject_data = r->source = -1;
+    r->inject_zero = -1;
     for (int i = 0; i < 4; i++)
         r->zero[i] = r->key_error[i] = -1;
     r->emulated_write = -1;

@@ -55,10 +55,10 @@ static void probe(const char *prov, const char *node, int completion,
     rc = efa_probe_run(info, 200, completion, r, err, sizeof(err));
     fi_freeinfo(info);
     ck_assert_msg(rc == 0, "%s: probe: %s", prov, err);
-    printf("%s: completion %s, key errors %s, inject %d; notes: %s\n", prov,
-           efa_completion_name(r->completion),
+    printf("%s: completion %s, key errors %s, inject %d, zero-length "
+           "inject %d; notes: %s\n", prov, efa_completion_name(r->completion),
            r->key_errors_reported ? "reported" : "NOT reported",
-           r->inject_data, r->notes[0] ? r->notes : "none");
+           r->inject_data, r->inject_zero, r->notes[0] ? r->notes : "none");
 }
 
 /* Quirk: shm (and tcp;ofi_rxm) refuse FI_REMOTE_CQ_DATA as a capability
@@ -94,6 +94,12 @@ START_TEST(shm_quirks)
     /* The reported fi_inject_writedata corruption is checked before inject
      * is used; the verdict must exist (1 here: not reproduced). */
     ck_assert_int_ne(r.inject_data, -1);
+    /* The zero-length inject (imm-only writes without a provider
+     * completion) is measured whenever inject works, and works on 1.17. */
+    if (r.inject_data == 1)
+        ck_assert_int_ne(r.inject_zero, -1);
+    if (is_1_17() && r.inject_data == 1)
+        ck_assert_int_eq(r.inject_zero, 1);
     if (is_1_17()) {
         /* Quirk: a forged key is never reported to the initiator. */
         ck_assert_int_eq(r.key_error[EFA_COMPL_TRANSMIT], 0);

@@ -423,18 +423,28 @@ static void pingpong(struct ep *e, const struct opts *o, int fd, uint64_t size,
 {
     uint64_t n = o->warmup + o->iters;
     uint64_t *rtt = calloc(o->iters ? o->iters : 1, sizeof(*rtt));
+    /* The post call alone (fi_writemsg / fi_inject_writedata returning):
+     * the provider's own share of what te-bench's post test measures. */
+    uint64_t *post = calloc(o->iters ? o->iters : 1, sizeof(*post));
+    if (!rtt || !post)
+        die("out of memory");
     send_cmd(fd, 1, size, n, 1);
     uint64_t base = e->imms;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t t0 = now_ns();
         write_imm(e, o, offset_of(o, i, size), size, (uint32_t)i);
+        uint64_t t1 = now_ns();
         wait_imms(e, base + i + 1);
-        if (i >= o->warmup)
+        if (i >= o->warmup) {
             rtt[i - o->warmup] = now_ns() - t0;
+            post[i - o->warmup] = t1 - t0;
+        }
     }
     for (uint64_t idle = 0; e->outstanding;)
         progress_wait(e, &idle);
     qsort(rtt, o->iters, sizeof(*rtt), cmp_u64);
+    qsort(post, o->iters, sizeof(*post), cmp_u64);
+    double post50 = post[o->iters / 2] / 1e3;
     double sum = 0;
     for (uint64_t i = 0; i < o->iters; i++)
         sum += (double)rtt[i];
@@ -443,14 +453,17 @@ static void pingpong(struct ep *e, const struct opts *o, int fd, uint64_t size,
     if (o->json)
         printf("%s    {\"mode\": \"pingpong\", \"size\": %llu, \"iters\": %llu, "
                "\"lat_us_p50\": %.3f, \"lat_us_p99\": %.3f, "
-               "\"lat_us_avg\": %.3f, \"lat_us_min\": %.3f}",
+               "\"lat_us_avg\": %.3f, \"lat_us_min\": %.3f, "
+               "\"post_us_p50\": %.3f}",
                first ? "" : ",\n", (unsigned long long)size,
-               (unsigned long long)o->iters, p50, p99, avg, min);
+               (unsigned long long)o->iters, p50, p99, avg, min, post50);
     else
         printf("pingpong %10llu B  one-way p50 %8.2f us  p99 %8.2f us  "
-               "avg %8.2f us  (%llu iters)\n", (unsigned long long)size, p50,
-               p99, avg, (unsigned long long)o->iters);
+               "avg %8.2f us  post call p50 %6.2f us  (%llu iters)\n",
+               (unsigned long long)size, p50, p99, avg, post50,
+               (unsigned long long)o->iters);
     free(rtt);
+    free(post);
 }
 
 static void stream(struct ep *e, const struct opts *o, int fd, uint64_t size,

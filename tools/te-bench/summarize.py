@@ -93,22 +93,36 @@ def efa_table(outdir):
             raws = [d["results"][0]["GBps"] if d.get("results") else None for d in raw]
             pairs = [t / r for t, r in zip(tes, raws) if t and r]
             m = med(pairs)
-            print("| %s | %s | %s | %s | %s | >= 0.95 | %s | %d |" % (
-                prov, label, fmt(med(tes), 2), fmt(med(raws), 2), fmt(m),
-                "-" if m is None else ("met" if m >= 0.95 else "NOT met"), len(pairs)))
+            # Issue 16 asks >= 0.90 at 64 KiB on shm; the benchmark issue
+            # before it asked >= 0.95 everywhere else.
+            goal = 0.90 if (prov, label) == ("shm", "64K") else 0.95
+            print("| %s | %s | %s | %s | %s | >= %.2f | %s | %d |" % (
+                prov, label, fmt(med(tes), 2), fmt(med(raws), 2), fmt(m), goal,
+                "-" if m is None else ("met" if m >= goal else "NOT met"), len(pairs)))
     print()
-    print("| provider | raw one-way p50 (8 B ping-pong) | engine: te_submit -> post() p50 | engine: poll() arrival -> callback p50 | engine total | goal | status | runs |")
-    print("|---|---|---|---|---|---|---|---|")
+    # engine total = te_submit -> post() returned (which contains the
+    # provider's own post call) + poll() returned -> callback; goal of
+    # issue 16: <= 1.5 us on shm. The raw post call is fi-raw-bench's
+    # fi_writemsg call in its ping-pong, shown so that the engine's own
+    # share can be read off.
+    print("| provider | raw one-way p50 (8 B ping-pong) | raw post call p50 | engine: te_submit -> post() returned p50 | engine: poll() -> callback p50 | engine total | goal | status | runs |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for prov in ("shm", "tcp"):
-        raw = [d["results"][0]["lat_us_p50"] for d in runs.get(("efa_raw_pingpong", prov, None), [])
-               if d.get("results")]
+        pp = [d["results"][0] for d in runs.get(("efa_raw_pingpong", prov, None), [])
+              if d.get("results")]
+        raw = [r["lat_us_p50"] for r in pp]
+        rawpost = [r.get("post_us_p50") for r in pp]
         docs = runs.get(("efa_te_lat", prov, None), [])
         post = med([lat(d, "post", "post_us") for d in docs])
         arr = med([lat(d, "immlat", "arrival_to_callback_us") for d in docs])
         tot = None if post is None or arr is None else post + arr
-        print("| %s | %s us | %s us | %s us | %s us | <= 1 us added | %s | %d |" % (
-            prov, fmt(med(raw), 2), fmt(post, 2), fmt(arr, 2), fmt(tot, 2),
-            "-" if tot is None else ("met" if tot <= 1 else "NOT met"), len(docs)))
+        goal = 1.5 if prov == "shm" else None
+        status = "-" if tot is None or goal is None else (
+            "met" if tot <= goal else "NOT met")
+        print("| %s | %s us | %s us | %s us | %s us | %s us | %s | %s | %d |" % (
+            prov, fmt(med(raw), 2), fmt(med(rawpost), 2), fmt(post, 2),
+            fmt(arr, 2), fmt(tot, 2),
+            "<= 1.5 us" if goal else "-", status, len(docs)))
 
 
 def main():
