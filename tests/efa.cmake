@@ -17,6 +17,16 @@ if(TARGET test_efa_probe AND TARGET te-plugin-efa)
   set_tests_properties(test_efa_probe PROPERTIES TIMEOUT 120 LABELS efa)
 endif()
 
+# Engines of one process over shm, one destroyed while the other has it
+# as a peer (plugins/efa/efa_local.h). Exits 77 where the plugin is absent.
+if(TARGET test_efa_inprocess)
+  set_tests_properties(test_efa_inprocess PROPERTIES LABELS efa
+    SKIP_RETURN_CODE 77)
+  if(TARGET te-plugin-efa)
+    add_dependencies(test_efa_inprocess te-plugin-efa)
+  endif()
+endif()
+
 if(NOT TARGET te-plugin-efa)
   return()
 endif()

@@ -26,6 +26,7 @@
 #include <rdma/fi_rma.h>
 
 #include "te/plugin.h"
+#include "efa_local.h"
 #include "efa_probe.h"
 
 #define EFA_NAME "efa"
@@ -169,6 +170,7 @@ struct efa_peer {
     uint32_t pid;
     uint64_t stall_since_ns; /* first -FI_EAGAIN with nothing in flight */
     uint64_t pidfd_read_ns;  /* last pidfd check before a post */
+    struct efa_local *local; /* an endpoint of this process, or NULL */
 };
 
 /* Unbounded FIFO of completions poll() returns before reading the CQ. */
@@ -202,6 +204,7 @@ struct te_plugin_nic {
     uint8_t addr[TE_PLUGIN_MAX_ADDR_LEN];
     size_t addr_len;
     size_t raw_len;
+    struct efa_local *local; /* this endpoint in the process's list */
 
     /* memory registration */
     bool virt_addr, mr_local, mr_endpoint, mr_rma_event, prov_key, hmem;

@@ -15,6 +15,8 @@
 static void nic_free(efa_nic *nic)
 {
     efa_peers_free(nic);
+    /* Posts of other NICs of this process to this endpoint end first. */
+    efa_local_close(nic->local);
     /* Endpoint first: closing it cancels every operation, so nothing the
      * provider still holds can touch a region closed below. */
     if (nic->ep)
@@ -184,6 +186,8 @@ int efa_nic_open(te_plugin_ctx *ctx, int idx,
         goto fail;
     }
     nic->raw_len = raw_len;
+    nic->local = efa_local_open(nic->info->fabric_attr->prov_name, raw,
+                                raw_len);
     /* The landing region: a key every imm-only write can use (EFA needs a
      * valid key even for zero bytes; the core may not have one). */
     what = "landing region";

@@ -134,6 +134,7 @@ static void peer_release(efa_nic *nic, struct efa_peer *p)
     }
     if (p->pidfd >= 0)
         close(p->pidfd);
+    efa_local_put(p->local);
     memset(p, 0, sizeof(*p));
     p->state = EFA_PEER_FREE;
     p->pidfd = -1;
@@ -211,10 +212,25 @@ int efa_peer_add(te_plugin_nic *nic, const void *addr, size_t len,
     int rc = parse(nic, addr, len, &a, &raw);
     if (rc)
         return rc;
+    /* Another endpoint of this very process: hold it (efa_local.h). */
+    struct efa_local *local = NULL;
+    if (a.host_id && a.host_id == nic->ctx->host_id &&
+        a.pid == (uint32_t)getpid() && a.start_time == nic->ctx->start_time) {
+        local = efa_local_find(nic->info->fabric_attr->prov_name, raw,
+                               a.raw_len);
+        if (!local) {
+            efa_err(nic, "the address names an endpoint of this process "
+                    "that is closed (its engine was destroyed)");
+            return -ECONNREFUSED;
+        }
+    }
     struct efa_peer *p = peer_new(nic);
-    if (!p)
+    if (!p) {
+        efa_local_put(local);
         return -ENOMEM;
+    }
     memset(p, 0, sizeof(*p));
+    p->local = local;
     uint32_t idx = (uint32_t)(p - nic->peers);
     p->handle = ((uint64_t)++nic->peer_gen << 32) | (idx + 1);
     p->state = EFA_PEER_PENDING;
@@ -381,9 +397,13 @@ void efa_peers_housekeeping(efa_nic *nic)
 
 void efa_peers_free(efa_nic *nic)
 {
-    for (uint32_t i = 0; i < nic->npeers; i++)
-        if (nic->peers[i].state != EFA_PEER_FREE && nic->peers[i].pidfd >= 0)
+    for (uint32_t i = 0; i < nic->npeers; i++) {
+        if (nic->peers[i].state == EFA_PEER_FREE)
+            continue;
+        if (nic->peers[i].pidfd >= 0)
             close(nic->peers[i].pidfd);
+        efa_local_put(nic->peers[i].local);
+    }
     free(nic->peers);
     nic->peers = NULL;
     nic->npeers = nic->peers_cap = 0;

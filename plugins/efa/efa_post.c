@@ -197,6 +197,9 @@ static void check_alive(efa_nic *nic, struct efa_peer *p)
     }
 }
 
+static int post_to(efa_nic *nic, const struct te_plugin_op *op,
+                   struct efa_peer *p);
+
 /* 1 = consumed (posted or completed here), 0 = no room now, <0 = invalid. */
 static int post_one(efa_nic *nic, const struct te_plugin_op *op)
 {
@@ -224,6 +227,24 @@ static int post_one(efa_nic *nic, const struct te_plugin_op *op)
         nic->post_checked = p;
         check_alive(nic, p);
     }
+    if (p->state == EFA_PEER_LIVE && p->local) {
+        /* Another endpoint of this process: it cannot close while we are
+         * inside the provider's post (efa_local.h). */
+        if (efa_local_enter(p->local)) {
+            int rc = post_to(nic, op, p);
+            efa_local_leave(p->local);
+            return rc;
+        }
+        efa_peer_down(nic, p, -ECONNRESET, "its endpoint in this process "
+                      "was closed (its engine was destroyed)");
+    }
+    return post_to(nic, op, p);
+}
+
+/* post_one for a peer that was found valid. */
+static int post_to(efa_nic *nic, const struct te_plugin_op *op,
+                   struct efa_peer *p)
+{
     if (p->state == EFA_PEER_DOWN) {
         complete_now(nic, op, -ECONNRESET, op->peer);
         return 1;

@@ -1,0 +1,103 @@
+/* Two engines of one process over the efa plugin's shm provider: a peer
+ * that is another engine of this process, destroyed while the first still
+ * has it as a peer (heartbeats every 20 ms), becomes a down peer, not a
+ * crash (libfabric's shm reaches it through memory that closed with it:
+ * plugins/efa/efa_local.h). Skipped (77) where the efa plugin or libfabric's
+ * shm is not there. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "te/te.h"
+
+#define SKIP_RC 77
+
+static te_engine *shm_engine(void)
+{
+    te_config *c = te_config_new();
+    te_config_set(c, "engine", "plugin", "efa");
+    te_config_set(c, "efa", "provider", "shm");
+    te_config_set(c, "engine", "heartbeat_ms", "20");
+    te_engine *e = NULL;
+    int rc = te_engine_create(c, &e);
+    te_config_free(c);
+    return rc ? NULL : e;
+}
+
+START_TEST(destroyed_in_process_peer_is_down_not_a_crash)
+{
+    te_engine *a = shm_engine(), *b = shm_engine();
+    ck_assert_msg(a && b, "%s", te_last_error());
+    static char abuf[4096] __attribute__((aligned(4096)));
+    static char bbuf[4096] __attribute__((aligned(4096)));
+    te_mr *ma, *mb;
+    ck_assert_int_eq(te_mr_reg(a, 0, abuf, sizeof(abuf), 0, TE_MEM_HOST, &ma), 0);
+    ck_assert_int_eq(te_mr_reg(b, 0, bbuf, sizeof(bbuf), TE_MR_REMOTE_WRITE,
+                               TE_MEM_HOST, &mb), 0);
+    uint8_t addr[TE_ADDR_MAX];
+    size_t len = sizeof(addr);
+    ck_assert_int_eq(te_engine_address(b, 0, addr, &len), 0);
+    te_peer p;
+    ck_assert_msg(te_peer_add(a, 0, addr, len, &p) == 0, "%s", te_last_error());
+    te_mr_desc d;
+    ck_assert_int_eq(te_mr_describe(mb, &d), 0);
+    memset(abuf, 0x5a, 64);
+    te_request r;
+    te_request_init(&r, TE_OP_WRITE);
+    r.u.xfer.peer = p;
+    r.u.xfer.local = ma;
+    r.u.xfer.remote = &d;
+    r.u.xfer.len = 64;
+    r.timeout_ms = 5000;
+    ck_assert_int_gt(te_submit(a, &r), 0);
+    te_completion c;
+    ck_assert_int_eq(te_poll_completions(a, &c, 1, 5000), 1);
+    ck_assert_int_eq(c.status, 0);
+    ck_assert_int_eq(bbuf[63], 0x5a);
+
+    ck_assert_int_eq(te_mr_dereg(b, mb), 0);
+    te_engine_destroy(b); /* a's heartbeats to b go on */
+    int st = 0;
+    for (int i = 0; i < 500 && (st = te_peer_status(a, 0, p)) == 0; i++)
+        usleep(10000);
+    ck_assert_msg(st == -ECONNRESET, "peer status %d after 5 s", st);
+    /* A write to it fails with the reason; nothing crashes. */
+    int64_t id = te_submit(a, &r);
+    if (id > 0) {
+        ck_assert_int_eq(te_poll_completions(a, &c, 1, 5000), 1);
+        ck_assert_int_eq(c.status, -ECONNRESET);
+    } else {
+        ck_assert_int_eq(id, -ECONNRESET);
+    }
+    /* Its address, added again, is refused naming the cause. */
+    te_peer again;
+    ck_assert_int_ne(te_peer_add(a, 0, addr, len, &again), 0);
+    ck_assert_msg(strstr(te_last_error(), "closed"), "%s", te_last_error());
+    ck_assert_int_eq(te_mr_dereg(a, ma), 0);
+    te_engine_destroy(a);
+}
+END_TEST
+
+int main(void)
+{
+    te_engine *probe = shm_engine();
+    if (!probe) {
+        printf("SKIP: no efa plugin with libfabric's shm here: %s\n",
+               te_last_error());
+        return SKIP_RC;
+    }
+    te_engine_destroy(probe);
+    Suite *s = suite_create("efa_inprocess");
+    TCase *t = tcase_create("close");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, destroyed_in_process_peer_is_down_not_a_crash);
+    suite_add_tcase(s, t);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
