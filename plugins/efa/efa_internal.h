@@ -27,6 +27,8 @@
 
 #include "te/plugin.h"
 #include "efa_local.h"
+#include "efa_proc.h"
+#include "efa_shm_name.h"
 #include "efa_probe.h"
 
 #define EFA_NAME "efa"
@@ -336,8 +338,6 @@ void efa_peer_down(efa_nic *nic, struct efa_peer *p, int status,
 void efa_peers_housekeeping(efa_nic *nic);
 void efa_peers_free(efa_nic *nic);
 /* This process's identity for same-host liveness. */
-uint64_t efa_host_id(void);
-uint64_t efa_proc_start_time(uint32_t pid);
 
 /* --------------------------------------------------------- efa_post.c */
 

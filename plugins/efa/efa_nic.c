@@ -95,6 +95,9 @@ static int open_objects(efa_nic *nic, const char **what)
     *what = "fi_endpoint";
     if ((rc = fi_endpoint(nic->domain, i, &nic->ep, NULL)))
         return rc;
+    *what = "fi_setname";
+    if ((rc = efa_shm_name_endpoint(nic->ep, i)))
+        return rc;
     *what = "fi_ep_bind";
     if ((rc = fi_ep_bind(nic->ep, &nic->av->fid, 0)) ||
         (rc = fi_ep_bind(nic->ep, &nic->cq->fid, FI_TRANSMIT | FI_RECV)))

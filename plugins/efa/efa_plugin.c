@@ -165,6 +165,12 @@ static int efa_init(const struct te_plugin_host *host, te_plugin_ctx **out)
         free(ctx);
         return -ENOTSUP;
     }
+    /* Regions of killed processes would take names from their pids'
+     * next owners, and 16 MiB of memory each (efa_shm_name.h). */
+    int reaped = efa_shm_reap_stale();
+    if (reaped)
+        efa_log(ctx, 2, "removed %d shm regions of processes that are gone",
+                reaped);
     int rc;
     if ((rc = efa_config_parse(ctx)) || (rc = efa_discover(ctx)) ||
         (rc = probe(ctx)) || (rc = efa_decide_paths(ctx))) {

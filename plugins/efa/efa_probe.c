@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include "efa_probe.h"
+#include "efa_shm_name.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -164,6 +165,9 @@ static int ep_open(struct probe_ep *e, const struct fi_info *info,
         goto fail;
     what = "fi_endpoint";
     if ((rc = fi_endpoint(e->dom, i, &e->ep, NULL)))
+        goto fail;
+    what = "fi_setname";
+    if ((rc = efa_shm_name_endpoint(e->ep, i)))
         goto fail;
     what = "fi_ep_bind";
     if ((rc = fi_ep_bind(e->ep, &e->av->fid, 0)) ||

@@ -2,13 +2,19 @@
  * that is another engine of this process, destroyed while the first still
  * has it as a peer (heartbeats every 20 ms), becomes a down peer, not a
  * crash (libfabric's shm reaches it through memory that closed with it:
- * plugins/efa/efa_local.h). Skipped (77) where the efa plugin or libfabric's
- * shm is not there. */
+ * plugins/efa/efa_local.h). And shm regions are named per process
+ * incarnation, those of dead processes removed (efa_shm_name.h). Skipped
+ * (77) where the efa plugin or libfabric's shm is not there. */
 #include <check.h>
+#include <signal.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "te/te.h"
@@ -81,6 +87,76 @@ START_TEST(destroyed_in_process_peer_is_down_not_a_crash)
 }
 END_TEST
 
+static unsigned long long start_time_of(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    unsigned long long v = 0;
+    int field = 2;
+    for (char *t = p ? strtok(p + 1, " ") : NULL; t; t = strtok(NULL, " "))
+        if (++field == 22) {
+            v = strtoull(t, NULL, 10);
+            break;
+        }
+    return v;
+}
+
+static int shm_exists(const char *name)
+{
+    int fd = shm_open(name, O_RDONLY, 0);
+    if (fd >= 0)
+        close(fd);
+    return fd >= 0;
+}
+
+START_TEST(regions_named_per_process_and_dead_ones_removed)
+{
+    /* A region as a killed process of ours would leave it. */
+    pid_t child = fork();
+    if (child == 0) {
+        pause();
+        _exit(0);
+    }
+    unsigned long long cstart = 0;
+    for (int i = 0; i < 1000 && !cstart; i++)
+        cstart = start_time_of(child);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    char dead[64], live[64];
+    snprintf(dead, sizeof(dead), "/te-%d-%llx-0", (int)child, cstart);
+    snprintf(live, sizeof(live), "/te-%d-%llx-999", (int)getpid(),
+             start_time_of(getpid()));
+    int fd = shm_open(dead, O_CREAT | O_RDWR, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_ge(fd = shm_open(live, O_CREAT | O_RDWR, 0600), 0);
+    close(fd);
+    te_engine *a = shm_engine(); /* the plugin's start removes dead ones */
+    ck_assert_msg(a, "%s", te_last_error());
+    ck_assert_msg(!shm_exists(dead), "%s (its process is gone) was kept", dead);
+    ck_assert_msg(shm_exists(live), "%s (this process) was removed", live);
+    shm_unlink(live);
+    /* The engine's own endpoint has such a name. */
+    char mine[32];
+    snprintf(mine, sizeof(mine), "te-%d-", (int)getpid());
+    int found = 0;
+    DIR *d = opendir("/dev/shm");
+    for (struct dirent *de; d && (de = readdir(d));)
+        found += !strncmp(de->d_name, mine, strlen(mine));
+    if (d)
+        closedir(d);
+    ck_assert_int_gt(found, 0);
+    te_engine_destroy(a);
+}
+END_TEST
+
 int main(void)
 {
     te_engine *probe = shm_engine();
@@ -94,6 +170,7 @@ int main(void)
     TCase *t = tcase_create("close");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, destroyed_in_process_peer_is_down_not_a_crash);
+    tcase_add_test(t, regions_named_per_process_and_dead_ones_removed);
     suite_add_tcase(s, t);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

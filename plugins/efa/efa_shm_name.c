@@ -1,0 +1,53 @@
+/* Our shm endpoint names and the removal of dead processes' regions
+ * (efa_shm_name.h says why). */
+#define _GNU_SOURCE
+#include "efa_shm_name.h"
+
+#include <dirent.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "efa_proc.h"
+
+#define NAME_PREFIX "te-"
+
+int efa_shm_name_endpoint(struct fid_ep *ep, const struct fi_info *info)
+{
+    if (!info->fabric_attr || !info->fabric_attr->prov_name ||
+        strcmp(info->fabric_attr->prov_name, "shm"))
+        return 0;
+    static atomic_uint seq;
+    uint32_t pid = (uint32_t)getpid();
+    char name[48];
+    snprintf(name, sizeof(name), NAME_PREFIX "%u-%llx-%u", pid,
+             (unsigned long long)efa_proc_start_time(pid),
+             atomic_fetch_add(&seq, 1));
+    return fi_setname(&ep->fid, name, strlen(name) + 1);
+}
+
+int efa_shm_reap_stale(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return 0;
+    int removed = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        unsigned pid, n;
+        unsigned long long start;
+        char tail;
+        if (sscanf(de->d_name, NAME_PREFIX "%u-%llx-%u%c", &pid, &start, &n,
+                   &tail) != 3)
+            continue;
+        if (!start || efa_proc_start_time(pid) == start)
+            continue; /* its process lives (or we cannot tell) */
+        char path[300];
+        snprintf(path, sizeof(path), "/%s", de->d_name);
+        removed += shm_unlink(path) == 0;
+    }
+    closedir(d);
+    return removed;
+}
