@@ -110,8 +110,11 @@ def python_paged_gbps(total, page=16384, reps=3, rep_ms=200, min_iters=16):
     window = max(2, min(64, (16 << 20) // total))
     region = total * window
     with te.Engine() as a, te.Engine() as b:
-        src = np.ones(region, dtype=np.uint8)
-        dst = np.zeros(region, dtype=np.uint8)
+        # Page-aligned (and huge-page backed from 2 MiB), like te-bench's
+        # own buffers: numpy's 64-byte-aligned arrays copy 10-20 % slower.
+        src = te.aligned_empty(region)
+        src.fill(1)
+        dst = te.aligned_empty(region)
         dst.fill(1)  # fault every page in now, not in the first repetition
         smr = a.register(src, access=0)
         dmr = b.register(dst, access=te.REMOTE_WRITE)

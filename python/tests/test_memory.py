@@ -70,3 +70,18 @@ def test_revoke_changes_keys(self_peer):
     e.submit(te.write(peer, src, new, 10)).result(10)
     with pytest.raises(te.TEError):
         e.submit(te.write(peer, src, old, 10)).result(10)
+
+
+def test_aligned_empty_is_page_aligned_zeroed_and_registers(engine):
+    import mmap
+    for n in (1, 4096 + 3, 3 << 20):
+        a = te.aligned_empty(n)
+        assert a.dtype == np.uint8 and a.nbytes == n and a.flags.writeable
+        assert a.ctypes.data % mmap.PAGESIZE == 0
+        assert not a.any()
+    buf = te.aligned_empty(1 << 20)
+    mr = engine.register(buf, access=te.REMOTE_WRITE)
+    assert mr.descriptor()
+    mr.deregister()
+    with pytest.raises(ValueError):
+        te.aligned_empty(0)

@@ -11,6 +11,7 @@ Every te.h function is reachable: the classes below wrap them, and
 ``transferengine.lib`` / ``transferengine.ffi`` expose the raw cffi ones.
 docs/python.md has the guide."""
 from ._lib import TEError, ffi, lib, last_error
+from .buffers import aligned_empty
 from .config import Config
 from .engine import Engine, NicInfo, PathInfo, cap_names
 from .imm import Expectation, ImmSpace, SpaceStats
@@ -33,7 +34,7 @@ def strerror(err: int) -> str:
     return ffi.string(lib.te_strerror(err)).decode()
 
 
-__all__ = ["Engine", "Config", "TEError", "MemoryRegion", "Descriptor",
+__all__ = ["Engine", "Config", "aligned_empty", "TEError", "MemoryRegion", "Descriptor",
            "Request", "Transfer", "Completion", "Expectation", "ImmSpace",
            "SpaceStats", "NicInfo", "PathInfo", "write", "read", "paged",
            "scatter", "barrier", "send", "version", "strerror", "cap_names",
