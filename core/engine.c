@@ -388,6 +388,7 @@ TE_API int te_engine_create(const te_config *cfg, te_engine **out)
     e->host.config_get = host_config_get;
     e->host.set_error = host_set_error;
     e->host.log = host_log;
+    e->host.progressed = te_worker_progressed;
     te_cuda_host_install(&e->host); /* device copies (loopback) */
     te_error_clear();
     rc = e->plugin.ops->init(&e->host, &e->pctx);

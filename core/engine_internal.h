@@ -269,6 +269,10 @@ struct te_engine {
 
 /* worker.c */
 int te_worker_start(struct te_group *g);
+/* Set by the plugin host's progressed() callback during a poll() on this
+ * worker thread: the NIC did work that returned no entry. */
+extern _Thread_local int te_worker_progress;
+void te_worker_progressed(void *host_ctx);
 void te_worker_stop(struct te_group *g);
 /* Run one control op on the group's worker and wait for it (deadline). */
 int te_group_control(struct te_group *g, struct te_control *c, int timeout_ms);

@@ -133,7 +133,10 @@ void te_poll_nic(struct te_engine *e, struct te_group *g, struct turn *t,
 {
     struct te_nic *n = &g->nics[nic];
     struct te_plugin_cq_entry ce[TE_POLL_BATCH];
+    te_worker_progress = 0;
     int got = e->plugin.ops->poll(n->pn, ce, TE_POLL_BATCH);
+    if (te_worker_progress)
+        t->did_work = 1; /* work without entries (host->progressed) */
     if (got < 0) {
         te_log(e, 0, "group %d NIC %s: poll failed: %s", g->index,
                n->info.name, te_strerror(got));

@@ -242,13 +242,23 @@ static void *worker_main(void *arg)
             idle_since = t->now_ns;
         if (t->now_ns - idle_since >= (uint64_t)e->s.idle_spin_us * 1000u &&
             e->s.idle_sleep_us) {
-            struct timespec ts = {0, (long)e->s.idle_sleep_us * 1000L};
+            /* idle_sleep_us may be 1 s: tv_nsec must stay below 10^9 */
+            struct timespec ts = {(time_t)(e->s.idle_sleep_us / 1000000u),
+                                  (long)(e->s.idle_sleep_us % 1000000u) * 1000L};
             nanosleep(&ts, NULL);
         }
     }
     worker_shutdown(e, g, t);
     free(t);
     return NULL;
+}
+
+_Thread_local int te_worker_progress;
+
+void te_worker_progressed(void *host_ctx)
+{
+    (void)host_ctx; /* the calling worker's own flag: poll() runs on it */
+    te_worker_progress = 1;
 }
 
 int te_worker_start(struct te_group *g)

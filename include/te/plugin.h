@@ -47,7 +47,7 @@ extern "C" {
 /** ABI major version spoken by this header. */
 #define TE_PLUGIN_ABI_MAJOR 1
 /** ABI minor version spoken by this header. */
-#define TE_PLUGIN_ABI_MINOR 1
+#define TE_PLUGIN_ABI_MINOR 2
 
 /** Name of the single symbol every plugin exports. */
 #define TE_PLUGIN_ENTRY_SYMBOL "te_plugin_entry"
@@ -100,6 +100,16 @@ struct te_plugin_host {
                        const void *src, size_t len);
     /** Destroy a stream device_copy created (NULL is ignored). */
     void (*device_stream_free)(void *host_ctx, void *stream);
+    /**
+     * Appended in ABI 1.2 (present when struct_size covers it). Call from
+     * poll() when the NIC did work that produced no completion entry: a
+     * manual-progress transport executing a remote initiator's write
+     * without an immediate, say. The core then treats the loop turn as
+     * busy and polls again at once instead of counting the NIC idle and
+     * letting its worker sleep (engine.idle_spin_us / idle_sleep_us), which
+     * would hold the remote initiator's next operations for the sleep.
+     */
+    void (*progressed)(void *host_ctx);
 };
 
 /** Static description of one configuration key a plugin accepts. */

@@ -340,5 +340,9 @@ int lb_target_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
             lb_busy_leave(touched[i]);
         touched[i]->in_batch = false;
     }
+    /* Writes without an immediate produce no entry here, yet this worker
+     * is what moves the initiator's data: keep the core from sleeping. */
+    if (n == 0 && nic->ctx->host.progressed)
+        nic->ctx->host.progressed(nic->ctx->host.host_ctx);
     return n;
 }
