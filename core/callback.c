@@ -1,6 +1,7 @@
 /* Callback thread, event FIFO and completion queue (see callback.h). */
 #define _GNU_SOURCE /* pthread_setaffinity_np */
 #include "callback.h"
+#include "thread_setup.h"
 
 #include <sched.h>
 
@@ -160,6 +161,7 @@ static void *callback_main(void *arg)
 {
     struct te_callbacks *cb = arg;
     struct te_cb_event batch[TE_CB_BATCH];
+    te_thread_name("te-callback");
     for (;;) {
         pthread_mutex_lock(&cb->events.lock);
         struct te_timer *due = take_due(cb, now_ns(), 0);

@@ -20,6 +20,7 @@
 #include "cuda_driver.h"
 #include "engine_internal.h"
 #include "te_error.h"
+#include "thread_setup.h"
 
 #define WATCH_IDLE_NS 1000000ll    /* spin this long without a change ... */
 #define WATCH_NAP_NS 50000l        /* ... then look this often */
@@ -66,6 +67,8 @@ static void *watch_thread(void *p)
 {
     te_gpu_watcher *w = p;
     watcher_self = w;
+    te_thread_name("te-gpu-watcher");
+    te_thread_tighten_slack(WATCH_NAP_NS / 1000);
     uint64_t seen = 0;
     int64_t last_change = now_ns();
     for (;;) {

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "te_error.h"
+#include "thread_setup.h"
 #include "worker.h"
 
 /* ------------------------------------------------------------- control */
@@ -225,6 +226,11 @@ static void *worker_main(void *arg)
     struct te_group *g = arg;
     struct te_engine *e = g->e;
     pin_worker(e, g);
+    char name[16];
+    snprintf(name, sizeof(name), "te-worker-%d", g->index);
+    te_thread_name(name);
+    if (e->s.idle_sleep_us)
+        te_thread_tighten_slack(e->s.idle_sleep_us);
     struct turn *t = calloc(1, sizeof(*t));
     if (!t) {
         te_log(e, 0, "group %d: worker out of memory", g->index);

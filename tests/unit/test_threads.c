@@ -1,0 +1,148 @@
+/*
+ * The engine's threads as the system sees them: named (te-worker-N,
+ * te-callback) and, for workers that sleep when idle, a timer slack small
+ * enough that idle_sleep_us is honoured (thread_setup.h).
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include "te/te.h"
+#include "thread_setup.h"
+
+static te_engine *make(const char *ini)
+{
+    te_config *c = te_config_new();
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(te_config_load_string(c, ini), 0);
+    te_engine *e = NULL;
+    int rc = te_engine_create(c, &e);
+    te_config_free(c);
+    ck_assert_msg(rc == 0, "create: %s", te_last_error());
+    return e;
+}
+
+static int read_line(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char *got = fgets(buf, (int)len, f);
+    fclose(f);
+    if (!got)
+        return -1;
+    buf[strcspn(buf, "\n")] = '\0';
+    return 0;
+}
+
+/* The task id of this process's thread called name, or 0. */
+static long find_thread(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    ck_assert_ptr_nonnull(d);
+    long found = 0;
+    struct dirent *de;
+    while (!found && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char path[300], comm[32];
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+        if (read_line(path, comm, sizeof(comm)) == 0 && !strcmp(comm, name))
+            found = strtol(de->d_name, NULL, 10);
+    }
+    closedir(d);
+    return found;
+}
+
+/* The worker names itself as it starts: wait for it (bounded). */
+static long wait_thread(const char *name)
+{
+    for (int i = 0; i < 2000; i++) {
+        long tid = find_thread(name);
+        if (tid)
+            return tid;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    return 0;
+}
+
+static unsigned long slack_of(long tid)
+{
+    char path[64], line[32];
+    snprintf(path, sizeof(path), "/proc/%ld/timerslack_ns", tid);
+    ck_assert_int_eq(read_line(path, line, sizeof(line)), 0);
+    return strtoul(line, NULL, 10);
+}
+
+START_TEST(threads_are_named)
+{
+    te_engine *e = make("[engine]\ngroups = 2\n");
+    ck_assert_msg(wait_thread("te-worker-0"), "no thread te-worker-0");
+    ck_assert_msg(wait_thread("te-worker-1"), "no thread te-worker-1");
+    ck_assert_msg(wait_thread("te-callback"), "no thread te-callback");
+    te_engine_destroy(e);
+}
+END_TEST
+
+START_TEST(sleeping_worker_gets_tight_slack)
+{
+    /* Default 20 us sleeps: a tenth of that, but never below 1 us. */
+    te_engine *e = make("[engine]\nidle_sleep_us = 20\n");
+    long tid = wait_thread("te-worker-0");
+    ck_assert(tid);
+    ck_assert_uint_eq(slack_of(tid), 2000);
+    te_engine_destroy(e);
+
+    e = make("[engine]\nidle_sleep_us = 5\n");
+    tid = wait_thread("te-worker-0");
+    ck_assert(tid);
+    ck_assert_uint_eq(slack_of(tid), 1000);
+    te_engine_destroy(e);
+}
+END_TEST
+
+START_TEST(spinning_worker_keeps_slack)
+{
+    /* A worker that never sleeps has no reason to change it; threads
+     * inherit the creator's slack. */
+    unsigned long mine = (unsigned long)prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    te_engine *e = make("[engine]\nidle_sleep_us = 0\n");
+    long tid = wait_thread("te-worker-0");
+    ck_assert(tid);
+    ck_assert_uint_eq(slack_of(tid), mine);
+    te_engine_destroy(e);
+}
+END_TEST
+
+START_TEST(tighten_never_raises)
+{
+    unsigned long before = (unsigned long)prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    ck_assert_int_eq(prctl(PR_SET_TIMERSLACK, 1500UL, 0, 0, 0), 0);
+    ck_assert_uint_eq(te_thread_tighten_slack(1000000), 1500);
+    ck_assert_uint_eq(te_thread_tighten_slack(10), 1000);
+    ck_assert_int_eq(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), 1000);
+    ck_assert_int_eq(prctl(PR_SET_TIMERSLACK, before, 0, 0, 0), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("threads");
+    TCase *t = tcase_create("threads");
+    tcase_add_test(t, threads_are_named);
+    tcase_add_test(t, sleeping_worker_gets_tight_slack);
+    tcase_add_test(t, spinning_worker_keeps_slack);
+    tcase_add_test(t, tighten_never_raises);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
