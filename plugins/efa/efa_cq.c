@@ -13,6 +13,7 @@
  *    peer down (TE_PCQ_PEER_DOWN, its other ops fail at once).
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,6 +208,27 @@ static int on_error(efa_nic *nic, struct te_plugin_cq_entry *out, int *n)
 
 /* ---------------------------------------------------------------- poll */
 
+/* Manual data progress: a write without an immediate lands only while this
+ * host polls, and gives it no CQ entry. The CQ's wait fd (an epoll set that
+ * holds the provider's sockets) is readable while inbound bytes wait, so
+ * the worker is told it has work and keeps polling instead of sleeping
+ * (plugin ABI 1.2 host.progressed). */
+static bool inbound_pending(efa_nic *nic)
+{
+    if (nic->progress_fd < 0)
+        return false;
+    /* fi_trywait clears the fd's own signal (else it stays readable and
+     * the worker never sleeps); -FI_EAGAIN: something is to be read. */
+    struct fid *cq = &nic->cq->fid;
+    int rc = fi_trywait(nic->fabric, &cq, 1);
+    if (rc == -FI_EAGAIN)
+        return true;
+    if (rc)
+        return false;
+    struct pollfd p = {.fd = nic->progress_fd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+}
+
 int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
 {
     if (!out || max < 0)
@@ -262,6 +284,8 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
             break;
         }
     }
+    if (n == 0 && inbound_pending(nic) && nic->ctx->host.progressed)
+        nic->ctx->host.progressed(nic->ctx->host.host_ctx);
 out:
     pthread_mutex_unlock(&nic->lock);
     return n;

@@ -161,6 +161,15 @@ bool efa_prov_has(const char *prov, const char *name)
     return false;
 }
 
+bool efa_wants_progress_fd(const struct fi_info *i)
+{
+    /* shm is left out: its initiator copies into the target's memory, so
+     * the target's polls move nothing (measured: no-imm writes at full
+     * speed there). */
+    return i->domain_attr->data_progress != FI_PROGRESS_AUTO &&
+           !efa_prov_has(i->fabric_attr->prov_name, "shm");
+}
+
 /* Is RMA carried out by the provider as RMA (hardware, or a software
  * protocol that writes into the region as bytes arrive), or emulated with
  * message exchanges? Unknown providers count as emulated: the point of
@@ -307,18 +316,10 @@ int efa_decide_paths(efa_ctx *ctx)
              i->domain_attr->data_progress == FI_PROGRESS_AUTO ? "auto"
                                                                : "manual");
     efa_log(ctx, 2, "paths: %s", p->summary);
-    /* Manual data progress: bytes of a write towards this host move only
-     * while its worker polls. The core's worker sleeps when it has seen no
-     * event for engine.idle_spin_us, and a write without an immediate
-     * produces no event at the target (measured, tcp;ofi_rxm, 64 KiB
-     * writes without imm: 0.4 GB/s with the default idle policy, 2.0 GB/s
-     * with the receiver's worker spinning). Say so once, at info level: a
-     * warning on every engine would drown the ones that matter. */
-    if (i->domain_attr->data_progress != FI_PROGRESS_AUTO)
-        efa_log(ctx, 2, "provider %s moves data only while the receiving "
-                "host polls (manual data progress): on receivers of writes "
-                "without an immediate keep the worker spinning "
-                "(engine.idle_spin_us large), see docs/efa.md", prov);
+    /* Manual data progress where the target moves the bytes (not shm): a
+     * write without an immediate gives the target no CQ entry, so each NIC
+     * watches its CQ's wait fd instead (efa_cq.c inbound_pending; a NIC
+     * that cannot get one says so when it opens). */
     efa_log(ctx, 2, "rma: %s", p->rma);
     efa_log(ctx, 2, "quirks: %s%s%s", p->remote_cq_data_cap ? ""
                     : "FI_REMOTE_CQ_DATA refused as a capability (data is "

@@ -23,6 +23,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_eq.h>
 #include <rdma/fi_rma.h>
 
 #include "te/plugin.h"
@@ -226,6 +227,7 @@ struct te_plugin_nic {
     bool rx_cq_data;
     bool source;
     bool prov_errno_is_errno; /* tcp family: prov_errno holds the cause */
+    int progress_fd;          /* CQ wait fd: inbound bytes pending, or -1 */
 
     /* operation slots */
     struct efa_slot *slots;
@@ -276,6 +278,10 @@ int efa_discover(efa_ctx *ctx);
 int efa_decide_paths(efa_ctx *ctx);
 /* Is `name` one of the ';'-separated components of a provider name? */
 bool efa_prov_has(const char *prov, const char *name);
+/* Should the NIC's CQ carry a wait fd that tells its poll() that inbound
+ * bytes are pending (manual-progress providers where the target moves
+ * them)? See efa_cq.c. */
+bool efa_wants_progress_fd(const struct fi_info *i);
 /* NIC name of device idx, e.g. "shm:shm#1" or "efa:rdmap16s27-rdm". */
 void efa_device_name(efa_ctx *ctx, uint32_t idx, char *buf, size_t len);
 int efa_query_device(te_plugin_ctx *ctx, int idx,
