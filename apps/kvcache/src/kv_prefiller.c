@@ -476,6 +476,9 @@ static void serve(te_kv_prefiller *p, struct job *j)
         if (submit(p, &r)) {
             fprintf(stderr, "te-kv prefiller: layer %u of request %" PRIu64
                     ": %s\n", l, j->m.request_id, te_last_error());
+            /* Refused at submission (the peer is already known down):
+             * as much a failure as one reported by a completion. */
+            atomic_store(&p->write_failed, 1);
             break;
         }
         stat_add(p, &p->st.layer_writes, 1);
@@ -493,6 +496,8 @@ static void serve(te_kv_prefiller *p, struct job *j)
         hidden_request(p, j, &d, &r);
         if (!submit(p, &r))
             stat_add(p, &p->st.bytes, p->hidden_bytes);
+        else
+            atomic_store(&p->write_failed, 1);
     }
     /* Nothing of this request can land after its writes completed. */
     wait_quiet(p);

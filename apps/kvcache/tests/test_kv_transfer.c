@@ -293,10 +293,18 @@ START_TEST(dead_decoder_work_is_dropped)
     ck_assert_int_eq(write(sv[0], addr, alen), (ssize_t)alen);
     char ok = 0;
     ck_assert_int_eq(read(sv[0], &ok, 1), 1);
-    usleep(150000); /* a few layers written */
+    /* Kill once a few layers are written: a fixed sleep raced the
+     * request's delivery on a loaded machine (the decoder died before the
+     * prefiller had accepted it, so nothing could fail). */
+    te_kv_prefiller_stats st = {0};
+    for (int i = 0; i < 20000 && st.layer_writes < 2; i++) {
+        usleep(1000);
+        te_kv_prefiller_stats_get(p.p, &st);
+    }
+    ck_assert_uint_ge(st.layer_writes, 2);
+    ck_assert_uint_lt(st.layer_writes, 40);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    te_kv_prefiller_stats st = {0};
     for (int i = 0; i < 20000 && !st.failed; i++) {
         usleep(1000);
         te_kv_prefiller_stats_get(p.p, &st);
