@@ -29,11 +29,13 @@ endif()
 
 # Writes without an immediate to a sleepy target over tcp;ofi_rxm (manual
 # progress: plugins/efa/efa_cq.c inbound_pending). Exits 77 without it.
-if(TARGET test_efa_tcp_progress)
-  set_tests_properties(test_efa_tcp_progress PROPERTIES LABELS efa
+# Two processes (the target is forked): "twoproc" in the name puts it in
+# the tsan-twoproc pass (docs/reliability.md).
+if(TARGET test_efa_tcp_progress_twoproc)
+  set_tests_properties(test_efa_tcp_progress_twoproc PROPERTIES LABELS efa
     SKIP_RETURN_CODE 77 TIMEOUT 120)
   if(TARGET te-plugin-efa)
-    add_dependencies(test_efa_tcp_progress te-plugin-efa)
+    add_dependencies(test_efa_tcp_progress_twoproc te-plugin-efa)
   endif()
 endif()
 
