@@ -155,6 +155,21 @@ TE_API int te_imm_remove(te_engine *e, uint32_t imm, uint64_t *surplus)
     return rc;
 }
 
+TE_API int te_imm_disarm(te_engine *e, uint32_t imm, uint64_t *surplus)
+{
+    te_error_clear();
+    if (!e)
+        return te_fail(-EINVAL, "te_imm_disarm: engine is NULL");
+    uint64_t s = 0;
+    /* remove_ex reports a disarm only when it won the race against the
+     * arrival that met the expectation and against its deadline timer
+     * (te_imm_table_cancel): exactly the case where cb will not run. */
+    int disarmed = te_imm_table_remove_ex(e->imms, imm, &s, NULL, NULL);
+    if (surplus)
+        *surplus = s;
+    return disarmed;
+}
+
 TE_API int te_poll_completions(te_engine *e, te_completion *out, int max,
                                int timeout_ms)
 {

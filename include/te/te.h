@@ -542,6 +542,16 @@ TE_API int te_imm_wait(te_engine *e, uint32_t imm, uint64_t count, int timeout_m
  */
 TE_API int te_imm_remove(te_engine *e, uint32_t imm, uint64_t *surplus);
 
+/**
+ * te_imm_remove() that also says whether imm's callback can still run,
+ * so that its arg can be freed safely: 1 if it took an armed, unmet
+ * expectation away (its cb is never called); 0 if none was armed, which
+ * includes one met or timed out just before: its cb is then queued or
+ * running and runs exactly once, so arg must stay valid until it has.
+ * Negative errno on bad arguments.
+ */
+TE_API int te_imm_disarm(te_engine *e, uint32_t imm, uint64_t *surplus);
+
 /* ----------------------------------------------------- immediate spaces */
 
 /**

@@ -134,6 +134,47 @@ def test_expectation_cancel_disarms_and_nothing_fires_late(self_peer, caplog):
     assert y.cancel() is False
 
 
+def test_cancel_of_a_met_expectation_keeps_its_handle_until_called(self_peer):
+    """An expectation met just before cancel(): its C callback is already
+    queued behind a slow one. cancel() must not free the handle that
+    callback will use (te_imm_disarm says 0); the callback releases it."""
+    e, peer = self_peer
+    src, dst = _setup(e, peer)
+    gate, entered = threading.Event(), threading.Event()
+
+    def slow(*_):
+        entered.set()
+        gate.wait(10)  # holds the callback thread
+
+    def write_polled(imm):  # its completion must not need that thread
+        e.submit(te.write(peer, src, dst.descriptor(), 1, imm=imm),
+                 future=False)
+        comps = e.poll_completions(1, 10000)
+        assert len(comps) == 1 and comps[0].status == 0
+
+    a = e.expect(30, 1, callback=slow)
+    write_polled(30)
+    assert entered.wait(10)
+    held = len(e._keeper)  # a's handle already went, as its call began
+    b = e.expect(31, 1)
+    write_polled(31)
+    for _ in range(1000):  # met in C: the arrival is consumed
+        if e.imm_poll(31) == (0, False):
+            break
+        threading.Event().wait(0.01)
+    assert e.imm_poll(31) == (0, False)
+    assert b.cancel() is True  # the future was not done yet
+    assert len(e._keeper) == held + 1  # b's handle is still held
+    gate.set()
+    assert a.result(10) == 30
+    for _ in range(1000):
+        if len(e._keeper) <= held:
+            break
+        threading.Event().wait(0.01)
+    assert len(e._keeper) == held  # b's handle went once its call ran
+    assert b.cancelled()
+
+
 def test_transfer_is_not_cancellable(self_peer):
     e, peer = self_peer
     src, dst = _setup(e, peer)

@@ -202,6 +202,7 @@ int te_imm_expect_timeout(te_engine *e, uint32_t imm, uint64_t count,
 int te_imm_poll(te_engine *e, uint32_t imm, uint64_t *banked, int *armed);
 int te_imm_wait(te_engine *e, uint32_t imm, uint64_t count, int timeout_ms);
 int te_imm_remove(te_engine *e, uint32_t imm, uint64_t *surplus);
+int te_imm_disarm(te_engine *e, uint32_t imm, uint64_t *surplus);
 int te_imm_space_create(te_engine *e, const char *name, uint32_t size,
                         uint32_t lives, uint32_t flags, uint32_t base,
                         te_imm_space **out);

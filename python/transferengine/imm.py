@@ -17,7 +17,7 @@ class Expectation(concurrent.futures.Future):
 
     ``cancel()`` (also what asyncio does when a task awaiting it is
     cancelled, e.g. by ``asyncio.wait_for``) disarms the expectation with
-    te_imm_remove(): the callback is not called, and the arrivals banked so
+    te_imm_disarm(): the callback is not called, and the arrivals banked so
     far are removed with it (their number is in ``surplus``); later
     arrivals of the immediate start a fresh count."""
 
@@ -30,16 +30,21 @@ class Expectation(concurrent.futures.Future):
         self._lock = threading.RLock()
 
     def cancel(self) -> bool:
-        """Disarm (te_imm_remove) and cancel; False if already done."""
+        """Disarm (te_imm_disarm) and cancel; False if already done."""
         with self._lock:
             if self.done():
                 return self.cancelled()
             e = self._engine._e
             if e is not None:
                 surplus = ffi.new("uint64_t *")
-                check(lib.te_imm_remove(e, self.imm, surplus), "te_imm_remove")
+                took = check(lib.te_imm_disarm(e, self.imm, surplus),
+                             "te_imm_disarm")
                 self.surplus = int(surplus[0])
-            self._engine._keeper.release(self)
+                if took:
+                    # The callback can no longer come: its handle may go.
+                    # Otherwise it is queued (met or timed out just now)
+                    # and _on_imm releases the handle when it runs.
+                    self._engine._keeper.release(self)
             return super().cancel()
 
     def _on_imm(self, imm, status):
@@ -47,7 +52,7 @@ class Expectation(concurrent.futures.Future):
         with self._lock:
             if self.done():
                 # cancel() won a race with an expectation met or timed out
-                # on the callback thread just before te_imm_remove().
+                # on the callback thread just before te_imm_disarm().
                 return
             if status == 0:
                 self.set_result(imm)

@@ -430,6 +430,47 @@ START_TEST(imm_expect_deadlines)
 }
 END_TEST
 
+/* te_imm_disarm says whether the callback can still run: 1 only when it
+ * took an unmet expectation away (the callback never comes); 0 for one
+ * already met or timed out (its callback runs exactly once) and for none. */
+START_TEST(imm_disarm_says_whether_callback_runs)
+{
+    struct pair x;
+    pair_open(&x, NULL, 4096);
+    atomic_store(&imm_ok, 0);
+    atomic_store(&imm_timeout, 0);
+    atomic_store(&imm_cancel, 0);
+    uint64_t surplus = 99;
+    ck_assert_int_eq(te_imm_disarm(NULL, 20, &surplus), -EINVAL);
+    ck_assert_int_eq(te_imm_disarm(x.b, 20, &surplus), 0); /* none */
+    ck_assert_uint_eq(surplus, 0);
+    /* Armed, one of two arrivals in: taken away, the one comes back. */
+    ck_assert_int_eq(te_imm_expect_timeout(x.b, 21, 2, 60000, on_imm, NULL), 0);
+    barrier_to(&x, 21, 1);
+    ck_assert_int_eq(te_imm_disarm(x.b, 21, &surplus), 1);
+    ck_assert_uint_eq(surplus, 1);
+    /* Met: its callback runs, disarm finds nothing to take. */
+    ck_assert_int_eq(te_imm_expect_timeout(x.b, 22, 1, 60000, on_imm, NULL), 0);
+    barrier_to(&x, 22, 2);
+    ck_assert_int_eq(wait_for(&imm_ok, 1), 1);
+    ck_assert_int_eq(te_imm_disarm(x.b, 22, &surplus), 0);
+    ck_assert_uint_eq(surplus, 1);
+    /* Timed out: the -ETIMEDOUT callback ran, nothing left to disarm. */
+    ck_assert_int_eq(te_imm_expect_timeout(x.b, 23, 1, 20, on_imm, NULL), 0);
+    ck_assert_int_eq(wait_for(&imm_timeout, 1), 1);
+    ck_assert_int_eq(te_imm_disarm(x.b, 23, NULL), 0);
+    usleep(50000); /* a wrongly surviving 21 would have fired or timed out */
+    ck_assert_int_eq(atomic_load(&imm_ok), 1);
+    ck_assert_int_eq(atomic_load(&imm_timeout), 1);
+    te_mr_dereg(x.b, x.dmr);
+    te_engine_destroy(x.b);
+    ck_assert_int_eq(atomic_load(&imm_cancel), 0); /* 21's deadline gone */
+    te_engine_destroy(x.a);
+    free(x.src);
+    free(x.dst);
+}
+END_TEST
+
 /* engine.callback_cpu: request callbacks run on a thread allowed on that
  * CPU only. */
 static cpu_set_t seen_affinity;
@@ -806,6 +847,7 @@ int main(void)
     tcase_add_test(t, request_deadline);
     tcase_add_test(t, silent_peer_declared_down);
     tcase_add_test(t, imm_expect_deadlines);
+    tcase_add_test(t, imm_disarm_says_whether_callback_runs);
     tcase_add_test(t, callback_thread_pinned);
     tcase_add_test(t, speed_weighted_and_small_whole);
     tcase_add_test(t, heartbeat_finds_silent_peer);
