@@ -747,8 +747,10 @@ TE_API int te_imm_expect_gpu_flag(te_engine *e, uint32_t imm, uint64_t count,
                                   uint32_t value);
 
 /**
- * Forget the expectation armed on f after te_imm_remove() took it away
- * (its completion never comes then), so that f can be re-armed or freed.
+ * Forget the expectation armed on f after te_imm_disarm() took it away
+ * (returned 1: its completion never comes then), so that f can be re-armed
+ * or freed. After a 0 the completion is queued and clears the arming
+ * itself: do not call this then (a late store could meet a re-armed flag).
  */
 TE_API void te_gpu_flag_disarm(te_gpu_flag *f);
 

@@ -36,3 +36,16 @@ def test_flag_and_watcher_lifecycle():
     with pytest.raises(te.TEError):
         w.wait(1, 20)
     w.close()
+
+
+@pytest.mark.skipif(not USABLE, reason=f"no CUDA: {REASON}")
+def test_flag_disarm_only_forgets_what_it_stopped(engine):
+    f = cuda.GpuFlag(0)
+    f.expect(engine, 77, 1, 60000, 9)
+    with pytest.raises(te.TEError):  # one armed expectation per flag
+        f.expect(engine, 78, 1, 60000, 9)
+    assert f.disarm(engine, 77) is True  # unmet: taken away, re-armable
+    f.expect(engine, 78, 1, 60000, 9)
+    assert f.disarm(engine, 78) is True
+    assert f.disarm(engine, 78) is False  # nothing armed any more
+    f.close()

@@ -60,8 +60,17 @@ class GpuFlag:
                                          timeout_ms, self._f, value),
               "te_imm_expect_gpu_flag")
 
-    def disarm(self) -> None:
-        lib.te_gpu_flag_disarm(self._f)
+    def disarm(self, engine, imm: int) -> bool:
+        """Take the expectation armed on imm away (te_imm_disarm) and, if
+        that stopped its completion, forget it on the flag
+        (te_gpu_flag_disarm). False: it was met or timed out just before;
+        its completion is queued, stores into the flag and frees the
+        arming itself."""
+        took = check(lib.te_imm_disarm(engine._cdata(), imm, ffi.NULL),
+                     "te_imm_disarm")
+        if took:
+            lib.te_gpu_flag_disarm(self._f)
+        return bool(took)
 
     def close(self) -> None:
         if self._f is not None:
