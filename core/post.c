@@ -49,11 +49,45 @@ static void queue_cursor(struct te_nic *n, struct te_peer_queue *pq,
         push_active(n, pq);
 }
 
+/* te_submit checked its peers on the caller's thread; one may have gone
+ * down (or been removed) before this worker took the request. te_peer_down
+ * failed what was queued then and never runs again for that peer, so a
+ * request queued now would be posted to a dead peer and wait for its
+ * deadline, or forever without one. Fail it here instead, as te_submit
+ * would have. Returns 1 if q failed (all its ops skipped). */
+static int fail_if_peer_gone(struct te_req *q)
+{
+    for (uint32_t i = 0; i < q->ncursors; i++) {
+        struct te_peer_entry *pe = q->cursors[i].peer;
+        if (!pe)
+            continue;
+        int st = atomic_load_explicit(&pe->state, memory_order_acquire);
+        if (st == TE_PEER_LIVE)
+            continue;
+        if (st == TE_PEER_FREE)
+            te_req_fail(q, -ECONNABORTED, "peer %u: removed before the "
+                        "request was posted", pe->id);
+        else
+            te_req_fail(q, -ECONNRESET, "peer %u: down before the request "
+                        "was posted", pe->id);
+        for (uint32_t j = 0; j < q->ncursors; j++) {
+            q->ops_skipped += q->cursors[j].remaining;
+            q->cursors[j].remaining = 0;
+        }
+        return 1;
+    }
+    return 0;
+}
+
 void te_post_accept(struct te_engine *e, struct te_group *g, struct turn *t,
                     struct te_req *q)
 {
     te_req_track(g, t, q);
     if (q->ops_total == 0) {
+        te_req_settle(e, t, q);
+        return;
+    }
+    if (fail_if_peer_gone(q)) {
         te_req_settle(e, t, q);
         return;
     }

@@ -277,6 +277,28 @@ static te_request small_write(struct pair *x, int32_t timeout_ms)
     return r;
 }
 
+/* te_submit accepts a request while its peer is live; the peer is removed
+ * before the (sleeping) worker takes the request, since the worker drains
+ * control messages before new submissions. The request fails at once with
+ * -ECONNABORTED instead of being posted to the removed peer, where it
+ * would wait for its deadline (here: none, so forever). */
+START_TEST(request_to_peer_removed_before_posting)
+{
+    struct pair x;
+    pair_open(&x, "[engine]\nidle_spin_us = 0\nidle_sleep_us = 200000\n",
+              4096);
+    usleep(300000); /* the worker is asleep now */
+    te_request r = small_write(&x, -1);
+    ck_assert_int_gt(te_submit(x.a, &r), 0);
+    ck_assert_int_eq(te_peer_remove(x.a, 0, x.p), 0);
+    te_completion c;
+    ck_assert_int_eq(te_poll_completions(x.a, &c, 1, 10000), 1);
+    ck_assert_msg(c.status == -ECONNABORTED, "status %d: %s", c.status,
+                  c.reason);
+    pair_close(&x);
+}
+END_TEST
+
 /* A request past its deadline fails once with -ETIMEDOUT; its registration
  * stays busy until the transport gives the operation back. */
 START_TEST(request_deadline)
@@ -845,6 +867,7 @@ int main(void)
     tcase_add_test(t, poll_and_wait_time_out);
     tcase_add_test(t, destroy_completes_everything);
     tcase_add_test(t, request_deadline);
+    tcase_add_test(t, request_to_peer_removed_before_posting);
     tcase_add_test(t, silent_peer_declared_down);
     tcase_add_test(t, imm_expect_deadlines);
     tcase_add_test(t, imm_disarm_says_whether_callback_runs);
