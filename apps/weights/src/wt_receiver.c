@@ -32,6 +32,11 @@ struct te_wt_receiver {
     uint64_t *expected;       /* imms per slice */
     uint8_t *complete;
     te_imm_space *space;      /* one value per slice; one life per version */
+    /* Left over from an earlier update (0: none): the version whose life
+     * was not retired, and per buffer the abandoned version whose keys a
+     * failed te_mr_revoke left valid. Settled before the next publish. */
+    uint32_t unretired;
+    uint32_t unrevoked[2];
 };
 
 int te_wt_receiver_create(te_engine *e, const te_wt_model *m,
@@ -115,6 +120,31 @@ static void name_missing(te_wt_receiver *r, uint32_t i, te_wt_update_report *rep
                  used ? ", " : "", name);
 }
 
+/* A buffer still open to late writes of an abandoned version, or a life
+ * not retired, must not be handed out for the next version: its writes
+ * could land in it, or count for it, before the new version goes live. */
+static int settle(te_wt_receiver *r, int standby, uint32_t version)
+{
+    if (r->unretired) {
+        int rc = te_imm_space_retire(r->space);
+        if (rc)
+            return wt_fail(rc, "rank %u: refusing version %u: the immediate "
+                           "space's life of version %u cannot be retired (%s)",
+                           r->rank, version, r->unretired, te_last_error());
+        r->unretired = 0;
+    }
+    if (r->unrevoked[standby]) {
+        int rc = te_mr_revoke(r->e, r->mr[standby], NULL);
+        if (rc)
+            return wt_fail(rc, "rank %u: refusing version %u: the standby buffer "
+                           "still accepts writes of abandoned version %u (revoking "
+                           "its keys failed again: %s)", r->rank, version,
+                           r->unrevoked[standby], te_last_error());
+        r->unrevoked[standby] = 0;
+    }
+    return 0;
+}
+
 int te_wt_receiver_update(te_wt_receiver *r, const char *dir, uint32_t version,
                           int timeout_ms, te_wt_update_report *rep)
 {
@@ -124,8 +154,10 @@ int te_wt_receiver_update(te_wt_receiver *r, const char *dir, uint32_t version,
     rep->expected = r->nslices;
     int standby = r->live < 0 ? 0 : !r->live;
     uint32_t base = 0;
-    int rc = te_imm_space_value(r->space, 0, &base);
+    int rc = settle(r, standby, version);
     if (rc)
+        return rc;
+    if ((rc = te_imm_space_value(r->space, 0, &base)))
         return wt_fail(rc, "immediate space: %s", te_last_error());
     if ((rc = wt_publish(dir, "infer", r->rank, version, base, r->e, r->mr[standby])))
         return rc;
@@ -150,7 +182,8 @@ int te_wt_receiver_update(te_wt_receiver *r, const char *dir, uint32_t version,
     }
     /* This version's life ends, complete or not: its counters go, and any
      * late arrival for it is counted as stale, never for the next version. */
-    te_imm_space_retire(r->space);
+    if (te_imm_space_retire(r->space))
+        r->unretired = version;
     if (!left) {
         r->live = standby;
         r->live_version = version;
@@ -163,13 +196,17 @@ int te_wt_receiver_update(te_wt_receiver *r, const char *dir, uint32_t version,
         if (!r->complete[i])
             name_missing(r, i, rep);
     /* No late write of this version may land once we give up on it. */
-    int rv = te_mr_revoke(r->e, r->mr[standby], NULL);
+    char why[160] = "";
+    if (te_mr_revoke(r->e, r->mr[standby], NULL)) {
+        r->unrevoked[standby] = version;
+        snprintf(why, sizeof(why), " (revoking the standby buffer failed: %s; "
+                 "the next update retries before publishing it)", te_last_error());
+    }
     /* The verdict first: the list of names may be cut at the buffer's end. */
     return wt_fail(-ETIMEDOUT, "rank %u: version %u incomplete at the deadline, "
                    "version %u stays live%s; %u of %u tensors missing: %s", r->rank,
-                   version, r->live_version,
-                   rv ? " (revoking the standby buffer failed)" : "", left,
-                   r->nslices, rep->missing_names);
+                   version, r->live_version, why, left, r->nslices,
+                   rep->missing_names);
 }
 
 int te_wt_receiver_wait_trainers(te_wt_receiver *r, const char *dir,

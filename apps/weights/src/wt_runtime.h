@@ -2,8 +2,43 @@
 #ifndef TE_WT_RUNTIME_H
 #define TE_WT_RUNTIME_H
 
+#include <pthread.h>
+
 #include "te/te.h"
 #include "wt_internal.h"
+
+/* Params gathered ahead (gather buffers, each as large as the largest
+ * param): deep enough that a large gather overlaps the writes of the small
+ * params before it. */
+#define WT_GATHER_DEPTH 4
+
+/* A trainer's completion counts (wt_track.c); fields under mu. */
+typedef struct wt_track {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;             /* CLOCK_MONOTONIC; broadcast per completion */
+    uint64_t serial;               /* the push whose completions count */
+    uint64_t outstanding;          /* submitted, not completed (any push) */
+    uint64_t nwrites;              /* this trainer's writes per push */
+    uint64_t *bytes;               /* [local write]: staging bytes */
+    uint8_t *done;                 /* [local write]: completed in this push */
+    uint32_t pending_reads[WT_GATHER_DEPTH];
+    uint64_t inflight;             /* staging bytes of writes not yet done */
+    int failed;
+    char reason[256];
+} wt_track;
+
+wt_track *wt_track_new(uint64_t nwrites, const uint64_t *bytes);
+void wt_track_free(wt_track *k);
+/* user_data of a request of the current push (index: local write or slot). */
+uint64_t wt_track_user_data(const wt_track *k, int read, uint64_t index);
+/* The te_done_fn of every trainer request (arg: the tracker). */
+void wt_track_done(const te_completion *c, void *arg);
+/* Under mu: sleep until a completion or `until` (wt_now() seconds). */
+void wt_track_sleep(wt_track *k, double until);
+/* Wait until nothing is outstanding or the deadline; 1 if some still is. */
+int wt_track_quiesce(wt_track *k, double deadline);
+/* Start a push: a new serial, counts cleared. */
+void wt_track_begin(wt_track *k);
 
 /* A parsed rendezvous record. */
 typedef struct wt_endpoint {

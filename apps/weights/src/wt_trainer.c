@@ -20,11 +20,9 @@
 
 #include "wt_runtime.h"
 
-#define READ_TAG (1ull << 63)
-/* Params gathered ahead (gather buffers, each as large as the largest
- * param): deep enough that a large gather overlaps the writes of the small
- * params before it. */
-#define WT_GATHER_DEPTH 4
+/* Seconds a push's drain, and te_wt_trainer_destroy(), wait for
+ * completions past the push's deadline. */
+#define WT_DRAIN_GRACE_S 5.0
 
 struct te_wt_trainer {
     te_engine *e;
@@ -39,12 +37,7 @@ struct te_wt_trainer {
     te_peer *peers;              /* other trainers */
     te_mr_desc *descs;
     uint32_t *slice_index;
-    /* push state */
-    uint8_t *done;               /* per local write: completed */
-    uint32_t pending_reads[WT_GATHER_DEPTH];
-    uint64_t inflight;           /* staging bytes of writes not yet done */
-    int failed;
-    char reason[256];
+    wt_track *k;                 /* completions (push state) */
     te_wt_progress_fn progress;
     void *progress_arg;
 };
@@ -82,18 +75,51 @@ void wt_slice_request(const te_wt_schedule *s, const te_wt_slice *sl,
     r->u.xfer.remote_off = sl->dst_off;
 }
 
-static void *alloc_reg(te_engine *e, uint64_t len, uint32_t access, te_mr **mr)
+/* The error and its reason are recorded at once: a later call of the
+ * engine would replace te_last_error(). */
+static int alloc_reg(te_wt_trainer *t, const char *what, uint64_t len,
+                     uint32_t access, uint8_t **buf, te_mr **mr)
 {
-    uint64_t n = (len + 4095) & ~4095ull;
-    void *p = aligned_alloc(4096, n ? n : 4096);
+    uint64_t n = len ? (len + 4095) & ~4095ull : 4096;
+    void *p = aligned_alloc(4096, n);
     if (!p)
-        return NULL;
-    memset(p, 0, n ? n : 4096);
-    if (te_mr_reg(e, 0, p, n ? n : 4096, access, TE_MEM_HOST, mr)) {
+        return wt_fail(-ENOMEM, "trainer %u: out of memory for the %s buffer "
+                       "(%llu bytes)", t->rank, what, (unsigned long long)n);
+    memset(p, 0, n);
+    int rc = te_mr_reg(t->e, 0, p, n, access, TE_MEM_HOST, mr);
+    if (rc) {
         free(p);
-        return NULL;
+        return wt_fail(rc, "trainer %u: cannot register the %s buffer: %s",
+                       t->rank, what, te_last_error());
     }
-    return p;
+    *buf = p;
+    return 0;
+}
+
+static int alloc_buffers(te_wt_trainer *t)
+{
+    int rc = alloc_reg(t, "FSDP", t->fsdp_len, TE_MR_REMOTE_READ, &t->fsdp,
+                       &t->fsdp_mr);
+    if (!rc)
+        rc = alloc_reg(t, "staging", t->s->staging_bytes, TE_MR_LOCAL, &t->staging,
+                       &t->staging_mr);
+    for (int g = 0; g < WT_GATHER_DEPTH && !rc; g++)
+        rc = alloc_reg(t, "gather", t->gather_cap, TE_MR_LOCAL, &t->gather[g],
+                       &t->gather_mr[g]);
+    return rc;
+}
+
+static wt_track *new_track(const te_wt_trainer *t)
+{
+    uint64_t first = t->s->trainer_first[t->rank], n = t->s->trainer_first[t->rank + 1] - first;
+    uint64_t *bytes = malloc((n + 1) * sizeof(uint64_t));
+    if (!bytes)
+        return NULL;
+    for (uint64_t w = 0; w < n; w++)
+        bytes[w] = t->sh->slices[t->s->writes[first + w].slice].bytes;
+    wt_track *k = wt_track_new(n, bytes);
+    free(bytes);
+    return k;
 }
 
 int te_wt_trainer_create(te_engine *e, const te_wt_model *m,
@@ -115,8 +141,8 @@ int te_wt_trainer_create(te_engine *e, const te_wt_model *m,
     t->peers = calloc(T, sizeof(te_peer));
     t->descs = calloc(T, sizeof(te_mr_desc));
     t->slice_index = wt_slice_index(sh);
-    t->done = calloc(s->trainer_first[rank + 1] - s->trainer_first[rank] + 1, 1);
-    if (!t->fsdp_off || !t->peers || !t->descs || !t->slice_index || !t->done) {
+    t->k = t->slice_index ? new_track(t) : NULL;
+    if (!t->fsdp_off || !t->peers || !t->descs || !t->slice_index || !t->k) {
         te_wt_trainer_destroy(t);
         return wt_fail(-ENOMEM, "out of memory");
     }
@@ -135,16 +161,8 @@ int te_wt_trainer_create(te_engine *e, const te_wt_model *m,
         if (in > t->gather_cap)
             t->gather_cap = in;
     }
-    t->fsdp = alloc_reg(e, t->fsdp_len, TE_MR_REMOTE_READ, &t->fsdp_mr);
-    t->staging = alloc_reg(e, s->staging_bytes, TE_MR_LOCAL, &t->staging_mr);
-    int have_gather = 1;
-    for (int g = 0; g < WT_GATHER_DEPTH; g++) {
-        t->gather[g] = alloc_reg(e, t->gather_cap, TE_MR_LOCAL, &t->gather_mr[g]);
-        have_gather &= t->gather[g] != NULL;
-    }
-    if (!t->fsdp || !t->staging || !have_gather) {
-        int rc = wt_fail(-ENOMEM, "trainer %u: cannot allocate/register buffers "
-                         "(%s)", rank, te_last_error());
+    int rc = alloc_buffers(t);
+    if (rc) {
         te_wt_trainer_destroy(t);
         return rc;
     }
@@ -204,39 +222,27 @@ int te_wt_trainer_connect(te_wt_trainer *t, const char *dir, int timeout_ms)
     return rc;
 }
 
-/* Drain completions (at most wait_ms for the first). */
-static int pump(te_wt_trainer *t, uint64_t first, int wait_ms)
+/* Submit with the tracker's callback; `outstanding` counts it first, as
+ * its completion may come before te_submit() returns. */
+static int submit(te_wt_trainer *t, te_request *r, double deadline)
 {
-    te_completion c[64];
-    int n = te_poll_completions(t->e, c, 64, wait_ms);
-    for (int i = 0; i < n; i++) {
-        if (c[i].status && !t->failed) {
-            t->failed = c[i].status;
-            snprintf(t->reason, sizeof(t->reason), "%s %s: %s",
-                     c[i].op == TE_OP_READ ? "gather read" : "write",
-                     te_strerror(c[i].status), c[i].reason);
-        }
-        if (c[i].user_data & READ_TAG)
-            t->pending_reads[c[i].user_data % WT_GATHER_DEPTH]--;
-        else if (c[i].user_data >= first &&
-                 c[i].user_data < t->s->trainer_first[t->rank + 1] &&
-                 !t->done[c[i].user_data - first]) {
-            t->done[c[i].user_data - first] = 1;
-            t->inflight -= t->sh->slices[t->s->writes[c[i].user_data].slice].bytes;
-        }
-    }
-    return n;
-}
-
-static int submit(te_wt_trainer *t, const te_request *r, double deadline, uint64_t first)
-{
+    wt_track *k = t->k;
+    r->done = wt_track_done;
+    r->done_arg = k;
     for (;;) {
+        pthread_mutex_lock(&k->mu);
+        k->outstanding++;
+        pthread_mutex_unlock(&k->mu);
         int64_t id = te_submit(t->e, r);
         if (id > 0)
             return 0;
+        pthread_mutex_lock(&k->mu);
+        k->outstanding--;
+        if (id == -EAGAIN && wt_now() <= deadline) /* queue full: let it drain */
+            wt_track_sleep(k, wt_now() + 0.001);
+        pthread_mutex_unlock(&k->mu);
         if (id != -EAGAIN)
             return wt_fail((int)id, "submit: %s", te_last_error());
-        pump(t, first, 1);
         if (wt_now() > deadline)
             return wt_fail(-ETIMEDOUT, "submission queue full until the deadline");
     }
@@ -263,8 +269,15 @@ static const void *gathered(uint32_t tensor, void *arg)
     return NULL;
 }
 
+static void add_reads(wt_track *k, int g, int n)
+{
+    pthread_mutex_lock(&k->mu);
+    k->pending_reads[g] += (uint32_t)n; /* n = -1: undo one */
+    pthread_mutex_unlock(&k->mu);
+}
+
 static int start_gather(te_wt_trainer *t, uint32_t param, int g, double deadline,
-                        uint64_t first, te_wt_push_stats *st)
+                        te_wt_push_stats *st)
 {
     const te_wt_param *p = &t->sh->params[param];
     uint64_t base = 0;
@@ -285,17 +298,17 @@ static int start_gather(te_wt_trainer *t, uint32_t param, int g, double deadline
             te_request rq;
             te_request_init(&rq, TE_OP_READ);
             rq.route.kind = TE_ROUTE_SHARD;
-            rq.user_data = READ_TAG | (uint64_t)g;
+            rq.user_data = wt_track_user_data(t->k, 1, (uint64_t)g);
             rq.u.xfer.peer = t->peers[r];
             rq.u.xfer.local = t->gather_mr[g];
             rq.u.xfer.local_off = base + b;
             rq.u.xfer.remote = &t->descs[r];
             rq.u.xfer.remote_off = src;
             rq.u.xfer.len = e - b;
-            t->pending_reads[g]++;
-            int rc = submit(t, &rq, deadline, first);
+            add_reads(t->k, g, 1);
+            int rc = submit(t, &rq, deadline);
             if (rc) {
-                t->pending_reads[g]--;
+                add_reads(t->k, g, -1);
                 return rc;
             }
             st->reads++;
@@ -306,22 +319,26 @@ static int start_gather(te_wt_trainer *t, uint32_t param, int g, double deadline
     return 0;
 }
 
-static int wait_until(te_wt_trainer *t, uint64_t first, double deadline,
+/* ready() is called under the tracker's mutex. */
+static int wait_until(te_wt_trainer *t, double deadline,
                       int (*ready)(te_wt_trainer *, void *), void *arg)
 {
-    while (!ready(t, arg)) {
-        if (t->failed)
-            return wt_fail(t->failed, "%s", t->reason);
-        if (wt_now() > deadline)
-            return wt_fail(-ETIMEDOUT, "trainer %u: deadline passed", t->rank);
-        pump(t, first, 1);
-    }
-    return t->failed ? wt_fail(t->failed, "%s", t->reason) : 0;
+    wt_track *k = t->k;
+    char reason[sizeof(k->reason)];
+    pthread_mutex_lock(&k->mu);
+    while (!k->failed && !ready(t, arg) && wt_now() <= deadline)
+        wt_track_sleep(k, deadline);
+    int rc = k->failed ? k->failed : ready(t, arg) ? 0 : -ETIMEDOUT;
+    memcpy(reason, k->reason, sizeof(reason));
+    pthread_mutex_unlock(&k->mu);
+    if (rc == -ETIMEDOUT && !k->failed)
+        return wt_fail(rc, "trainer %u: deadline passed", t->rank);
+    return rc ? wt_fail(rc, "%s", reason) : 0;
 }
 
 static int reads_done(te_wt_trainer *t, void *arg)
 {
-    return t->pending_reads[*(int *)arg] == 0;
+    return t->k->pending_reads[*(int *)arg] == 0;
 }
 
 struct range_arg {
@@ -333,7 +350,7 @@ static int range_free(te_wt_trainer *t, void *arg)
 {
     struct range_arg *a = arg;
     for (uint64_t w = a->from; w < a->to; w++) {
-        if (t->done[w - a->first])
+        if (t->k->done[w - a->first])
             continue;
         uint64_t o = t->s->writes[w].staging_off;
         uint64_t n = t->sh->slices[t->s->writes[w].slice].bytes;
@@ -343,21 +360,60 @@ static int range_free(te_wt_trainer *t, void *arg)
     return 1;
 }
 
-static int all_reads_done(const te_wt_trainer *t)
+/* Under the tracker's mutex: reads and writes of this push not completed. */
+static uint64_t unconfirmed(const wt_track *k, uint64_t *reads)
 {
+    uint64_t n = 0;
+    *reads = 0;
     for (int g = 0; g < WT_GATHER_DEPTH; g++)
-        if (t->pending_reads[g])
-            return 0;
-    return 1;
+        *reads += k->pending_reads[g];
+    for (uint64_t w = 0; w < k->nwrites; w++)
+        n += !k->done[w];
+    return n;
 }
 
-static int all_done(te_wt_trainer *t, void *arg)
+/* Nothing may still reference the buffers when a push returns: wait for
+ * every completion. Writes still unconfirmed at the end make the push fail:
+ * a push is successful only when every write is known to have landed. */
+static int drain(te_wt_trainer *t, uint64_t submitted, double deadline, int rc)
 {
-    struct range_arg *a = arg;
-    for (uint64_t w = a->from; w < a->to; w++)
-        if (!t->done[w - a->first])
-            return 0;
-    return 1;
+    wt_track *k = t->k;
+    uint64_t writes, reads;
+    pthread_mutex_lock(&k->mu);
+    /* Unsubmitted writes will never complete. */
+    for (uint64_t w = submitted; w < k->nwrites; w++)
+        k->done[w] = 1;
+    while ((writes = unconfirmed(k, &reads)) + reads && wt_now() < deadline)
+        wt_track_sleep(k, deadline);
+    pthread_mutex_unlock(&k->mu);
+    if (rc || writes + reads == 0)
+        return rc;
+    return wt_fail(-ETIMEDOUT, "trainer %u: %llu of %llu writes and %llu gather "
+                   "reads still unconfirmed at the drain deadline (their "
+                   "completions did not come)", t->rank, (unsigned long long)writes,
+                   (unsigned long long)submitted, (unsigned long long)reads);
+}
+
+static uint64_t add_inflight(wt_track *k, uint64_t add, uint64_t sub)
+{
+    pthread_mutex_lock(&k->mu);
+    k->inflight += add;
+    k->inflight -= sub < k->inflight ? sub : k->inflight;
+    uint64_t v = k->inflight;
+    pthread_mutex_unlock(&k->mu);
+    return v;
+}
+
+/* Operations of an earlier push that returned at its deadline may still
+ * read staging and gather buffers: this push reuses them only when they
+ * have completed. */
+static int previous_done(te_wt_trainer *t, double deadline)
+{
+    if (!wt_track_quiesce(t->k, deadline))
+        return 0;
+    return wt_fail(-EBUSY, "trainer %u: operations of an earlier push are still "
+                   "in flight at the deadline; its buffers cannot be reused yet",
+                   t->rank);
 }
 
 /* Trainer records carry a state: 2v-1 = shard of version v loaded, 2v =
@@ -382,6 +438,22 @@ int te_wt_trainer_wait_done(te_wt_trainer *t, const char *dir, uint32_t version,
     return wait_trainers(t, dir, 2 * version, wt_now() + timeout_ms / 1000.0);
 }
 
+/* The first failure of an operation names the cause, whatever stopped us. */
+static int push_verdict(te_wt_trainer *t, int rc)
+{
+    wt_track *k = t->k;
+    char reason[sizeof(k->reason)];
+    pthread_mutex_lock(&k->mu);
+    int failed = k->failed;
+    memcpy(reason, k->reason, sizeof(reason));
+    pthread_mutex_unlock(&k->mu);
+    if (!rc && failed)
+        return wt_fail(failed, "trainer %u: %s", t->rank, reason);
+    if (rc && reason[0] && !strstr(te_wt_last_error(), reason))
+        wt_fail(rc, "trainer %u: %s", t->rank, reason);
+    return rc;
+}
+
 int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
                        int timeout_ms, te_wt_push_stats *st)
 {
@@ -398,9 +470,9 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
     int rc = rpeer && rdesc && rbase ? 0 : wt_fail(-ENOMEM, "out of memory");
     if (!version || version > (1u << 30))
         rc = wt_fail(-EINVAL, "version %u out of range (1..2^30)", version);
-    t->failed = 0;
-    memset(t->pending_reads, 0, sizeof(t->pending_reads));
-    memset(t->done, 0, last - first + 1);
+    int started = !rc && !(rc = previous_done(t, deadline));
+    if (started)
+        wt_track_begin(t->k);
     /* Our shard holds version v: say so, and wait until every trainer's does
      * before gathering from them. */
     if (!rc && !(rc = wt_publish(dir, "train", t->rank, 2 * version - 1, 0, t->e,
@@ -420,7 +492,6 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
         rbase[r] = ep.imm_base;
     }
     double t0 = wt_now();
-    t->inflight = 0;
     /* Runs: consecutive writes of one param (gathered once). */
     uint64_t *run = malloc((last - first + 2) * sizeof(uint64_t)), nruns = 0;
     if (!run && !rc)
@@ -439,11 +510,11 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
          * free again once run i - 1 ... was produced (produce copies). */
         while (!rc && next_gather < nruns && next_gather < i + WT_GATHER_DEPTH) {
             rc = start_gather(t, sh->slices[s->writes[run[next_gather]].slice].param,
-                              (int)(next_gather % WT_GATHER_DEPTH), deadline, first, st);
+                              (int)(next_gather % WT_GATHER_DEPTH), deadline, st);
             next_gather++;
         }
         int g = (int)(i % WT_GATHER_DEPTH);
-        if (rc || (rc = wait_until(t, first, deadline, reads_done, &g)))
+        if (rc || (rc = wait_until(t, deadline, reads_done, &g)))
             break;
         uint32_t param = sh->slices[s->writes[w].slice].param;
         uint64_t end = run[i + 1];
@@ -453,58 +524,47 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
             const te_wt_slice *sl = &sh->slices[x->slice];
             struct range_arg ra = {x->staging_off, x->staging_off + sl->bytes,
                                    first, w, first};
-            if ((rc = wait_until(t, first, deadline, range_free, &ra)))
+            if ((rc = wait_until(t, deadline, range_free, &ra)))
                 break;
             rc = te_wt_slice_produce(t->m, sh, sl, gathered, &view,
                                      t->staging + x->staging_off);
             te_request rq;
             wt_slice_request(s, sl, rbase[sl->rank] + t->slice_index[x->slice], &rq);
-            rq.user_data = w;
+            rq.user_data = wt_track_user_data(t->k, 0, w - first);
             rq.u.xfer.peer = rpeer[sl->rank];
             rq.u.xfer.local = t->staging_mr;
             rq.u.xfer.local_off = x->staging_off;
             rq.u.xfer.remote = &rdesc[sl->rank];
             if (!rc) {
-                t->inflight += sl->bytes; /* before submit: a completion may race */
-                if ((rc = submit(t, &rq, deadline, first))) {
-                    t->inflight -= sl->bytes;
+                /* before submit: a completion may race */
+                uint64_t in = add_inflight(t->k, sl->bytes, 0);
+                if (in > st->peak_inflight)
+                    st->peak_inflight = in;
+                if ((rc = submit(t, &rq, deadline))) {
+                    add_inflight(t->k, 0, sl->bytes);
                 } else {
                     st->writes++;
                     st->write_bytes += sl->bytes;
                 }
             }
-            if (t->inflight > st->peak_inflight)
-                st->peak_inflight = t->inflight;
         }
         if (t->progress && !rc)
             t->progress(st->writes, last - first, st->write_bytes, total_bytes,
-                        t->inflight, t->progress_arg);
+                        add_inflight(t->k, 0, 0), t->progress_arg);
     }
     free(run);
-    if (rc && t->failed == 0)
-        t->failed = rc;
-    /* Drain: nothing may still reference the buffers when we return. */
-    struct range_arg all = {0, 0, first, last, first};
-    double drain_deadline = wt_now() + 5.0 > deadline ? wt_now() + 5.0 : deadline;
-    while ((!all_reads_done(t) || !all_done(t, &all)) &&
-           wt_now() < drain_deadline) {
-        if (rc && st->writes < last - first) {
-            /* Unsubmitted writes will never complete. */
-            for (uint64_t k = first + st->writes; k < last; k++)
-                t->done[k - first] = 1;
-        }
-        pump(t, first, 1);
-    }
+    double drain_deadline = wt_now() + WT_DRAIN_GRACE_S > deadline
+                                ? wt_now() + WT_DRAIN_GRACE_S : deadline;
+    if (started)
+        rc = drain(t, st->writes, drain_deadline, rc);
     st->start_s = t0;
     st->end_s = wt_now();
     st->seconds = st->end_s - t0;
     int prc = wt_publish(dir, "train", t->rank, 2 * version, 0, t->e, t->fsdp_mr);
     if (!rc && prc)
         rc = prc;
-    if (!rc && t->failed)
-        rc = wt_fail(t->failed, "trainer %u: %s", t->rank, t->reason);
-    else if (rc && t->reason[0] && !strstr(te_wt_last_error(), t->reason))
-        wt_fail(rc, "trainer %u: %s", t->rank, t->reason);
+    if (started)
+        rc = push_verdict(t, rc);
     free(rpeer);
     free(rdesc);
     free(rbase);
@@ -515,6 +575,10 @@ void te_wt_trainer_destroy(te_wt_trainer *t)
 {
     if (!t)
         return;
+    /* The callbacks of requests still in flight write into the tracker:
+     * wait a bounded time for them; one still missing then keeps the
+     * tracker alive (leaked) rather than freed under a callback. */
+    int busy = t->k && wt_track_quiesce(t->k, wt_now() + WT_DRAIN_GRACE_S);
     te_mr *mrs[2 + WT_GATHER_DEPTH] = {t->fsdp_mr, t->staging_mr};
     uint8_t *bufs[2 + WT_GATHER_DEPTH] = {t->fsdp, t->staging};
     for (int g = 0; g < WT_GATHER_DEPTH; g++) {
@@ -533,6 +597,7 @@ void te_wt_trainer_destroy(te_wt_trainer *t)
     free(t->peers);
     free(t->descs);
     free(t->slice_index);
-    free(t->done);
+    if (!busy)
+        wt_track_free(t->k);
     free(t);
 }

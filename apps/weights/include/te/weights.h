@@ -405,7 +405,12 @@ typedef struct te_wt_push_stats {
  * param with TE_OP_READ from the other trainers (own part copied), fuse,
  * quantise, and WriteImm each slice into its receiver's standby buffer.
  * A failed operation stops the push: -errno, the tensor and reason in
- * te_wt_last_error(); outstanding operations are drained first.
+ * te_wt_last_error(); outstanding operations are drained first. Writes
+ * whose completions have not come by the end of the drain (the deadline,
+ * at least 5 s after the last submission) fail the push with -ETIMEDOUT;
+ * a later push waits (within its own deadline; -EBUSY) for them before
+ * reusing the buffers. Requests complete through te_request.done: the
+ * engine's completion queue is left to its other users.
  */
 int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
                        int timeout_ms, te_wt_push_stats *st);
