@@ -36,10 +36,14 @@ void te_log(const struct te_engine *e, int level, const char *fmt, ...)
 
 struct te_peer_entry *te_group_peer(struct te_group *g, te_peer p)
 {
-    if (p >= atomic_load_explicit(&g->peer_count, memory_order_acquire))
+    uint32_t slot = p & TE_PEER_SLOT_MASK;
+    if (slot >= atomic_load_explicit(&g->peer_count, memory_order_acquire))
         return NULL;
-    struct te_peer_entry *pe = &g->peers[p];
+    struct te_peer_entry *pe = &g->peers[slot];
     if (atomic_load_explicit(&pe->state, memory_order_acquire) == TE_PEER_FREE)
+        return NULL;
+    /* A handle of the slot's earlier peer (removed, slot reused). */
+    if (atomic_load_explicit(&pe->id, memory_order_acquire) != p)
         return NULL;
     return pe;
 }

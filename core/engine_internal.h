@@ -74,6 +74,8 @@ struct te_cursor {
     const te_mr_desc *rdesc;   /* PAGED: remote descriptor */
     te_plugin_peer pp;         /* plugin peer handle on this NIC */
     struct te_peer_entry *peer;
+    te_peer peer_id;           /* the handle submitted: the slot may be
+                                * reused by another peer before posting */
     /* single op (WRITE shard, READ shard, SEND, BARRIER, SCATTER dst) */
     uint8_t *local_addr;
     uint64_t len;
@@ -92,10 +94,19 @@ struct te_peer_queue {
 #define TE_PEER_LIVE 1
 #define TE_PEER_DOWN 2
 
+/* A te_peer is (generation << TE_PEER_SLOT_BITS | slot): a removed peer's
+ * slot is reused with the next generation, so a stale handle never aliases
+ * the new peer and a group can see any number of peers come and go. The
+ * generation wraps below 2^22 - 1 so no handle equals TE_PEER_UNKNOWN. */
+#define TE_PEER_SLOT_BITS 10u
+#define TE_PEER_SLOT_MASK ((1u << TE_PEER_SLOT_BITS) - 1u)
+#define TE_PEER_GEN_LIMIT ((1u << (32u - TE_PEER_SLOT_BITS)) - 1u)
+
 /** A remote group known to a local group. */
 struct te_peer_entry {
     _Atomic int state;          /* TE_PEER_*; published with release */
-    te_peer id;
+    _Atomic te_peer id;         /* the live handle (see TE_PEER_SLOT_BITS) */
+    uint32_t gen;               /* worker only: generation of the slot */
     uint32_t remote_nics;
     uint64_t engine_id;
     uint32_t remote_group;

@@ -62,9 +62,11 @@ static int fail_if_peer_gone(struct te_req *q)
         if (!pe)
             continue;
         int st = atomic_load_explicit(&pe->state, memory_order_acquire);
-        if (st == TE_PEER_LIVE)
+        int same = atomic_load_explicit(&pe->id, memory_order_relaxed) ==
+                   q->cursors[i].peer_id;
+        if (st == TE_PEER_LIVE && same)
             continue;
-        if (st == TE_PEER_FREE)
+        if (st == TE_PEER_FREE || !same)
             te_req_fail(q, -ECONNABORTED, "peer %u: removed before the "
                         "request was posted", pe->id);
         else

@@ -209,11 +209,16 @@ static int validate(te_engine *e, struct te_group *g, const te_request *r,
     }
 }
 
+/* The cursor keeps the peer's slot and the handle submitted: if the peer
+ * is removed (and its slot reused) before the worker takes the request,
+ * the worker sees the handle no longer matches and fails the request
+ * (post.c fail_if_peer_gone); it never dereferences a missing entry. */
 static void init_single(struct te_cursor *c, struct te_req *q, uint32_t kind,
-                        uint32_t nic, struct te_peer_entry *pe, te_mr *lmr,
+                        uint32_t nic, te_peer peer, te_mr *lmr,
                         uint8_t *laddr, uint64_t len, const te_mr_desc *d,
                         uint64_t roff)
 {
+    struct te_peer_entry *pe = &q->g->peers[peer & TE_PEER_SLOT_MASK];
     /* Every field stored explicitly, no memset: for the 120-byte cursor
      * GCC emits `rep stos`, whose start-up cost was a third of te_submit()
      * for a 56-destination scatter (perf). No padding: all fields set. */
@@ -235,6 +240,7 @@ static void init_single(struct te_cursor *c, struct te_req *q, uint32_t kind,
     c->rdesc = NULL;
     c->pp = pe->pp[nic];
     c->peer = pe;
+    c->peer_id = peer;
     c->local_addr = laddr;
     c->len = len;
     c->remote_addr = d ? d->nic[rn].remote_base + roff : 0;
@@ -244,7 +250,7 @@ static void init_single(struct te_cursor *c, struct te_req *q, uint32_t kind,
 /* Split one contiguous transfer into k shard cursors starting at cur. */
 static uint32_t shard_cursors(struct te_req *q, struct te_cursor *cur,
                               uint32_t kind, uint32_t first, uint32_t k,
-                              struct te_peer_entry *pe, te_mr *lmr,
+                              te_peer peer, te_mr *lmr,
                               uint64_t loff, const te_mr_desc *d,
                               uint64_t roff, uint64_t len)
 {
@@ -256,7 +262,7 @@ static uint32_t shard_cursors(struct te_req *q, struct te_cursor *cur,
     for (uint32_t i = 0; i < k; i++) {
         uint64_t soff, slen;
         te_shard_range_weighted(len, w, k, i, &soff, &slen);
-        init_single(&cur[i], q, kind, first + i, pe, lmr,
+        init_single(&cur[i], q, kind, first + i, peer, lmr,
                     lmr->addr + loff + soff, slen, d, roff + soff);
     }
     return k;
@@ -274,14 +280,13 @@ static void expand(te_engine *e, struct te_group *g, struct te_req *q,
     case TE_OP_READ:
         n = shard_cursors(q, c, r->op == TE_OP_WRITE ? TE_POP_WRITE
                                                       : TE_POP_READ,
-                          first, k, te_group_peer(g, r->u.xfer.peer),
+                          first, k, r->u.xfer.peer,
                           r->u.xfer.local, r->u.xfer.local_off, r->u.xfer.remote,
                           r->u.xfer.remote_off, r->u.xfer.len);
         break;
     case TE_OP_PAGED: {
-        struct te_peer_entry *pe = te_group_peer(g, r->u.paged.peer);
         for (uint32_t i = 0; i < k; i++) {
-            init_single(&c[i], q, TE_POP_WRITE, first + i, pe,
+            init_single(&c[i], q, TE_POP_WRITE, first + i, r->u.paged.peer,
                         r->u.paged.src, NULL, r->u.paged.page_len,
                         &q->descs[0], 0);
             c[i].paged = 1;
@@ -306,14 +311,13 @@ static void expand(te_engine *e, struct te_group *g, struct te_req *q,
     case TE_OP_SCATTER: {
         const te_scatter_dst *d = r->u.scatter.dsts;
         for (uint32_t i = 0; i < r->u.scatter.count; i++) {
-            struct te_peer_entry *pe = te_group_peer(g, d[i].peer);
             if (r->u.scatter.split == TE_SCATTER_BY_BYTES) {
-                n += shard_cursors(q, c + n, TE_POP_WRITE, first, k, pe,
+                n += shard_cursors(q, c + n, TE_POP_WRITE, first, k, d[i].peer,
                                    r->u.scatter.src, d[i].src_off,
                                    d[i].dst, d[i].dst_off, d[i].len);
             } else {
-                init_single(&c[n++], q, TE_POP_WRITE, first + i % k, pe,
-                            r->u.scatter.src,
+                init_single(&c[n++], q, TE_POP_WRITE, first + i % k,
+                            d[i].peer, r->u.scatter.src,
                             r->u.scatter.src->addr + d[i].src_off, d[i].len,
                             d[i].dst, d[i].dst_off);
             }
@@ -323,8 +327,8 @@ static void expand(te_engine *e, struct te_group *g, struct te_req *q,
     case TE_OP_BARRIER: {
         const te_barrier_dst *d = r->u.barrier.dsts;
         for (uint32_t i = 0; i < r->u.barrier.count; i++) {
-            struct te_peer_entry *pe = te_group_peer(g, d[i].peer);
-            init_single(&c[n], q, TE_POP_WRITE, first + i % k, pe, NULL, NULL,
+            init_single(&c[n], q, TE_POP_WRITE, first + i % k, d[i].peer,
+                        NULL, NULL,
                         0, d[i].dst, 0);
             c[n].flags = TE_POP_F_IMM;
             c[n].imm = r->imm;
@@ -334,7 +338,7 @@ static void expand(te_engine *e, struct te_group *g, struct te_req *q,
     }
     case TE_OP_SEND:
         init_single(&c[0], q, TE_POP_SEND, first,
-                    te_group_peer(g, r->u.send.peer), NULL,
+                    r->u.send.peer, NULL,
                     (uint8_t *)q->extra, r->u.send.len, NULL, 0);
         n = 1;
         break;

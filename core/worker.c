@@ -21,6 +21,39 @@
 
 /* ------------------------------------------------------------- control */
 
+/* A removed peer's slot, once nothing of its old life can come back to
+ * it (no op, heartbeat or queued cursor left), else n (append). */
+static uint32_t reusable_slot(struct te_group *g, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        struct te_peer_entry *pe = &g->peers[i];
+        if (atomic_load_explicit(&pe->state, memory_order_relaxed) !=
+            TE_PEER_FREE)
+            continue;
+        int quiet = 1;
+        for (uint32_t k = 0; k < g->nic_count && quiet; k++)
+            quiet = !pe->outstanding[k] && !pe->hb_inflight[k] &&
+                    !pe->q[k].head && !pe->q[k].active;
+        if (quiet)
+            return i;
+    }
+    return n;
+}
+
+/* Worker-only state of a slot for its next peer, and its new handle. */
+static void reset_slot(struct te_peer_entry *pe, uint32_t slot, int reused)
+{
+    memset(pe->q, 0, sizeof(pe->q));
+    memset(pe->outstanding, 0, sizeof(pe->outstanding));
+    memset(pe->last_progress_ns, 0, sizeof(pe->last_progress_ns));
+    memset(pe->hb_known, 0, sizeof(pe->hb_known));
+    memset(pe->hb_inflight, 0, sizeof(pe->hb_inflight));
+    if (reused)
+        pe->gen = pe->gen + 1 < TE_PEER_GEN_LIMIT ? pe->gen + 1 : 0;
+    atomic_store_explicit(&pe->id, pe->gen << TE_PEER_SLOT_BITS | slot,
+                          memory_order_release);
+}
+
 static void run_control(struct te_engine *e, struct te_group *g,
                         struct te_control *c, struct turn *t);
 
@@ -90,16 +123,17 @@ static void run_control(struct te_engine *e, struct te_group *g,
                 return;
             }
         }
-        if (n >= g->peer_cap) {
+        uint32_t slot = reusable_slot(g, n);
+        if (slot == n && n >= g->peer_cap) {
             c->result = -ENOSPC;
             snprintf(c->reason, sizeof(c->reason),
-                     "group %d already has %u peers (the maximum)", g->index,
-                     g->peer_cap);
+                     "group %d already has %u peers, live or down (the "
+                     "maximum; te_peer_remove() frees a down peer's slot)",
+                     g->index, g->peer_cap);
             return;
         }
-        struct te_peer_entry *pe = &g->peers[n];
-        memset(pe->q, 0, sizeof(pe->q));
-        pe->id = n;
+        struct te_peer_entry *pe = &g->peers[slot];
+        reset_slot(pe, slot, slot < n);
         pe->remote_nics = c->addr.nic_count;
         pe->engine_id = c->addr.engine_id;
         pe->remote_group = c->addr.group;
@@ -120,7 +154,8 @@ static void run_control(struct te_engine *e, struct te_group *g,
             }
         }
         atomic_store_explicit(&pe->state, TE_PEER_LIVE, memory_order_release);
-        atomic_store_explicit(&g->peer_count, n + 1, memory_order_release);
+        if (slot == n)
+            atomic_store_explicit(&g->peer_count, n + 1, memory_order_release);
         c->peer = pe->id;
         c->result = 0;
         return;
@@ -137,7 +172,8 @@ static void run_control(struct te_engine *e, struct te_group *g,
     te_peer_down(e, g, t, pe, -ECONNABORTED, "peer removed");
     for (uint32_t i = 0; i < g->nic_count; i++)
         P->peer_remove(g->nics[i].pn, pe->pp[i]);
-    /* The slot is never reused, so a stale te_peer cannot alias a new peer. */
+    /* The slot is reused by a later add with the next generation (see
+     * reusable_slot): a stale te_peer never matches the new handle. */
     atomic_store_explicit(&pe->state, TE_PEER_FREE, memory_order_release);
     c->result = 0;
 }

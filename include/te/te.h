@@ -233,7 +233,13 @@ TE_API const char *te_cap_names(uint32_t caps, char *buf, size_t len);
 TE_API int te_peer_add(te_engine *e, int group, const void *addr, size_t len,
                 te_peer *out);
 
-/** Remove a peer; its in-flight requests fail with -ECONNABORTED. */
+/**
+ * Remove a peer; its in-flight requests fail with -ECONNABORTED, also those
+ * submitted but not yet posted. A group holds at most 1024 peers at a time,
+ * live or down: removing one (a down one too) frees its slot for a later
+ * te_peer_add(), which returns a new handle; the removed handle stays
+ * invalid (-ENOENT) and never names the new peer.
+ */
 TE_API int te_peer_remove(te_engine *e, int group, te_peer peer);
 
 /**

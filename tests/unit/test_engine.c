@@ -299,6 +299,40 @@ START_TEST(request_to_peer_removed_before_posting)
 }
 END_TEST
 
+/* Peers come and go for the life of an engine (a decoder whose
+ * prefillers restart): more adds than a group has slots succeed once the
+ * old peers are removed, and a stale handle never reaches the slot's new
+ * peer. */
+START_TEST(peer_slots_are_reused_with_fresh_handles)
+{
+    struct pair x;
+    pair_open(&x, NULL, 4096);
+    uint8_t addr[TE_ADDR_MAX];
+    size_t len = sizeof(addr);
+    ck_assert_int_eq(te_engine_address(x.b, 0, addr, &len), 0);
+    te_peer old = x.p;
+    for (int i = 0; i < 1100; i++) { /* the group has 1024 slots */
+        ck_assert_int_eq(te_peer_remove(x.a, 0, x.p), 0);
+        ck_assert_msg(te_peer_add(x.a, 0, addr, len, &x.p) == 0,
+                      "add %d: %s", i, te_last_error());
+        ck_assert_uint_ne(x.p, old);
+        ck_assert_uint_ne(x.p, TE_PEER_UNKNOWN);
+    }
+    ck_assert_int_eq(te_peer_status(x.a, 0, old), -ENOENT);
+    ck_assert_int_eq(te_peer_status(x.a, 0, x.p), 0);
+    ck_assert_int_eq(te_peer_remove(x.a, 0, old), -ENOENT);
+    te_request r = small_write(&x, 5000);
+    r.u.xfer.peer = old;
+    ck_assert_int_eq(te_submit(x.a, &r), -ENOENT);
+    r.u.xfer.peer = x.p;
+    ck_assert_int_gt(te_submit(x.a, &r), 0);
+    te_completion c;
+    ck_assert_int_eq(te_poll_completions(x.a, &c, 1, 10000), 1);
+    ck_assert_msg(c.status == 0, "%s", c.reason);
+    pair_close(&x);
+}
+END_TEST
+
 /* A request past its deadline fails once with -ETIMEDOUT; its registration
  * stays busy until the transport gives the operation back. */
 START_TEST(request_deadline)
@@ -868,6 +902,7 @@ int main(void)
     tcase_add_test(t, destroy_completes_everything);
     tcase_add_test(t, request_deadline);
     tcase_add_test(t, request_to_peer_removed_before_posting);
+    tcase_add_test(t, peer_slots_are_reused_with_fresh_handles);
     tcase_add_test(t, silent_peer_declared_down);
     tcase_add_test(t, imm_expect_deadlines);
     tcase_add_test(t, imm_disarm_says_whether_callback_runs);
