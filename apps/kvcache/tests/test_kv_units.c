@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kv_internal.h"
@@ -222,6 +223,34 @@ START_TEST(embedded_store_lists_live_members_and_skips_bad_ones)
 }
 END_TEST
 
+/* A record that cannot be removed is an error, and the name is kept so
+ * that unregister can be tried again. */
+START_TEST(store_unregister_reports_a_record_left_behind)
+{
+    char dir[] = "/tmp/te-kv-test-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char url[64];
+    snprintf(url, sizeof(url), "dir:%s", dir);
+    te_kv_store *a;
+    ck_assert_int_eq(te_kv_store_open(url, "c1", &a), 0);
+    uint8_t addr[3] = {1, 2, 3};
+    ck_assert_int_eq(te_kv_store_register(a, "pf", "prefill", addr, 3, 4, 30), 0);
+    /* unlink() of a directory fails even for root. */
+    char path[128];
+    snprintf(path, sizeof(path), "%s/c1/pf.member", dir);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    ck_assert_int_lt(te_kv_store_unregister(a), 0);
+    ck_assert_ptr_nonnull(strstr(te_kv_last_error(), "pf.member"));
+    ck_assert_int_eq(rmdir(path), 0);
+    ck_assert_int_eq(te_kv_store_unregister(a), 0);
+    te_kv_store_close(a);
+    char cmd[96];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kv_units");
@@ -232,6 +261,7 @@ int main(void)
     tcase_add_test(t, messages_round_trip);
     tcase_add_test(t, every_truncation_and_corruption_is_refused);
     tcase_add_test(t, embedded_store_lists_live_members_and_skips_bad_ones);
+    tcase_add_test(t, store_unregister_reports_a_record_left_behind);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

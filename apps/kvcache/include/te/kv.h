@@ -332,7 +332,9 @@ int te_kv_store_register(te_kv_store *s, const char *name, const char *role,
  *  0: refreshed; 1: it had expired and was published again; <0: error
  *  (te_kv_last_error()). */
 int te_kv_store_keepalive(te_kv_store *s);
-/** Remove this member's record. */
+/** Remove this member's record. <0 (te_kv_last_error()) when it could not
+ *  be removed (etcd unreachable, the file not unlinked): it then stays
+ *  listed until its ttl runs out; the call may be repeated. */
 int te_kv_store_unregister(te_kv_store *s);
 /**
  * Live members of `role` (NULL: all) into out[0..max): returns how many
