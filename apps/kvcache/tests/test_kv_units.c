@@ -11,6 +11,7 @@
 
 #include "kv_internal.h"
 #include "te/kv.h"
+#include "kv_test_util.h"
 
 START_TEST(presets_have_the_real_shapes)
 {
@@ -251,6 +252,26 @@ START_TEST(store_unregister_reports_a_record_left_behind)
 }
 END_TEST
 
+/* The writes' deadline is also how long the prefiller waits for them to be
+ * over: "none" (negative) or more than 120 s is refused, named. */
+START_TEST(prefiller_timeout_out_of_range_is_refused)
+{
+    te_engine *e = kv_test_engine();
+    te_kv_shape s;
+    ck_assert_int_eq(te_kv_shape_preset("llama-3.1-70b", 0, &s), 0);
+    te_kv_prefiller_opts o = {.shape = s, .max_pages = 4, .timeout_ms = -1};
+    te_kv_prefiller *p = NULL;
+    ck_assert_int_eq(te_kv_prefiller_new(e, &o, &p), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(te_kv_last_error(), "timeout_ms"));
+    o.timeout_ms = 120001;
+    ck_assert_int_eq(te_kv_prefiller_new(e, &o, &p), -EINVAL);
+    o.timeout_ms = 120000;
+    ck_assert_int_eq(te_kv_prefiller_new(e, &o, &p), 0);
+    te_kv_prefiller_free(p);
+    te_engine_destroy(e);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kv_units");
@@ -262,6 +283,7 @@ int main(void)
     tcase_add_test(t, every_truncation_and_corruption_is_refused);
     tcase_add_test(t, embedded_store_lists_live_members_and_skips_bad_ones);
     tcase_add_test(t, store_unregister_reports_a_record_left_behind);
+    tcase_add_test(t, prefiller_timeout_out_of_range_is_refused);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
