@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,9 @@
 #include "kv_internal.h"
 
 #define MAX_PREFILLERS 64
+/* Deadline of our messages, explicit: engine.request_timeout_ms may be 0
+ * (none), and free() must be able to wait them out. */
+#define SEND_TIMEOUT_MS 30000
 
 enum rstate { R_FREE = 0, R_SENT, R_ARMED, R_DONE, R_CANCELLING };
 
@@ -43,6 +47,7 @@ struct kv_req {
     uint32_t pf;
     uint32_t imm;
     uint32_t uses;          /* requests this slot has carried */
+    int quarantined;        /* its hidden slot may still be written: unused */
     uint32_t npages;
     uint32_t *pages;
     uint64_t deadline_ns;   /* whole request */
@@ -53,20 +58,23 @@ struct kv_req {
 
 struct prefiller {
     int live;
+    int quarantined;        /* a revoke failed: old keys may still work */
     te_peer peer;
     te_mr *mr;              /* the pool, registered for this prefiller */
     te_mr_desc desc;
 };
 
-enum ev_kind { EV_MSG = 1, EV_IMM = 2 };
+enum ev_kind { EV_MSG = 1, EV_IMM = 2, EV_SEND_FAILED = 3 };
 
 struct ev {
     struct ev *next;
     enum ev_kind kind;
     te_peer from;
     uint32_t imm;
+    uint32_t pf;            /* EV_SEND_FAILED: the prefiller */
     int status;
     te_kv_msg *m;
+    char why[160];          /* EV_SEND_FAILED */
 };
 
 struct te_kv_decoder {
@@ -86,6 +94,7 @@ struct te_kv_decoder {
     int stopping;
     pthread_t thread;
     uint64_t late_writes;   /* poison_freed: free memory found written */
+    atomic_int sends;       /* messages whose completion has not run yet */
 };
 
 /* ------------------------------------------------------------- events */
@@ -153,8 +162,12 @@ static void on_imm(uint32_t imm, int status, void *arg)
         return; /* cancelled meanwhile: the cancel path ends it */
     }
     struct ev *v = calloc(1, sizeof(*v));
-    if (!v)
+    if (!v) {
+        /* check_deadlines() still fails it at the request's deadline. */
+        fprintf(stderr, "te-kv decoder: imm %u ended (%s) with no memory to "
+                "queue it\n", imm, te_strerror(status));
         return;
+    }
     v->kind = EV_IMM;
     v->imm = imm;
     v->status = status;
@@ -163,7 +176,36 @@ static void on_imm(uint32_t imm, int status, void *arg)
 
 /* ---------------------------------------------------------- helpers */
 
-static int send_msg(te_kv_decoder *d, uint32_t pf, const te_kv_msg *m)
+/* A message that did not reach its prefiller (completion with an error):
+ * a lost REQUEST leaves us waiting for an ACCEPT that never comes, a lost
+ * CANCEL for a CANCELLED, a lost HELLO makes it drop all we send. Fence it
+ * now rather than at those deadlines. Every message has this callback, so
+ * completions never go to the engine-wide queue, which nothing here reads
+ * (it would grow without bound and mix into other users' completions). */
+static void on_send_done(const te_completion *c, void *arg)
+{
+    te_kv_decoder *d = arg;
+    if (c->status) {
+        struct ev *v = calloc(1, sizeof(*v));
+        if (v) {
+            v->kind = EV_SEND_FAILED;
+            v->pf = (uint32_t)c->user_data;
+            v->status = c->status;
+            snprintf(v->why, sizeof(v->why), "a message to it failed: %s",
+                     c->reason);
+            push(d, v);
+        } else {
+            /* The deadlines (accept, cancel, request) still fence it. */
+            fprintf(stderr, "te-kv decoder: message to prefiller %u failed "
+                    "(%s) and no memory to handle it now\n",
+                    (uint32_t)c->user_data, c->reason);
+        }
+    }
+    atomic_fetch_sub(&d->sends, 1);
+}
+
+static int send_to(te_kv_decoder *d, te_peer peer, uint32_t pf,
+                   const te_kv_msg *m)
 {
     static __thread uint8_t buf[TE_KV_MSG_MAX];
     ((te_kv_msg *)m)->sender = d->token;
@@ -173,17 +215,35 @@ static int send_msg(te_kv_decoder *d, uint32_t pf, const te_kv_msg *m)
     te_request r;
     te_request_init(&r, TE_OP_SEND);
     r.group = d->o.group;
-    r.u.send.peer = d->pf[pf].peer;
+    r.timeout_ms = SEND_TIMEOUT_MS;
+    r.user_data = pf;
+    r.done = on_send_done;
+    r.done_arg = d;
+    r.u.send.peer = peer;
     r.u.send.buf = buf;
     r.u.send.len = (uint32_t)n;
+    atomic_fetch_add(&d->sends, 1);
     for (int i = 0; i < 2000; i++) {
         int64_t id = te_submit(d->e, &r);
-        if (id != -EAGAIN)
-            return id < 0 ? kv_fail((int)id, "send to prefiller %u: %s", pf,
-                                    te_last_error()) : 0;
+        if (id > 0)
+            return 0;
+        if (id != -EAGAIN) {
+            atomic_fetch_sub(&d->sends, 1);
+            return kv_fail((int)id, "send to prefiller %u: %s", pf,
+                           te_last_error());
+        }
         usleep(100);
     }
+    atomic_fetch_sub(&d->sends, 1);
     return kv_fail(-EAGAIN, "send to prefiller %u: queue full", pf);
+}
+
+static int send_msg(te_kv_decoder *d, uint32_t pf, const te_kv_msg *m)
+{
+    pthread_mutex_lock(&d->lock);
+    te_peer peer = d->pf[pf].peer;
+    pthread_mutex_unlock(&d->lock);
+    return send_to(d, peer, pf, m);
 }
 
 static struct kv_req *find(te_kv_decoder *d, uint64_t id)
@@ -246,15 +306,21 @@ static void count_late_writes(te_kv_decoder *d, const struct kv_req *q)
                                     d->hidden_bytes);
 }
 
-/* End a request whose writes can no longer land: pages back, imm cleared,
- * user told. Called with the lock held; drops it around the callback. */
-static void finish(te_kv_decoder *d, struct kv_req *q, int status,
-                   const char *why)
+/* End a request and tell the user. Its pages go back to the pool only when
+ * `safe` (no write to them can land any more); otherwise they stay FENCING
+ * for good: quarantined, never handed out again. Called with the lock
+ * held; drops it around the callback. */
+static void end_req(te_kv_decoder *d, struct kv_req *q, int status,
+                    const char *why, int safe)
 {
     if (q->state != R_CANCELLING)
         te_kv_pool_fence(d->pool, q->npages, q->pages);
-    poison_request(d, q);
-    te_kv_pool_release(d->pool, q->npages, q->pages);
+    if (safe) {
+        poison_request(d, q);
+        te_kv_pool_release(d->pool, q->npages, q->pages);
+    } else {
+        q->quarantined = 1;
+    }
     te_imm_remove(d->e, q->imm, NULL); /* partial arrivals of this life */
     te_kv_done_fn cb = q->cb;
     void *arg = q->arg;
@@ -266,9 +332,18 @@ static void finish(te_kv_decoder *d, struct kv_req *q, int status,
     pthread_mutex_lock(&d->lock);
 }
 
+/* End a request whose writes can no longer land. */
+static void finish(te_kv_decoder *d, struct kv_req *q, int status,
+                   const char *why)
+{
+    end_req(d, q, status, why, 1);
+}
+
 /* The prefiller is dead, silent or misbehaving: revoke its keys (returns
  * when nothing with them can land), then fail each of its requests. Lock
- * held; dropped around the revocation. */
+ * held; dropped around the revocation. If the revocation fails, its old
+ * keys may still work: a late write could land in any page it was ever
+ * given, so its requests' pages are never reused. */
 static void fence_prefiller(te_kv_decoder *d, uint32_t pf, int status,
                             const char *why)
 {
@@ -287,18 +362,25 @@ static void fence_prefiller(te_kv_decoder *d, uint32_t pf, int status,
     pthread_mutex_unlock(&d->lock);
     te_mr_desc fresh;
     int rc = te_mr_revoke(d->e, p->mr, &fresh);
-    if (rc)
-        fprintf(stderr, "te-kv decoder: fencing prefiller %u: %s\n", pf,
-                te_last_error());
+    char msg[400];
+    if (rc) {
+        snprintf(msg, sizeof(msg), "prefiller %u fenced (%s) but revoking "
+                 "its keys failed (%s): its requests' pages are quarantined "
+                 "(never reused)", pf, why, te_last_error());
+        fprintf(stderr, "te-kv decoder: %s\n", msg);
+    } else {
+        snprintf(msg, sizeof(msg), "prefiller %u fenced (%s): its keys "
+                 "revoked, no write can land", pf, why);
+    }
     pthread_mutex_lock(&d->lock);
-    p->desc = fresh;
-    char msg[240];
-    snprintf(msg, sizeof(msg), "prefiller %u fenced (%s): its keys revoked, "
-             "no write can land", pf, why);
+    if (rc)
+        p->quarantined = 1;
+    else
+        p->desc = fresh;
     for (uint32_t i = 0; i < d->o.max_requests; i++) {
         struct kv_req *q = &d->req[i];
         if (q->state == R_CANCELLING && q->pf == pf)
-            finish(d, q, status, msg);
+            end_req(d, q, status, msg, rc == 0);
     }
 }
 
@@ -410,7 +492,12 @@ static void check_deadlines(te_kv_decoder *d)
     uint64_t now = kv_now_ns();
     for (uint32_t i = 0; i < d->o.max_requests; i++) {
         struct kv_req *q = &d->req[i];
-        if ((q->state == R_SENT || q->state == R_CANCELLING) &&
+        /* ARMED: the ImmCounter's own deadline normally ends it first;
+         * this holds if its event was lost (no memory to queue it). */
+        if (q->state == R_ARMED && now > q->deadline_ns)
+            fence_prefiller(d, q->pf, -ETIMEDOUT, "the request's deadline "
+                            "passed before every write was counted");
+        else if ((q->state == R_SENT || q->state == R_CANCELLING) &&
             now > q->phase_ns)
             fence_prefiller(d, q->pf, q->state == R_SENT ? -ETIMEDOUT
                                                          : -ECANCELED,
@@ -441,6 +528,8 @@ static void *service(void *arg)
                 d->tail = NULL;
             if (v->kind == EV_MSG)
                 handle_msg(d, v->from, v->m);
+            else if (v->kind == EV_SEND_FAILED)
+                fence_prefiller(d, v->pf, v->status, v->why);
             else
                 handle_imm(d, v->imm, v->status);
             free(v->m);
@@ -529,40 +618,58 @@ fail:
     return rc;
 }
 
+/* Register the pool for a prefiller and greet it; on failure no
+ * registration of it is left. */
+static int greet_prefiller(te_kv_decoder *d, uint32_t i, const void *addr,
+                           size_t len, struct prefiller *p)
+{
+    int rc = te_peer_add(d->e, d->o.group, addr, len, &p->peer);
+    if (rc)
+        return kv_fail(rc, "decoder: prefiller address: %s", te_last_error());
+    if ((rc = te_mr_reg(d->e, d->o.group, d->mem, d->region,
+                        TE_MR_REMOTE_WRITE, TE_MEM_HOST, &p->mr)))
+        return kv_fail(rc, "decoder: registering the pool: %s",
+                       te_last_error());
+    te_mr_describe(p->mr, &p->desc);
+    static __thread te_kv_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = TE_KV_MSG_HELLO;
+    size_t alen = sizeof(m.addr);
+    if ((rc = te_engine_address(d->e, d->o.group, m.addr, &alen)))
+        rc = kv_fail(rc, "decoder: our own address: %s", te_last_error());
+    m.addr_len = (uint32_t)alen;
+    if (rc == 0 && (rc = send_to(d, p->peer, i, &m)) == 0)
+        return 0;
+    /* Nothing was sent, so no key of this registration was handed out.
+     * The peer stays: te_peer_add() gives every adder of an address the
+     * same handle, so removing it could cut off another user of it. */
+    te_mr_dereg(d->e, p->mr);
+    p->mr = NULL;
+    return rc;
+}
+
 int te_kv_decoder_add_prefiller(te_kv_decoder *d, const void *addr,
                                 size_t len, uint32_t *id)
 {
     kv_clear();
+    /* The slot is taken under the lock (two callers never share one) and
+     * stays dead (live 0, no registration) if greeting it fails. */
     pthread_mutex_lock(&d->lock);
     if (d->npf == MAX_PREFILLERS) {
         pthread_mutex_unlock(&d->lock);
         return kv_fail(-ENOSPC, "decoder: at most %d prefillers",
                        MAX_PREFILLERS);
     }
-    uint32_t i = d->npf;
+    uint32_t i = d->npf++;
     pthread_mutex_unlock(&d->lock);
     struct prefiller p = {0};
-    int rc = te_peer_add(d->e, d->o.group, addr, len, &p.peer);
+    int rc = greet_prefiller(d, i, addr, len, &p);
     if (rc)
-        return kv_fail(rc, "decoder: prefiller address: %s", te_last_error());
-    if ((rc = te_mr_reg(d->e, d->o.group, d->mem, d->region,
-                        TE_MR_REMOTE_WRITE, TE_MEM_HOST, &p.mr)))
-        return kv_fail(rc, "decoder: registering the pool: %s",
-                       te_last_error());
-    te_mr_describe(p.mr, &p.desc);
+        return rc;
     p.live = 1;
     pthread_mutex_lock(&d->lock);
     d->pf[i] = p;
-    d->npf = i + 1;
     pthread_mutex_unlock(&d->lock);
-    te_kv_msg m;
-    memset(&m, 0, sizeof(m));
-    m.type = TE_KV_MSG_HELLO;
-    size_t alen = sizeof(m.addr);
-    te_engine_address(d->e, d->o.group, m.addr, &alen);
-    m.addr_len = (uint32_t)alen;
-    if ((rc = send_msg(d, i, &m)))
-        return rc;
     *id = i;
     return 0;
 }
@@ -586,7 +693,7 @@ int te_kv_decoder_submit(te_kv_decoder *d, uint32_t pf, uint64_t id,
         rc = kv_fail(-EEXIST, "decoder: request %" PRIu64 " already in "
                      "flight", id);
     for (uint32_t i = 0; !rc && i < d->o.max_requests && !q; i++)
-        if (d->req[i].state == R_FREE)
+        if (d->req[i].state == R_FREE && !d->req[i].quarantined)
             q = &d->req[i];
     if (!rc && !q)
         rc = kv_fail(-EBUSY, "decoder: %u requests in flight already",
@@ -752,6 +859,38 @@ uint32_t te_kv_decoder_inflight(te_kv_decoder *d)
     return n;
 }
 
+/* Until every message's completion has run (each uses d), bounded by
+ * their deadline plus a margin. */
+static int wait_sends(te_kv_decoder *d)
+{
+    uint64_t deadline = kv_now_ns() +
+                        (SEND_TIMEOUT_MS + 10000) * 1000000ull;
+    while (atomic_load(&d->sends) > 0) {
+        if (kv_now_ns() >= deadline)
+            return -ETIMEDOUT;
+        usleep(100);
+    }
+    return 0;
+}
+
+/* Deregister every prefiller's registration of the pool: 0 when none can
+ * be written any more (a failed revocation or deregistration: -EIO). */
+static int dereg_all(te_kv_decoder *d)
+{
+    int rc = 0;
+    for (uint32_t pf = 0; pf < d->npf; pf++) {
+        if (!d->pf[pf].mr)
+            continue;
+        if (te_mr_dereg(d->e, d->pf[pf].mr) || d->pf[pf].quarantined) {
+            fprintf(stderr, "te-kv decoder: free: prefiller %u's "
+                    "registration: %s\n", pf, d->pf[pf].quarantined ?
+                    "an old key was never revoked" : te_last_error());
+            rc = -EIO;
+        }
+    }
+    return rc;
+}
+
 void te_kv_decoder_free(te_kv_decoder *d)
 {
     if (!d)
@@ -771,8 +910,18 @@ void te_kv_decoder_free(te_kv_decoder *d)
     pthread_mutex_unlock(&d->lock);
     pthread_join(d->thread, NULL);
     te_set_recv_handler(d->e, d->o.group, NULL, NULL);
-    for (uint32_t pf = 0; pf < d->npf; pf++)
-        te_mr_dereg(d->e, d->pf[pf].mr);
+    if (wait_sends(d) || dereg_all(d)) {
+        /* A remote write or a message callback may still reach them. */
+        fprintf(stderr, "te-kv decoder: free: the decoder's state and its "
+                "%" PRIu64 "-byte pool are kept (leaked)\n", d->region);
+        return;
+    }
+    while (d->head) { /* failed sends queued after the service thread quit */
+        struct ev *v = d->head;
+        d->head = v->next;
+        free(v->m);
+        free(v);
+    }
     te_imm_space_destroy(d->space);
     te_kv_pool_free(d->pool);
     for (uint32_t i = 0; i < d->o.max_requests; i++)

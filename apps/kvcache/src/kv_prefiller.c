@@ -19,6 +19,9 @@
 #include "kv_internal.h"
 
 #define MAX_DECODERS 64
+/* Most te_kv_prefiller_opts.timeout_ms: the writes' deadline, which also
+ * bounds how long free() waits for them. */
+#define KV_MAX_TIMEOUT_MS 120000
 
 struct job {
     struct job *next;
@@ -69,28 +72,70 @@ struct te_kv_prefiller {
     atomic_int write_failed;
 };
 
-static void send_msg(te_kv_prefiller *p, te_peer to, const te_kv_msg *m)
+/* How long a write or message of ours may take (te_request.timeout_ms). */
+static int op_timeout_ms(const te_kv_prefiller *p)
+{
+    return p->o.timeout_ms ? p->o.timeout_ms : 30000;
+}
+
+/* Every request we submit has a callback: completions never go to the
+ * engine-wide queue, which nothing here reads (it would grow without bound
+ * and mix into the completions of other users of the engine). Each is
+ * counted in `outstanding`, so that wait_quiet() covers it and free()
+ * never frees what a callback still uses. */
+static void on_reply_done(const te_completion *c, void *arg)
+{
+    te_kv_prefiller *p = arg;
+    if (c->status)
+        fprintf(stderr, "te-kv prefiller: reply about request %" PRIu64
+                " failed: %s (the decoder fences us by its deadline)\n",
+                c->user_data, c->reason);
+    atomic_fetch_sub(&p->outstanding, 1);
+}
+
+/* An ACCEPT that did not arrive: the decoder fails the request (no count to
+ * arm), so it must not be counted completed here either. */
+static void on_accept_done(const te_completion *c, void *arg)
+{
+    te_kv_prefiller *p = arg;
+    if (c->status) {
+        atomic_store(&p->write_failed, c->status);
+        fprintf(stderr, "te-kv prefiller: ACCEPT of request %" PRIu64
+                " failed: %s\n", c->user_data, c->reason);
+    }
+    atomic_fetch_sub(&p->outstanding, 1);
+}
+
+static int send_msg(te_kv_prefiller *p, te_peer to, const te_kv_msg *m,
+                    te_done_fn done)
 {
     uint8_t buf[64];
     int n = te_kv_msg_encode(m, buf, sizeof(buf));
     if (n < 0)
-        return;
+        return n;
     te_request r;
     te_request_init(&r, TE_OP_SEND);
     r.group = p->o.group;
+    r.timeout_ms = op_timeout_ms(p);
+    r.user_data = m->request_id;
+    r.done = done;
+    r.done_arg = p;
     r.u.send.peer = to;
     r.u.send.buf = buf;
     r.u.send.len = (uint32_t)n;
-    for (int i = 0; i < 1000; i++) {
-        int64_t id = te_submit(p->e, &r);
-        if (id != -EAGAIN) {
-            if (id < 0)
-                fprintf(stderr, "te-kv prefiller: reply to peer %u: %s\n", to,
-                        te_last_error());
-            return;
-        }
-        usleep(100);
-    }
+    atomic_fetch_add(&p->outstanding, 1);
+    int64_t id = -EAGAIN;
+    for (int i = 0; i < 1000 && id == -EAGAIN; i++)
+        if ((id = te_submit(p->e, &r)) == -EAGAIN)
+            usleep(100);
+    if (id > 0)
+        return 0;
+    atomic_fetch_sub(&p->outstanding, 1);
+    fprintf(stderr, "te-kv prefiller: message type %u about request %" PRIu64
+            " to peer %u: %s\n", m->type, m->request_id, to,
+            id == -EAGAIN ? "submission queue full for 100 ms"
+                          : te_last_error());
+    return (int)id;
 }
 
 static void reply(te_kv_prefiller *p, te_peer to, uint32_t type, uint64_t id,
@@ -101,7 +146,7 @@ static void reply(te_kv_prefiller *p, te_peer to, uint32_t type, uint64_t id,
     m.type = type;
     m.request_id = id;
     m.status = status;
-    send_msg(p, to, &m);
+    send_msg(p, to, &m, on_reply_done);
 }
 
 /* Receive handler (engine callback thread): queue, never block long. */
@@ -273,17 +318,33 @@ static void on_write_done(const te_completion *c, void *arg)
     atomic_fetch_sub(&p->outstanding, 1);
 }
 
-static int submit(te_kv_prefiller *p, te_request *r)
+static int stop_asked(te_kv_prefiller *p)
+{
+    pthread_mutex_lock(&p->lock);
+    int stop = p->stopping || p->cancel_current;
+    pthread_mutex_unlock(&p->lock);
+    return stop;
+}
+
+/* A full submission queue is waited out, but not past the request's
+ * deadline (-ETIMEDOUT) nor a cancel or free() (-ECANCELED: nothing of it
+ * was sent): free() joins this thread. */
+static int submit(te_kv_prefiller *p, te_request *r, uint64_t deadline_ns)
 {
     r->done = on_write_done;
     r->done_arg = p;
     r->group = p->o.group;
-    r->timeout_ms = p->o.timeout_ms ? p->o.timeout_ms : 30000;
+    r->timeout_ms = op_timeout_ms(p);
     atomic_fetch_add(&p->outstanding, 1);
     for (;;) {
         int64_t id = te_submit(p->e, r);
         if (id > 0)
             return 0;
+        if (id == -EAGAIN && kv_now_ns() >= deadline_ns)
+            id = kv_fail(-ETIMEDOUT, "submission queue full up to the "
+                         "request's deadline");
+        else if (id == -EAGAIN && stop_asked(p))
+            id = -ECANCELED;
         if (id != -EAGAIN) {
             atomic_fetch_sub(&p->outstanding, 1);
             return (int)id;
@@ -397,11 +458,20 @@ static void fill(te_kv_prefiller *p, uint64_t id, uint32_t layer,
     }
 }
 
-static void wait_quiet(te_kv_prefiller *p)
+/* Until every write and message we submitted has completed: bounded by
+ * their own deadline plus a margin (the engine completes each by then).
+ * -ETIMEDOUT otherwise: something may still read our source or land at a
+ * decoder, so the caller must not claim quiet nor free anything. */
+static int wait_quiet(te_kv_prefiller *p)
 {
-    uint64_t deadline = kv_now_ns() + 120ull * 1000000000ull;
-    while (atomic_load(&p->outstanding) > 0 && kv_now_ns() < deadline)
+    uint64_t deadline = kv_now_ns() +
+                        (uint64_t)(op_timeout_ms(p) + 10000) * 1000000ull;
+    while (atomic_load(&p->outstanding) > 0) {
+        if (kv_now_ns() >= deadline)
+            return -ETIMEDOUT;
         usleep(50);
+    }
+    return 0;
 }
 
 /* The worker counts while te_kv_prefiller_stats_get() may read from
@@ -413,48 +483,52 @@ static void stat_add(te_kv_prefiller *p, uint64_t *field, uint64_t n)
     pthread_mutex_unlock(&p->lock);
 }
 
-static void serve(te_kv_prefiller *p, struct job *j)
+static void reject(te_kv_prefiller *p, const struct job *j, uint32_t err,
+                   const char *why)
 {
-    te_mr_desc d;
-    char why[200];
-    int bad = check_request(p, j, &d, why, sizeof(why));
-    if (bad) {
-        fprintf(stderr, "te-kv prefiller: request %" PRIu64 " rejected: %s\n",
-                j->m.request_id, why);
-        stat_add(p, &p->st.rejected, 1);
-        reply(p, j->from, TE_KV_MSG_REJECT, j->m.request_id, (uint32_t)bad);
-        return;
-    }
-    static __thread uint32_t src_idx[TE_KV_MAX_PAGES];
-    for (uint32_t k = 0; k < j->m.npages; k++)
-        src_idx[k] = k;
-    /* The count the decoder expects: te_expected_imms of exactly these. */
+    fprintf(stderr, "te-kv prefiller: request %" PRIu64 " rejected: %s\n",
+            j->m.request_id, why);
+    stat_add(p, &p->st.rejected, 1);
+    reply(p, j->from, TE_KV_MSG_REJECT, j->m.request_id, err);
+}
+
+/* The count the decoder expects: te_expected_imms of exactly the writes we
+ * will make. A negative answer would wrap into a huge count the decoder
+ * could never meet: refused instead (and returned). */
+static int64_t count_imms(te_kv_prefiller *p, const struct job *j,
+                           const te_mr_desc *d, const uint32_t *src_idx)
+{
     uint64_t expect = 0;
     te_request r;
-    for (uint32_t l = 0; l < j->m.layers; l++) {
-        layer_request(p, j, &d, src_idx, l, &r);
+    for (uint32_t l = 0; l <= j->m.layers; l++) {
+        if (l < j->m.layers)
+            layer_request(p, j, d, src_idx, l, &r);
+        else
+            hidden_request(p, j, d, &r);
         int64_t n = te_expected_imms(p->e, &r, 0);
         if (n < 0) {
-            stat_add(p, &p->st.rejected, 1);
-            reply(p, j->from, TE_KV_MSG_REJECT, j->m.request_id, EINVAL);
-            return;
+            char why[200];
+            snprintf(why, sizeof(why), "%s: %s", l < j->m.layers ?
+                     "a layer's write" : "the hidden state's write",
+                     te_last_error());
+            reject(p, j, EINVAL, why);
+            return n;
         }
         expect += (uint64_t)n;
     }
-    hidden_request(p, j, &d, &r);
-    expect += (uint64_t)te_expected_imms(p->e, &r, 0);
-    te_kv_msg acc;
-    memset(&acc, 0, offsetof(te_kv_msg, desc));
-    acc.type = TE_KV_MSG_ACCEPT;
-    acc.request_id = j->m.request_id;
-    acc.expected_imms = expect;
-    send_msg(p, j->from, &acc);
-    stat_add(p, &p->st.accepted, 1);
+    return (int64_t)expect;
+}
 
-    atomic_store(&p->write_failed, 0);
+/* Compute and write every layer, then the hidden state, unless cancelled
+ * or a write (or the ACCEPT) failed. Returns 1 if cancelled. */
+static int push_layers(te_kv_prefiller *p, const struct job *j,
+                       const te_mr_desc *d, const uint32_t *src_idx,
+                       uint64_t deadline_ns)
+{
     uint64_t compute_ns = (uint64_t)p->o.layer_us * 1000u *
                           j->m.tokens / (p->o.ref_tokens ? p->o.ref_tokens : 1);
     int cancelled = 0;
+    te_request r;
     /* A failed write means the request cannot complete: the decoder died,
      * is unreachable, or fenced us (revoked keys). Drop the rest of the
      * work instead of computing layers nobody can receive; the decoder
@@ -472,12 +546,19 @@ static void serve(te_kv_prefiller *p, struct job *j)
         if (cancelled)
             break;
         uint64_t t_submit = kv_now_ns(); /* this layer's compute is done */
-        layer_request(p, j, &d, src_idx, l, &r);
-        if (submit(p, &r)) {
+        layer_request(p, j, d, src_idx, l, &r);
+        int rc = submit(p, &r, deadline_ns);
+        if (rc == -ECANCELED) {
+            cancelled = 1;
+            break;
+        }
+        if (rc) {
             fprintf(stderr, "te-kv prefiller: layer %u of request %" PRIu64
-                    ": %s\n", l, j->m.request_id, te_last_error());
-            /* Refused at submission (the peer is already known down):
-             * as much a failure as one reported by a completion. */
+                    ": %s\n", l, j->m.request_id, rc == -ETIMEDOUT ?
+                    te_kv_last_error() : te_last_error());
+            /* Refused at submission (the peer is already known down, or
+             * the queue stayed full up to the deadline): as much a
+             * failure as one reported by a completion. */
             atomic_store(&p->write_failed, 1);
             break;
         }
@@ -493,27 +574,80 @@ static void serve(te_kv_prefiller *p, struct job *j)
     if (!cancelled && !atomic_load(&p->write_failed)) {
         uint8_t *h = p->src + p->o.shape.layers * p->layer_span;
         kv_pattern_fill(h, p->hidden_bytes, j->m.request_id, UINT32_MAX, 0);
-        hidden_request(p, j, &d, &r);
-        if (!submit(p, &r))
+        hidden_request(p, j, d, &r);
+        int rc = submit(p, &r, deadline_ns);
+        if (rc == 0)
             stat_add(p, &p->st.bytes, p->hidden_bytes);
+        else if (rc == -ECANCELED)
+            cancelled = 1;
         else
             atomic_store(&p->write_failed, 1);
     }
-    /* Nothing of this request can land after its writes completed. */
-    wait_quiet(p);
+    return cancelled;
+}
+
+/* The request's writes are over: count it, and confirm a cancel only when
+ * nothing of it can land any more. */
+static void end_request(te_kv_prefiller *p, const struct job *j,
+                        int cancelled)
+{
+    int quiet = wait_quiet(p);
     pthread_mutex_lock(&p->lock);
     cancelled |= p->cancel_current;
     p->current = 0;
     p->cancel_current = 0;
     pthread_mutex_unlock(&p->lock);
-    if (cancelled) {
+    if (quiet) {
+        /* A write may still land: no CANCELLED (the decoder fences us by
+         * its deadline, which holds even then). */
+        fprintf(stderr, "te-kv prefiller: request %" PRIu64 ": writes still "
+                "outstanding 10 s past their deadline: counted failed\n",
+                j->m.request_id);
+        stat_add(p, &p->st.failed, 1);
+    } else if (atomic_load(&p->write_failed)) {
+        /* A failed write (e.g. timed out) may still land, and a failed
+         * ACCEPT left the decoder without a count: counted failed, and a
+         * cancel is not confirmed (the decoder's fence covers it). */
+        stat_add(p, &p->st.failed, 1);
+    } else if (cancelled) {
         stat_add(p, &p->st.cancelled, 1);
         reply(p, j->from, TE_KV_MSG_CANCELLED, j->m.request_id, 0);
-    } else if (atomic_load(&p->write_failed)) {
-        stat_add(p, &p->st.failed, 1);
     } else {
         stat_add(p, &p->st.completed, 1);
     }
+}
+
+static void serve(te_kv_prefiller *p, struct job *j)
+{
+    te_mr_desc d;
+    char why[200];
+    uint64_t deadline_ns = kv_now_ns() +
+                           (uint64_t)op_timeout_ms(p) * 1000000ull;
+    int bad = check_request(p, j, &d, why, sizeof(why));
+    if (bad) {
+        reject(p, j, (uint32_t)bad, why);
+        return;
+    }
+    static __thread uint32_t src_idx[TE_KV_MAX_PAGES];
+    for (uint32_t k = 0; k < j->m.npages; k++)
+        src_idx[k] = k;
+    int64_t expect = count_imms(p, j, &d, src_idx);
+    if (expect < 0)
+        return;
+    te_kv_msg acc;
+    memset(&acc, 0, offsetof(te_kv_msg, desc));
+    acc.type = TE_KV_MSG_ACCEPT;
+    acc.request_id = j->m.request_id;
+    acc.expected_imms = (uint64_t)expect;
+    atomic_store(&p->write_failed, 0);
+    if (send_msg(p, j->from, &acc, on_accept_done)) {
+        /* The decoder has no count to wait for: writing would only land
+         * in pages it is about to fence. */
+        stat_add(p, &p->st.failed, 1);
+        return;
+    }
+    stat_add(p, &p->st.accepted, 1);
+    end_request(p, j, push_layers(p, j, &d, src_idx, deadline_ns));
 }
 
 static void *worker(void *arg)
@@ -536,6 +670,10 @@ static void *worker(void *arg)
         serve(p, j);
         free(j);
         pthread_mutex_lock(&p->lock);
+        /* Early returns (REJECT, a failed ACCEPT) leave no stale current
+         * for a later CANCEL to match. */
+        p->current = 0;
+        p->cancel_current = 0;
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;
@@ -549,6 +687,12 @@ int te_kv_prefiller_new(te_engine *e, const te_kv_prefiller_opts *o,
         !o->shape.layers || !o->shape.tokens_per_page)
         return kv_fail(-EINVAL, "te_kv_prefiller_new: bad arguments (max_pages "
                        "1..%d, a shape from te_kv_shape_*)", TE_KV_MAX_PAGES);
+    /* Negative would mean "no deadline" to te_submit, and wait_quiet()
+     * could then never tell a write that is slow from one that is lost. */
+    if (o->timeout_ms < 0 || o->timeout_ms > KV_MAX_TIMEOUT_MS)
+        return kv_fail(-EINVAL, "te_kv_prefiller_new: timeout_ms %d out of "
+                       "range (0 = 30 s, or 1..%d ms)", o->timeout_ms,
+                       KV_MAX_TIMEOUT_MS);
     te_kv_prefiller *p = calloc(1, sizeof(*p));
     if (!p)
         return kv_fail(-ENOMEM, "te_kv_prefiller_new: out of memory");
@@ -599,6 +743,20 @@ uint64_t te_kv_prefiller_last_layer_ns(te_kv_prefiller *p, uint64_t id)
     return t;
 }
 
+/* te_mr_dereg() is -EBUSY while the transport still holds an operation of
+ * a write that already completed by its deadline: wait for those too. */
+static int dereg_quiet(te_kv_prefiller *p)
+{
+    uint64_t deadline = kv_now_ns() +
+                        (uint64_t)(op_timeout_ms(p) + 10000) * 1000000ull;
+    for (;;) {
+        int rc = te_mr_dereg(p->e, p->mr);
+        if (rc != -EBUSY || kv_now_ns() >= deadline)
+            return rc;
+        usleep(1000);
+    }
+}
+
 void te_kv_prefiller_free(te_kv_prefiller *p)
 {
     if (!p)
@@ -620,8 +778,19 @@ void te_kv_prefiller_free(te_kv_prefiller *p)
         p->head = j->next;
         free(j);
     }
-    wait_quiet(p);
-    te_mr_dereg(p->e, p->mr);
+    int rc = wait_quiet(p);
+    if (rc == 0)
+        rc = dereg_quiet(p);
+    if (rc) {
+        /* A transfer may still read the source or run a callback with p:
+         * keep both (leaked) rather than free what it touches. */
+        fprintf(stderr, "te-kv prefiller: free: %s: its state and %" PRIu64
+                " bytes of source memory are kept (leaked)\n",
+                rc == -ETIMEDOUT ? "writes still outstanding past their "
+                "deadline" : te_last_error(),
+                p->o.shape.layers * p->layer_span + p->hidden_bytes);
+        return;
+    }
     free(p->src);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);

@@ -506,6 +506,8 @@ int te_kv_store_keepalive(te_kv_store *s)
     return rc ? rc : expired;
 }
 
+/* A record left behind is listed as live until its ttl runs out: the
+ * caller must hear that (and may retry: the name is kept). */
 int te_kv_store_unregister(te_kv_store *s)
 {
     kv_clear();
@@ -516,12 +518,16 @@ int te_kv_store_unregister(te_kv_store *s)
         snprintf(id, sizeof(id), "%" PRId64, s->lease);
         json_t *r = etcd_call(s, "/v3/lease/revoke",
                               json_pack("{s:s}", "ID", id));
-        if (r)
-            json_decref(r);
+        if (!r)
+            return -EHOSTUNREACH; /* etcd_call named the cause */
+        json_decref(r);
     } else {
         char path[700];
         snprintf(path, sizeof(path), "%s/%s.member", s->base, s->name);
-        unlink(path);
+        /* ENOENT: already gone, which is what was asked. */
+        if (unlink(path) && errno != ENOENT)
+            return kv_fail(-errno, "store: removing %s: %s", path,
+                           strerror(errno));
     }
     s->name[0] = 0;
     return 0;

@@ -15,17 +15,34 @@
 
 #include "te/kv.h"
 
-/* A loopback engine (the defaults) whose messages fit a te-kv message. */
-static inline te_engine *kv_test_engine(void)
+/* A loopback engine (the defaults) whose messages fit a te-kv message,
+ * with one more key set when section is not NULL (a fault to inject). */
+static inline te_engine *kv_test_engine_set(const char *section,
+                                            const char *key, const char *value)
 {
     te_config *c = te_config_new();
     char v[32];
     snprintf(v, sizeof(v), "%d", TE_KV_MSG_MAX + 64);
     te_config_set(c, "engine", "max_msg_size", v);
+    if (section)
+        ck_assert_int_eq(te_config_set(c, section, key, value), 0);
     te_engine *e = NULL;
     ck_assert_msg(te_engine_create(c, &e) == 0, "%s", te_last_error());
     te_config_free(c);
     return e;
+}
+
+static inline te_engine *kv_test_engine(void)
+{
+    return kv_test_engine_set(NULL, NULL, NULL);
+}
+
+/* Completions that went to the engine-wide queue (te_poll_completions):
+ * te-kv gives every request a callback, so there must be none. */
+static inline int kv_test_queued_completions(te_engine *e)
+{
+    te_completion c[16];
+    return te_poll_completions(e, c, 16, 0);
 }
 
 static inline te_kv_prefiller_stats kv_test_stats_after(te_kv_prefiller *p,

@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kv_internal.h"
 #include "te/kv.h"
+#include "kv_test_util.h"
 
 START_TEST(presets_have_the_real_shapes)
 {
@@ -222,6 +224,54 @@ START_TEST(embedded_store_lists_live_members_and_skips_bad_ones)
 }
 END_TEST
 
+/* A record that cannot be removed is an error, and the name is kept so
+ * that unregister can be tried again. */
+START_TEST(store_unregister_reports_a_record_left_behind)
+{
+    char dir[] = "/tmp/te-kv-test-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char url[64];
+    snprintf(url, sizeof(url), "dir:%s", dir);
+    te_kv_store *a;
+    ck_assert_int_eq(te_kv_store_open(url, "c1", &a), 0);
+    uint8_t addr[3] = {1, 2, 3};
+    ck_assert_int_eq(te_kv_store_register(a, "pf", "prefill", addr, 3, 4, 30), 0);
+    /* unlink() of a directory fails even for root. */
+    char path[128];
+    snprintf(path, sizeof(path), "%s/c1/pf.member", dir);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    ck_assert_int_lt(te_kv_store_unregister(a), 0);
+    ck_assert_ptr_nonnull(strstr(te_kv_last_error(), "pf.member"));
+    ck_assert_int_eq(rmdir(path), 0);
+    ck_assert_int_eq(te_kv_store_unregister(a), 0);
+    te_kv_store_close(a);
+    char cmd[96];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* The writes' deadline is also how long the prefiller waits for them to be
+ * over: "none" (negative) or more than 120 s is refused, named. */
+START_TEST(prefiller_timeout_out_of_range_is_refused)
+{
+    te_engine *e = kv_test_engine();
+    te_kv_shape s;
+    ck_assert_int_eq(te_kv_shape_preset("llama-3.1-70b", 0, &s), 0);
+    te_kv_prefiller_opts o = {.shape = s, .max_pages = 4, .timeout_ms = -1};
+    te_kv_prefiller *p = NULL;
+    ck_assert_int_eq(te_kv_prefiller_new(e, &o, &p), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(te_kv_last_error(), "timeout_ms"));
+    o.timeout_ms = 120001;
+    ck_assert_int_eq(te_kv_prefiller_new(e, &o, &p), -EINVAL);
+    o.timeout_ms = 120000;
+    ck_assert_int_eq(te_kv_prefiller_new(e, &o, &p), 0);
+    te_kv_prefiller_free(p);
+    te_engine_destroy(e);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kv_units");
@@ -232,6 +282,8 @@ int main(void)
     tcase_add_test(t, messages_round_trip);
     tcase_add_test(t, every_truncation_and_corruption_is_refused);
     tcase_add_test(t, embedded_store_lists_live_members_and_skips_bad_ones);
+    tcase_add_test(t, store_unregister_reports_a_record_left_behind);
+    tcase_add_test(t, prefiller_timeout_out_of_range_is_refused);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

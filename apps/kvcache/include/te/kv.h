@@ -86,7 +86,8 @@ int te_kv_pool_new(uint32_t pages, te_kv_pool **out);
 void te_kv_pool_free(te_kv_pool *p);
 /** Take n free pages into idx[]: -ENOSPC (nothing taken) if fewer are free. */
 int te_kv_pool_alloc(te_kv_pool *p, uint32_t n, uint32_t *idx);
-/** USED -> FENCING (a cancel or a failure is in progress). */
+/** USED -> FENCING (a cancel or a failure is in progress; for good when a
+ *  fence's revocation failed: quarantined pages). */
 int te_kv_pool_fence(te_kv_pool *p, uint32_t n, const uint32_t *idx);
 /**
  * Return pages to FREE: from USED (the request finished normally: every
@@ -169,7 +170,8 @@ typedef struct te_kv_prefiller_opts {
     uint32_t layer_us;      /**< simulated compute per layer for ref_tokens */
     uint32_t ref_tokens;    /**< compute scales linearly with tokens / this */
     int32_t group;          /**< engine group */
-    int32_t timeout_ms;     /**< deadline of its writes (0: 30 s) */
+    int32_t timeout_ms;     /**< deadline of its writes and messages: 0
+                                 (30 s) or 1..120000 ms, else -EINVAL */
     int32_t no_fill;        /**< benchmarks: skip writing the pattern (the
                                  bytes then fail te_kv_decoder_verify) */
 } te_kv_prefiller_opts;
@@ -198,7 +200,9 @@ void te_kv_prefiller_stats_get(te_kv_prefiller *p, te_kv_prefiller_stats *out);
  */
 uint64_t te_kv_prefiller_last_layer_ns(te_kv_prefiller *p, uint64_t id);
 
-/** Stop serving (in-flight requests finish or fail first) and free. */
+/** Stop serving (in-flight requests finish or fail first) and free. If
+ *  writes are still outstanding past their deadline (+10 s) or the source
+ *  cannot be deregistered, its memory is kept (leaked, logged). */
 void te_kv_prefiller_free(te_kv_prefiller *p);
 
 /* -------------------------------------------------------------- decoder */
@@ -295,7 +299,9 @@ uint32_t te_kv_decoder_inflight(te_kv_decoder *d);
  */
 uint64_t te_kv_decoder_late_writes(te_kv_decoder *d);
 
-/** Stop: every request in flight is cancelled or fenced first. */
+/** Stop: every request in flight is cancelled or fenced first. After a
+ *  failed revocation (pages quarantined) the pool memory is kept (leaked,
+ *  logged): an old key may still write into it. */
 void te_kv_decoder_free(te_kv_decoder *d);
 
 /* ----------------------------------------------------------- membership */
@@ -332,7 +338,9 @@ int te_kv_store_register(te_kv_store *s, const char *name, const char *role,
  *  0: refreshed; 1: it had expired and was published again; <0: error
  *  (te_kv_last_error()). */
 int te_kv_store_keepalive(te_kv_store *s);
-/** Remove this member's record. */
+/** Remove this member's record. <0 (te_kv_last_error()) when it could not
+ *  be removed (etcd unreachable, the file not unlinked): it then stays
+ *  listed until its ttl runs out; the call may be repeated. */
 int te_kv_store_unregister(te_kv_store *s);
 /**
  * Live members of `role` (NULL: all) into out[0..max): returns how many
