@@ -18,20 +18,48 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "moe_internal.h"
 
-/* Count the local completions of this batch's writes; older ones (a
- * failed batch's late completions) are dropped. */
-static void take_completions(te_moe_rank *r, const te_completion *c, int n)
+/* A write's own callback (callback thread): counted for the batch whose
+ * serial it carries; a write of an earlier, unconfirmed batch only
+ * lowers inflight. */
+static void on_write_done(const te_completion *c, void *arg)
 {
-    for (int i = 0; i < n; i++) {
-        if (c[i].user_data != r->serial)
-            continue;
+    te_moe_rank *r = arg;
+    pthread_mutex_lock(&r->mu);
+    if (c->user_data == r->serial) {
         r->completed++;
-        if (c[i].status && !r->failed++)
-            snprintf(r->failed_why, sizeof(r->failed_why), "%s", c[i].reason);
+        if (c->status && !r->failed++)
+            snprintf(r->failed_why, sizeof(r->failed_why), "%s", c->reason);
     }
+    r->inflight--;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Wait on cv until deadline (absolute, CLOCK_MONOTONIC ns); mu held. */
+static int wait_cv(te_moe_rank *r, uint64_t deadline)
+{
+    struct timespec ts = {(time_t)(deadline / 1000000000ull),
+                          (long)(deadline % 1000000000ull)};
+    return pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+}
+
+static int64_t submit_counted(te_moe_rank *r, const te_request *q)
+{
+    /* Counted before te_submit: the callback may run before it returns. */
+    pthread_mutex_lock(&r->mu);
+    r->inflight++;
+    pthread_mutex_unlock(&r->mu);
+    int64_t id = te_submit(r->e, q);
+    if (id < 0) {
+        pthread_mutex_lock(&r->mu);
+        r->inflight--;
+        pthread_mutex_unlock(&r->mu);
+    }
+    return id;
 }
 
 static int64_t put(te_moe_rank *r, uint32_t d, size_t loff, size_t roff,
@@ -43,7 +71,10 @@ static int64_t put(te_moe_rank *r, uint32_t d, size_t loff, size_t roff,
     q.imm = imm;
     q.route.kind = TE_ROUTE_PIN;
     q.route.nic = d % r->nics;
-    q.timeout_ms = r->c.timeout_ms;
+    /* No engine deadline: a write that timed out there could still be
+     * held by the transport, so only its real end confirms that its
+     * buffers are free; the batch bounds its own waits. */
+    q.timeout_ms = -1;
     q.u.xfer.peer = r->peers[d].peer;
     q.u.xfer.local = r->mr;
     q.u.xfer.local_off = loff;
@@ -51,13 +82,16 @@ static int64_t put(te_moe_rank *r, uint32_t d, size_t loff, size_t roff,
     q.u.xfer.remote_off = roff;
     q.u.xfer.len = len;
     q.user_data = r->serial;
+    q.done = on_write_done;
+    q.done_arg = r;
     for (;;) {
-        int64_t id = te_submit(r->e, &q);
+        int64_t id = submit_counted(r, &q);
         if (id != -EAGAIN || moe_now_ns() > deadline)
             return id;
-        /* Full: make room by taking completions (counted, not lost). */
-        te_completion c[64];
-        take_completions(r, c, te_poll_completions(r->e, c, 64, 1));
+        /* Full: wait for a completion to make room (or 1 ms). */
+        pthread_mutex_lock(&r->mu);
+        wait_cv(r, moe_now_ns() + 1000000);
+        pthread_mutex_unlock(&r->mu);
     }
 }
 
@@ -74,31 +108,53 @@ static int wait_imm(te_moe_rank *r, uint32_t imm, uint64_t count,
     return 0;
 }
 
-/* Local completions of every write of the batch (so buffers may be reused
- * and failures seen). */
-static int drain(te_moe_rank *r, uint32_t writes, uint64_t deadline)
+int moe_wait_inflight(te_moe_rank *r, uint64_t deadline, uint64_t *left)
 {
-    te_completion c[64];
-    while (r->completed < writes) {
-        /* Take what is there before looking at the clock: completions
-         * already queued count even when the deadline has passed. */
-        uint64_t now = moe_now_ns();
-        int ms = now < deadline ? (int)((deadline - now) / 1000000) + 1 : 0;
-        int got = te_poll_completions(r->e, c, 64, ms);
-        take_completions(r, c, got);
-        if (got <= 0 && r->completed < writes && moe_now_ns() > deadline)
-            return moe_fail(-ETIMEDOUT, "rank %u: %u of %u writes not "
-                            "completed after %d ms", r->rank,
-                            writes - r->completed, writes, r->c.timeout_ms);
-    }
-    return r->failed ? moe_fail(-ECONNRESET, "rank %u: %u writes failed: %s",
-                                r->rank, r->failed, r->failed_why) : 0;
+    int rc = 0;
+    pthread_mutex_lock(&r->mu);
+    while (r->inflight && !rc)
+        if (wait_cv(r, deadline) == ETIMEDOUT && r->inflight)
+            rc = -ETIMEDOUT;
+    if (left)
+        *left = r->inflight;
+    pthread_mutex_unlock(&r->mu);
+    return rc;
 }
 
-static int fail_batch(te_moe_rank *r, int rc)
+/* Every write of the batch must have ended before its buffers are staged
+ * again: a late one of batch b would land in a receiver's rows of batch
+ * b + 1 after their head was counted. Waited for on failure too; if the
+ * deadline passes, batches are refused until they have all ended. */
+static int end_batch(te_moe_rank *r, int rc, uint32_t writes)
 {
-    moe_retire_batch(r);
+    const te_moe_config *c = &r->c;
+    uint64_t deadline = moe_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
+    uint64_t left;
+    if (moe_wait_inflight(r, deadline, &left)) {
+        char first[256];
+        snprintf(first, sizeof(first), "%s", rc ? te_moe_last_error() : "");
+        r->unconfirmed = 1;
+        return moe_fail(rc ? rc : -ETIMEDOUT, "%s%srank %u: %" PRIu64 " of %u "
+                        "writes not completed after %d ms: rank unusable until "
+                        "they are", first, rc ? "; " : "", r->rank, left,
+                        writes, c->timeout_ms);
+    }
+    if (!rc && r->failed)
+        rc = moe_fail(-ECONNRESET, "rank %u: %u writes failed: %s", r->rank,
+                      r->failed, r->failed_why);
     return rc;
+}
+
+/* Refuse a batch while writes of an earlier one may still land. */
+static int check_usable(te_moe_rank *r)
+{
+    uint64_t left;
+    if (r->unconfirmed && moe_wait_inflight(r, moe_now_ns(), &left))
+        return moe_fail(-EBUSY, "rank %u: %" PRIu64 " writes of an earlier "
+                        "failed batch not completed yet: its buffers cannot "
+                        "be reused", r->rank, left);
+    r->unconfirmed = 0;
+    return 0;
 }
 
 /* The inputs of a batch, and where staging time is counted. */
@@ -215,9 +271,155 @@ static int run_experts(te_moe_rank *r, uint32_t s, uint32_t rows,
     return 0;
 }
 
-int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
-                 const void *x, const uint16_t *experts, const float *weights,
-                 float *out)
+/* One batch in progress. Every phase (dispatch; experts and combine; local
+ * completions) has its own deadline, timeout_ms from its start: a long
+ * expert phase does not eat the network's time. */
+struct batch_run {
+    struct batch_in in;
+    uint64_t batch, phase_ns, t0, post_ns;
+    uint32_t writes;
+    uint32_t n[TE_MOE_MAX_RANKS];   /* rows we send to each rank */
+    uint32_t got[TE_MOE_MAX_RANKS]; /* rows each rank sent us */
+};
+
+/* 1 and 2: rows per destination (the heads need them before any
+ * staging), then dispatch destination by destination; our own rows last. */
+static int dispatch_phase(te_moe_rank *r, struct batch_run *b)
+{
+    const te_moe_config *c = &r->c;
+    uint64_t deadline = b->t0 + b->phase_ns;
+    for (uint32_t t = 0; t < b->in.tokens; t++) {
+        uint64_t dests = 0;
+        for (uint32_t j = 0; j < c->topk; j++)
+            dests |= 1ull << (b->in.experts[(size_t)t * c->topk + j] / b->in.per);
+        for (uint32_t d = 0; d < c->ranks; d++)
+            b->n[d] += (uint32_t)(dests >> d & 1);
+    }
+    for (uint32_t i = 1; i < c->ranks; i++) {
+        uint32_t d = (r->rank + i) % c->ranks;
+        int rc = dispatch_to(r, &b->in, b->batch, d, b->n[d], deadline,
+                             &b->writes, &b->post_ns);
+        if (rc)
+            return rc;
+    }
+    uint8_t *self = r->mem + r->off_rd + r->rank * r->dslot;
+    struct moe_head *sh = (struct moe_head *)self;
+    sh->rows = b->n[r->rank];
+    sh->batch = b->batch;
+    uint32_t cursor = 0;
+    stage_rows(r, &b->in, r->rank, &cursor, b->n[r->rank],
+               self + sizeof(struct moe_head));
+    return 0;
+}
+
+/* 3. Receive: the head of every source, then its rest if any. */
+static int receive_phase(te_moe_rank *r, struct batch_run *b)
+{
+    const te_moe_config *c = &r->c;
+    uint64_t deadline = b->t0 + b->phase_ns;
+    uint32_t P = c->naive ? 0 : c->private_rows;
+    int rc;
+    for (uint32_t i = 1; i < c->ranks; i++) {
+        uint32_t s = (r->rank + c->ranks - i) % c->ranks;
+        if ((rc = wait_imm(r, moe_imm_of(r, b->batch, s, 0), 1, deadline,
+                           "dispatch", s)))
+            return rc;
+        const struct moe_head *h =
+            (const struct moe_head *)(r->mem + r->off_rd + s * r->dslot);
+        if (h->rows > c->max_tokens || h->batch != b->batch)
+            return moe_fail(-EPROTO, "rank %u: rank %u sent %u rows for batch "
+                            "%" PRIu64 " (max %u, batch %" PRIu64 ")", r->rank,
+                            s, h->rows, h->batch, c->max_tokens, b->batch);
+        b->got[s] = h->rows;
+        uint32_t rest = b->got[s] > P ? b->got[s] - P : 0;
+        if (rest && (rc = wait_imm(r, moe_imm_of(r, b->batch, s, 1),
+                                   c->naive ? rest : 1, deadline, "dispatch "
+                                   "rest", s)))
+            return rc;
+        r->st.rows_received += b->got[s];
+    }
+    b->got[r->rank] = b->n[r->rank];
+    return 0;
+}
+
+/* 4. Experts, and one combine write back to each source as soon as its
+ * rows are done (zero-length if it sent none); ours in place. Then the
+ * combine writes of every rank. */
+static int combine_phase(te_moe_rank *r, struct batch_run *b)
+{
+    const te_moe_config *c = &r->c;
+    uint64_t experts_ns = 0;
+    int rc;
+    for (uint32_t i = 1; i <= c->ranks; i++) {
+        uint32_t s = (r->rank + i) % c->ranks;
+        int mine = s == r->rank;
+        size_t stage = mine ? r->off_rc + r->rank * r->cslot
+                            : r->off_sc + s * r->cslot;
+        uint64_t te = moe_now_ns();
+        rc = run_experts(r, s, b->got[s], r->mem + stage);
+        experts_ns += moe_now_ns() - te;
+        if (!rc && !mine)
+            rc = put_counted(r, s, stage, r->off_rc + r->rank * r->cslot,
+                             b->got[s] * r->crow_bytes,
+                             moe_imm_of(r, b->batch, r->rank, 2),
+                             moe_now_ns() + b->phase_ns, 1, &b->writes,
+                             &b->post_ns);
+        if (rc)
+            return rc;
+    }
+    r->st.experts_us = (double)experts_ns / 1e3;
+    uint64_t deadline = moe_now_ns() + b->phase_ns;
+    for (uint32_t i = 1; i < c->ranks; i++) {
+        uint32_t d = (r->rank + c->ranks - i) % c->ranks;
+        if ((rc = wait_imm(r, moe_imm_of(r, b->batch, d, 2), 1, deadline,
+                           "combine", d)))
+            return rc;
+    }
+    return 0;
+}
+
+/* 5. Sum the partial results in rank order (the reference's order). */
+static int sum_phase(te_moe_rank *r, const struct batch_run *b, float *out)
+{
+    const te_moe_config *c = &r->c;
+    memset(out, 0, (size_t)b->in.tokens * c->hidden * sizeof(float));
+    for (uint32_t d = 0; d < c->ranks; d++)
+        for (uint32_t k = 0; k < b->n[d]; k++) {
+            const uint8_t *crow = r->mem + r->off_rc + d * r->cslot +
+                                  k * r->crow_bytes;
+            uint32_t t;
+            memcpy(&t, crow, 4);
+            if (t >= b->in.tokens)
+                return moe_fail(-EPROTO, "rank %u: combine row %u from rank "
+                                "%u names token %u", r->rank, k, d, t);
+            const float *p = (const float *)(crow + 16);
+            float *o = out + (size_t)t * c->hidden;
+            for (uint32_t e = 0; e < c->hidden; e++)
+                o[e] += p[e];
+        }
+    return 0;
+}
+
+static int run_batch(te_moe_rank *r, struct batch_run *b, float *out)
+{
+    int rc = dispatch_phase(r, b);
+    if (!rc)
+        rc = receive_phase(r, b);
+    uint64_t tc = moe_now_ns();
+    r->st.dispatch_us = (double)(tc - b->t0) / 1e3;
+    r->st.pack_us = (double)b->in.pack_ns / 1e3;
+    r->st.post_us = (double)b->post_ns / 1e3;
+    if (!rc)
+        rc = combine_phase(r, b);
+    if (!rc)
+        rc = sum_phase(r, b, out);
+    r->st.combine_us = (double)(moe_now_ns() - tc) / 1e3;
+    return rc;
+}
+
+static int check_batch(te_moe_rank *r, uint32_t tokens, const void *x,
+                       const uint16_t *experts, const float *weights,
+                       const float *out)
 {
     const te_moe_config *c = &r->c;
     if (tokens > c->max_tokens)
@@ -232,119 +434,28 @@ int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
         if (d != r->rank && !r->peers[d].connected)
             return moe_fail(-ENOTCONN, "rank %u: rank %u not connected",
                             r->rank, d);
+    return check_usable(r);
+}
+
+int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
+                 const void *x, const uint16_t *experts, const float *weights,
+                 float *out)
+{
+    const te_moe_config *c = &r->c;
+    int rc = check_batch(r, tokens, x, experts, weights, out);
+    if (rc)
+        return rc;
     memset(&r->st, 0, sizeof(r->st));
+    pthread_mutex_lock(&r->mu);
     r->serial++;
     r->completed = r->failed = 0;
-    /* Every phase (dispatch; experts and combine; local completions) has
-     * its own deadline, timeout_ms from its start: a long expert phase
-     * does not eat the network's time. */
-    const uint64_t phase_ns = (uint64_t)c->timeout_ms * 1000000ull;
-    uint64_t t0 = moe_now_ns(), post_ns = 0;
-    uint64_t deadline = t0 + phase_ns;
-    uint32_t writes = 0;
-    struct batch_in in = {x, experts, weights, tokens, c->experts / c->ranks,
-                          c->dtype == TE_MOE_BF16 ? 2 : 4, 0};
-
-    /* 1. Rows per destination (the heads need them before any staging). */
-    uint32_t n[TE_MOE_MAX_RANKS] = {0};
-    for (uint32_t t = 0; t < tokens; t++) {
-        uint64_t dests = 0;
-        for (uint32_t j = 0; j < c->topk; j++)
-            dests |= 1ull << (experts[(size_t)t * c->topk + j] / in.per);
-        for (uint32_t d = 0; d < c->ranks; d++)
-            n[d] += (uint32_t)(dests >> d & 1);
-    }
-    /* 2. Dispatch, destination by destination; then our own rows. */
-    for (uint32_t i = 1; i < c->ranks; i++)
-        if ((rc = dispatch_to(r, &in, batch, (r->rank + i) % c->ranks,
-                              n[(r->rank + i) % c->ranks], deadline, &writes,
-                              &post_ns)))
-            return fail_batch(r, rc);
-    uint8_t *self = r->mem + r->off_rd + r->rank * r->dslot;
-    struct moe_head *sh = (struct moe_head *)self;
-    sh->rows = n[r->rank];
-    sh->batch = batch;
-    uint32_t cursor = 0;
-    stage_rows(r, &in, r->rank, &cursor, n[r->rank],
-               self + sizeof(struct moe_head));
-
-    /* 3. Receive: the head of every source, then its rest if any. */
-    uint32_t P = c->naive ? 0 : c->private_rows;
-    uint32_t got[TE_MOE_MAX_RANKS];
-    for (uint32_t i = 1; i < c->ranks; i++) {
-        uint32_t s = (r->rank + c->ranks - i) % c->ranks;
-        if ((rc = wait_imm(r, moe_imm_of(r, batch, s, 0), 1, deadline,
-                           "dispatch", s)))
-            return fail_batch(r, rc);
-        const struct moe_head *h =
-            (const struct moe_head *)(r->mem + r->off_rd + s * r->dslot);
-        if (h->rows > c->max_tokens || h->batch != batch)
-            return fail_batch(r, moe_fail(-EPROTO, "rank %u: rank %u sent %u "
-                                          "rows for batch %" PRIu64 " (max %u, "
-                                          "batch %" PRIu64 ")", r->rank, s,
-                                          h->rows, h->batch, c->max_tokens,
-                                          batch));
-        got[s] = h->rows;
-        uint32_t rest = got[s] > P ? got[s] - P : 0;
-        if (rest && (rc = wait_imm(r, moe_imm_of(r, batch, s, 1),
-                                   c->naive ? rest : 1, deadline, "dispatch "
-                                   "rest", s)))
-            return fail_batch(r, rc);
-        r->st.rows_received += got[s];
-    }
-    got[r->rank] = n[r->rank];
-    uint64_t tc = moe_now_ns();
-    r->st.dispatch_us = (double)(tc - t0) / 1e3;
-    r->st.pack_us = (double)in.pack_ns / 1e3;
-    r->st.post_us = (double)post_ns / 1e3;
-
-    /* 4. Experts, and one combine write back to each source as soon as its
-     * rows are done (zero-length if it sent none); ours in place. */
-    uint64_t experts_ns = 0;
-    deadline = tc + phase_ns;
-    for (uint32_t i = 1; i <= c->ranks; i++) {
-        uint32_t s = (r->rank + i) % c->ranks;
-        int mine = s == r->rank;
-        size_t stage = mine ? r->off_rc + r->rank * r->cslot
-                            : r->off_sc + s * r->cslot;
-        uint64_t te = moe_now_ns();
-        rc = run_experts(r, s, got[s], r->mem + stage);
-        experts_ns += moe_now_ns() - te;
-        if (!rc && !mine)
-            rc = put_counted(r, s, stage, r->off_rc + r->rank * r->cslot,
-                             got[s] * r->crow_bytes,
-                             moe_imm_of(r, batch, r->rank, 2),
-                             moe_now_ns() + phase_ns, 1, &writes, &post_ns);
-        if (rc)
-            return fail_batch(r, rc);
-    }
-    r->st.experts_us = (double)experts_ns / 1e3;
-    deadline = moe_now_ns() + phase_ns;
-    for (uint32_t i = 1; i < c->ranks; i++) {
-        uint32_t d = (r->rank + c->ranks - i) % c->ranks;
-        if ((rc = wait_imm(r, moe_imm_of(r, batch, d, 2), 1, deadline,
-                           "combine", d)))
-            return fail_batch(r, rc);
-    }
-    /* 5. Sum the partial results in rank order (the reference's order). */
-    memset(out, 0, (size_t)tokens * c->hidden * sizeof(float));
-    for (uint32_t d = 0; d < c->ranks; d++)
-        for (uint32_t k = 0; k < n[d]; k++) {
-            const uint8_t *crow = r->mem + r->off_rc + d * r->cslot +
-                                  k * r->crow_bytes;
-            uint32_t t;
-            memcpy(&t, crow, 4);
-            if (t >= tokens)
-                return fail_batch(r, moe_fail(-EPROTO, "rank %u: combine row "
-                                              "%u from rank %u names token %u",
-                                              r->rank, k, d, t));
-            const float *p = (const float *)(crow + 16);
-            float *o = out + (size_t)t * c->hidden;
-            for (uint32_t e = 0; e < c->hidden; e++)
-                o[e] += p[e];
-        }
-    r->st.combine_us = (double)(moe_now_ns() - tc) / 1e3;
-    if ((rc = drain(r, writes, moe_now_ns() + phase_ns)))
-        return fail_batch(r, rc);
-    return 0;
+    pthread_mutex_unlock(&r->mu);
+    moe_clear_batch_imms(r, batch + 2);
+    struct batch_run b = {
+        .in = {x, experts, weights, tokens, c->experts / c->ranks,
+               c->dtype == TE_MOE_BF16 ? 2 : 4, 0},
+        .batch = batch, .phase_ns = (uint64_t)c->timeout_ms * 1000000ull,
+        .t0 = moe_now_ns()};
+    rc = run_batch(r, &b, out);
+    return end_batch(r, rc, b.writes);
 }

@@ -2,6 +2,7 @@
 #ifndef TE_MOE_INTERNAL_H
 #define TE_MOE_INTERNAL_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "te/moe.h"
@@ -70,24 +71,32 @@ struct te_moe_rank {
     size_t off_sd, off_rd, off_sc, off_rc;
     te_mr *mr;
     te_imm_space *space;
-    uint32_t generation; /* lives of the immediate space used: failed batches */
     struct moe_peer peers[TE_MOE_MAX_RANKS];
     te_moe_stats st;
     float *xt, *acc;
-    /* Local completions of the current batch: its writes carry user_data
-     * = serial (one per te_moe_batch call), so completions of an earlier,
-     * failed batch are never counted for this one, and completions taken
-     * while waiting for room to submit are counted, not lost. */
-    uint64_t serial;
-    uint32_t completed, failed;
+    /* Local completions arrive through each write's own callback (never
+     * the engine-wide queue, which other users of the engine own). The
+     * callback thread counts them under mu; the batch waits on cv. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t serial;   /* the current te_moe_batch call */
+    uint32_t completed, failed; /* of this serial's writes */
+    uint64_t inflight; /* writes of any serial whose callback has not run */
     char failed_why[96];
+    /* Set when a batch's writes could not be confirmed: their bytes may
+     * still land, so no batch restages the buffers until inflight is 0. */
+    int unconfirmed;
 };
 
 uint64_t moe_now_ns(void);
 /* The raw immediate of (batch, source, phase) at any rank of this job. */
 uint32_t moe_imm_of(const te_moe_rank *r, uint64_t batch, uint32_t src,
                     uint32_t phase);
-/* After a failed batch: retire the immediate space (every rank does). */
-void moe_retire_batch(te_moe_rank *r);
+/* Forget what is banked for batch `batch` (clear it before anyone can
+ * write it: two batches ahead). */
+void moe_clear_batch_imms(te_moe_rank *r, uint64_t batch);
+/* Wait until every write submitted by this rank has called back, at most
+ * until deadline; 0 or -ETIMEDOUT, and what is left in *left (or NULL). */
+int moe_wait_inflight(te_moe_rank *r, uint64_t deadline, uint64_t *left);
 
 #endif

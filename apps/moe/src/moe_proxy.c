@@ -19,6 +19,10 @@
 #include "te/moe_proxy.h"
 
 #define PROXY_TARGETS 64
+/* A write's deadline in the engine, and destroy's wait for the callbacks
+ * of writes in flight: longer, so that normally all of them are in. */
+#define PROXY_WRITE_TIMEOUT_MS 5000
+#define PROXY_DESTROY_WAIT_MS (2 * PROXY_WRITE_TIMEOUT_MS)
 
 struct proxy_target {
     atomic_int set; /* published last: the proxy thread reads the rest after it */
@@ -42,10 +46,24 @@ struct te_moe_proxy {
     struct proxy_watch *watches;
     pthread_t thread;
     atomic_int stop;
-    atomic_uint_fast64_t submitted, completed;
+    atomic_uint_fast64_t submitted, completed, failed;
+    /* One reference for the owner, one per write in flight and per armed
+     * watch: callbacks can come after destroy (a watch's at its deadline
+     * or te_engine_destroy), so the last one frees. */
+    atomic_int refs;
     pthread_mutex_t mu;
+    int dead; /* under mu: destroyed, the ring may be gone */
     char error[256];
 };
+
+static void proxy_unref(te_moe_proxy *p)
+{
+    if (atomic_fetch_sub(&p->refs, 1) != 1)
+        return;
+    pthread_mutex_destroy(&p->mu);
+    free(p->watches);
+    free(p);
+}
 
 size_t te_moe_ring_bytes(uint32_t entries, uint32_t flags)
 {
@@ -64,7 +82,7 @@ static void ring_fail(te_moe_proxy *p, int err, const char *fmt, ...)
 static void ring_fail(te_moe_proxy *p, int err, const char *fmt, ...)
 {
     pthread_mutex_lock(&p->mu);
-    if (__atomic_load_n(&p->ring->error, __ATOMIC_RELAXED) == 0) {
+    if (!p->dead && __atomic_load_n(&p->ring->error, __ATOMIC_RELAXED) == 0) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(p->error, sizeof(p->error), fmt, ap);
@@ -77,10 +95,14 @@ static void ring_fail(te_moe_proxy *p, int err, const char *fmt, ...)
 static void on_done(const te_completion *c, void *arg)
 {
     te_moe_proxy *p = arg;
-    if (c->status < 0)
+    if (c->status < 0) {
         ring_fail(p, c->status, "proxy write %llu failed: %s (%s)",
                   (unsigned long long)c->user_data, te_strerror(c->status), c->reason);
-    atomic_fetch_add(&p->completed, 1);
+        atomic_fetch_add(&p->failed, 1);
+    } else {
+        atomic_fetch_add(&p->completed, 1);
+    }
+    proxy_unref(p);
 }
 
 /* Validate and submit one entry; -errno stops the ring. */
@@ -110,6 +132,7 @@ static int submit_entry(te_moe_proxy *p, uint64_t pos, const te_moe_ring_entry *
     r.flags = TE_F_IMM;
     r.imm = en->imm;
     r.route.kind = TE_ROUTE_PIN;
+    r.timeout_ms = PROXY_WRITE_TIMEOUT_MS;
     r.user_data = pos;
     r.done = on_done;
     r.done_arg = p;
@@ -120,9 +143,11 @@ static int submit_entry(te_moe_proxy *p, uint64_t pos, const te_moe_ring_entry *
     r.u.xfer.remote_off = en->dst_off;
     r.u.xfer.len = en->len;
     int64_t id;
+    atomic_fetch_add(&p->refs, 1); /* before: the callback may run first */
     for (int tries = 0; (id = te_submit(p->e, &r)) == -EAGAIN && tries < 100000; tries++)
         usleep(10);
     if (id < 0) {
+        atomic_fetch_sub(&p->refs, 1); /* ours is still held */
         ring_fail(p, (int)id, "ring entry %llu: te_submit: %s", (unsigned long long)pos,
                   te_last_error());
         return (int)id;
@@ -177,6 +202,7 @@ int te_moe_proxy_create(te_engine *e, void *mem, uint32_t entries, uint32_t flag
         return -ENOMEM;
     }
     memset(mem, 0, te_moe_ring_bytes(entries, flags));
+    atomic_init(&p->refs, 1);
     p->e = e;
     p->ring = mem;
     p->ring->entries = entries;
@@ -209,11 +235,17 @@ int te_moe_proxy_target(te_moe_proxy *p, uint32_t index, te_peer peer, te_mr *lo
 static void on_watch(uint32_t imm, int status, void *arg)
 {
     struct proxy_watch *w = arg;
+    te_moe_proxy *p = w->p;
     (void)imm;
-    atomic_thread_fence(memory_order_release); /* the data before the flag */
-    __atomic_store_n(&w->p->flags[w->flag], status == 0 ? w->value : TE_MOE_FLAG_FAILED,
-                     __ATOMIC_RELEASE);
+    pthread_mutex_lock(&p->mu);
+    if (!p->dead) {
+        atomic_thread_fence(memory_order_release); /* the data before the flag */
+        __atomic_store_n(&p->flags[w->flag], status == 0 ? w->value : TE_MOE_FLAG_FAILED,
+                         __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&p->mu);
     atomic_store(&w->armed, 0);
+    proxy_unref(p);
 }
 
 int te_moe_proxy_watch(te_moe_proxy *p, uint32_t imm, uint64_t count, uint32_t flag,
@@ -226,9 +258,12 @@ int te_moe_proxy_watch(te_moe_proxy *p, uint32_t imm, uint64_t count, uint32_t f
         return -EBUSY; /* one watch per flag at a time */
     w->p = p, w->flag = flag, w->value = value, w->imm = imm;
     atomic_store(&w->armed, 1);
+    atomic_fetch_add(&p->refs, 1); /* before: the callback may run first */
     int rc = te_imm_expect_timeout(p->e, imm, count, timeout_ms, on_watch, w);
-    if (rc)
+    if (rc) {
         atomic_store(&w->armed, 0);
+        atomic_fetch_sub(&p->refs, 1); /* ours is still held */
+    }
     return rc;
 }
 
@@ -238,7 +273,19 @@ void te_moe_proxy_counts(const te_moe_proxy *p, uint64_t *submitted, uint64_t *c
     *completed = atomic_load(&((te_moe_proxy *)p)->completed);
 }
 
+uint64_t te_moe_proxy_failed(const te_moe_proxy *p)
+{
+    return atomic_load(&((te_moe_proxy *)p)->failed);
+}
+
 const char *te_moe_proxy_error(const te_moe_proxy *p) { return p->error; }
+
+/* Writes whose callback has not run yet. */
+static uint64_t proxy_in_flight(te_moe_proxy *p)
+{
+    return atomic_load(&p->submitted) - atomic_load(&p->completed) -
+           atomic_load(&p->failed);
+}
 
 void te_moe_proxy_destroy(te_moe_proxy *p)
 {
@@ -246,15 +293,18 @@ void te_moe_proxy_destroy(te_moe_proxy *p)
         return;
     atomic_store(&p->stop, 1);
     pthread_join(p->thread, NULL);
-    /* Bounded wait for completions: the callbacks use p. */
-    for (int i = 0; i < 20000 && atomic_load(&p->completed) < atomic_load(&p->submitted); i++)
+    for (int i = 0; i < PROXY_DESTROY_WAIT_MS * 2 && proxy_in_flight(p); i++)
         usleep(500);
-    /* Watches still armed would call back into freed memory: disarm them
-     * (te_imm_remove does not run the callback). */
-    for (uint32_t f = 0; f < p->ring->flags; f++)
-        if (atomic_load(&p->watches[f].armed))
-            te_imm_remove(p->e, p->watches[f].imm, NULL);
-    pthread_mutex_destroy(&p->mu);
-    free(p->watches);
-    free(p);
+    uint64_t left = proxy_in_flight(p);
+    if (left)
+        fprintf(stderr, "te-moe proxy: %llu writes still in flight after %d ms: "
+                "the proxy's memory stays until their callbacks have run\n",
+                (unsigned long long)left, PROXY_DESTROY_WAIT_MS);
+    /* Callbacks still to come (late writes; watches still armed, which
+     * end at their deadline or te_engine_destroy) must not touch the
+     * ring: the owner may free it once this returns. */
+    pthread_mutex_lock(&p->mu);
+    p->dead = 1;
+    pthread_mutex_unlock(&p->mu);
+    proxy_unref(p);
 }

@@ -27,7 +27,12 @@
 
 #define BLOB_MAGIC 0x454f4d54u /* "TMOE" */
 #define SPACE_BASE (TE_IMM_SPACE_REGION_START + 0x01000000u)
-#define SPACE_LIVES 16u
+/* Batches whose immediates are distinct: the slot of batch b is b mod
+ * this, the same at every rank whatever failed where. */
+#define BATCH_SLOTS 16u
+/* Only life 0 is used (never retired: retirement is local to one rank,
+ * and ranks that disagree on the life never count each other's writes). */
+#define SPACE_LIVES 2u
 
 static __thread char moe_msg[256];
 
@@ -49,13 +54,27 @@ uint64_t moe_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static uint32_t space_size(const te_moe_config *c) { return 2 * c->ranks * 3; }
+static uint32_t space_size(const te_moe_config *c)
+{
+    return BATCH_SLOTS * c->ranks * 3;
+}
 
 uint32_t moe_imm_of(const te_moe_rank *r, uint64_t batch, uint32_t src,
                     uint32_t phase)
 {
-    uint32_t idx = ((uint32_t)(batch & 1) * r->c.ranks + src) * 3 + phase;
-    return SPACE_BASE + (r->generation % SPACE_LIVES) * space_size(&r->c) + idx;
+    uint32_t slot = (uint32_t)(batch % BATCH_SLOTS);
+    return SPACE_BASE + (slot * r->c.ranks + src) * 3 + phase;
+}
+
+/* A rank is at most one batch ahead of any other (it cannot finish batch
+ * b without everyone's combine of b, sent after their dispatch of b was
+ * all in), so nobody writes batch + 2 yet: what is banked there is left
+ * over from a failed batch BATCH_SLOTS earlier. */
+void moe_clear_batch_imms(te_moe_rank *r, uint64_t batch)
+{
+    for (uint32_t s = 0; s < r->c.ranks; s++)
+        for (uint32_t ph = 0; ph < 3; ph++)
+            te_imm_remove(r->e, moe_imm_of(r, batch, s, ph), NULL);
 }
 
 static int check_config(const te_moe_config *c)
@@ -77,6 +96,22 @@ static int check_config(const te_moe_config *c)
     return 0;
 }
 
+/* The condition's clock is the one of every deadline (moe_now_ns). */
+static int init_sync(te_moe_rank *r)
+{
+    pthread_condattr_t a;
+    if (pthread_condattr_init(&a))
+        return -1;
+    int rc = pthread_condattr_setclock(&a, CLOCK_MONOTONIC) ||
+             pthread_cond_init(&r->cv, &a);
+    pthread_condattr_destroy(&a);
+    if (!rc && pthread_mutex_init(&r->mu, NULL)) {
+        pthread_cond_destroy(&r->cv);
+        rc = -1;
+    }
+    return rc ? -1 : 0;
+}
+
 int te_moe_rank_new(te_engine *e, const te_moe_config *c, uint32_t rank,
                     te_moe_rank **out)
 {
@@ -93,6 +128,10 @@ int te_moe_rank_new(te_engine *e, const te_moe_config *c, uint32_t rank,
     if (!r->c.timeout_ms)
         r->c.timeout_ms = 5000;
     r->rank = rank;
+    if (init_sync(r)) {
+        free(r);
+        return moe_fail(-ENOMEM, "te-moe: mutex/condition");
+    }
     r->nics = (uint32_t)te_engine_nic_count(e, 0);
     size_t elem = c->dtype == TE_MOE_BF16 ? 2 : 4;
     r->row_bytes = sizeof(struct moe_row_meta) + c->hidden * elem;
@@ -127,11 +166,12 @@ int te_moe_rank_new(te_engine *e, const te_moe_config *c, uint32_t rank,
     *out = r;
     return 0;
 fail:
-    if (r->mr)
-        te_mr_dereg(e, r->mr);
-    free(r->mem);
+    if (!r->mr || !te_mr_dereg(e, r->mr))
+        free(r->mem);
     free(r->xt);
     free(r->acc);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
     free(r);
     return rc;
 }
@@ -215,13 +255,6 @@ int te_moe_rank_connect(te_moe_rank *r, uint32_t peer, const void *blob,
 
 void te_moe_rank_stats(te_moe_rank *r, te_moe_stats *out) { *out = r->st; }
 
-void moe_retire_batch(te_moe_rank *r)
-{
-    /* Late writes of the failed batch must never count in a later one. */
-    te_imm_space_retire(r->space);
-    r->generation++;
-}
-
 int te_moe_rank_disconnect(te_moe_rank *r)
 {
     int first = 0;
@@ -242,12 +275,30 @@ void te_moe_rank_free(te_moe_rank *r)
 {
     if (!r)
         return;
+    /* The callbacks of writes still in flight use r and their bytes come
+     * from r->mem: keep both if they do not all end within the deadline. */
+    uint64_t left = 0;
+    if (moe_wait_inflight(r, moe_now_ns() + (uint64_t)r->c.timeout_ms *
+                                                1000000ull, &left)) {
+        fprintf(stderr, "te-moe: rank %u: %" PRIu64 " writes still in flight "
+                "after %d ms: leaking the rank (%zu bytes) rather than "
+                "freeing what they use\n", r->rank, left, r->c.timeout_ms,
+                r->mem_len);
+        return;
+    }
     te_imm_space_destroy(r->space);
-    te_mr_dereg(r->e, r->mr);
+    int rc = te_mr_dereg(r->e, r->mr);
+    if (rc)
+        /* Still registered: a peer may still write into it. */
+        fprintf(stderr, "te-moe: rank %u: deregistration failed (%s: %s): "
+                "leaking its %zu bytes\n", r->rank, te_strerror(rc),
+                te_last_error(), r->mem_len);
+    else
+        free(r->mem);
     moe_weights_free(&r->W);
-    free(r->mem);
     free(r->xt);
     free(r->acc);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
     free(r);
 }
-

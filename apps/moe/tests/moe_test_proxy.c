@@ -4,7 +4,9 @@
  * (wrap-around and back-pressure), the receiver's flag raised by its
  * ImmCounter, the bytes checked; a bad entry (unknown target, out of
  * bounds) stops the ring with a reason and writes nothing; a watch that
- * times out raises TE_MOE_FLAG_FAILED.
+ * times out raises TE_MOE_FLAG_FAILED; a write that fails is counted as
+ * failed (not completed) and stops the ring; a watch still armed at
+ * destroy and met afterwards does not write into the ring.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -52,6 +54,49 @@ static int wait_flag(volatile uint32_t *f, uint32_t want, int ms)
         usleep(100);
     }
     return -1;
+}
+
+/* Writes through a proxy on an engine whose every write fails: counted as
+ * failures, and the ring's error says so. */
+static void failed_write_counted(te_engine *b, const te_mr_desc *dd, const void *addr,
+                                 size_t alen)
+{
+    te_config *cfg = te_config_new();
+    te_engine *c;
+    te_config_set(cfg, "loopback", "fault_fail_every", "1");
+    int rc = te_engine_create(cfg, &c);
+    te_config_free(cfg);
+    CHECK(rc == 0, "engine c: %s", te_last_error());
+    if (rc)
+        return;
+    static uint8_t src[4096];
+    te_mr *mr;
+    te_peer peer;
+    void *mem = calloc(1, te_moe_ring_bytes(8, 1));
+    te_moe_proxy *p;
+    CHECK(te_mr_reg(c, 0, src, sizeof(src), TE_MR_LOCAL, TE_MEM_HOST, &mr) == 0 &&
+          te_peer_add(c, 0, addr, alen, &peer) == 0, "setup c: %s", te_last_error());
+    CHECK(te_moe_proxy_create(c, mem, 8, 1, &p) == 0, "proxy c");
+    CHECK(te_moe_proxy_target(p, 0, peer, mr, dd) == 0, "target c");
+    uint64_t posted = 0, sub = 0, done = 0;
+    te_moe_ring_entry e = {.target = 0, .imm = 0x5200, .len = 64};
+    CHECK(post(mem, &posted, e) == 0, "post to c");
+    for (int i = 0; i < 100000 && done + te_moe_proxy_failed(p) < 1; i++) {
+        usleep(100);
+        te_moe_proxy_counts(p, &sub, &done);
+    }
+    te_moe_ring *r = mem;
+    CHECK(sub == 1 && done == 0 && te_moe_proxy_failed(p) == 1,
+          "a failed write: submitted %llu, completed %llu, failed %llu",
+          (unsigned long long)sub, (unsigned long long)done,
+          (unsigned long long)te_moe_proxy_failed(p));
+    CHECK(__atomic_load_n(&r->error, __ATOMIC_ACQUIRE) != 0 &&
+          strstr(te_moe_proxy_error(p), "failed"), "ring error %d: %s", r->error,
+          te_moe_proxy_error(p));
+    te_moe_proxy_destroy(p);
+    te_mr_dereg(c, mr);
+    te_engine_destroy(c);
+    free(mem);
 }
 
 int main(void)
@@ -130,15 +175,30 @@ int main(void)
         zero &= dst[i] == 0;
     CHECK(zero, "a refused entry wrote bytes");
     te_moe_proxy_destroy(pa);
-    /* A watch still armed at destroy is disarmed there: the engine's
-     * -ECANCELED at te_engine_destroy must not reach freed memory (ASan). */
+    failed_write_counted(b, &dd, addr, alen);
+    /* Watches still armed at destroy: one ends at te_engine_destroy
+     * (-ECANCELED), one is met after destroy; neither may reach freed
+     * memory (ASan) nor write into the ring, which the owner may reuse. */
     CHECK(te_moe_proxy_watch(pb, imm + 2, 1, 0, 1, 60000) == 0, "watch 3");
     CHECK(te_moe_proxy_watch(pb, imm + 3, 1, 0, 1, 60000) == -EBUSY, "second watch on a flag");
+    CHECK(te_moe_proxy_watch(pb, imm + 4, 1, 1, 9, 60000) == 0, "watch 4");
     te_moe_proxy_destroy(pb);
+    te_request q;
+    te_request_init(&q, TE_OP_WRITE);
+    q.flags = TE_F_IMM;
+    q.imm = imm + 4;
+    q.u.xfer.peer = peer;
+    q.u.xfer.local = smr;
+    q.u.xfer.remote = &dd;
+    q.u.xfer.len = 64;
+    te_completion qc;
+    CHECK(te_submit(a, &q) > 0, "write after destroy: %s", te_last_error());
+    CHECK(te_poll_completions(a, &qc, 1, 10000) == 1 && qc.status == 0, "its completion");
     te_mr_dereg(a, smr);
     te_mr_dereg(b, dmr);
     te_engine_destroy(a);
-    te_engine_destroy(b);
+    te_engine_destroy(b); /* every callback has run */
+    CHECK(fb[0] == 0 && fb[1] == 0, "flags written after destroy: %u %u", fb[0], fb[1]);
     free(src), free(dst), free(ma), free(mb);
     printf("%d failure(s)\n", failures);
     return failures ? 1 : 0;

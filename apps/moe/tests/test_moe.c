@@ -3,7 +3,10 @@
  * fp32 and bf16, skewed and empty routing, with reordering and delays; at
  * most 2 dispatch writes and exactly 1 combine write per peer; bad input
  * refused before anything is written; a killed rank fails the batch on
- * every other rank within the deadline. */
+ * every other rank within the deadline; the library leaves other users'
+ * completions on a shared engine alone; a failure at one rank alone does
+ * not stall later batches; a failed batch returns only once its writes
+ * have ended (or refuses later batches while they have not). */
 #include <check.h>
 #include <errno.h>
 #include <signal.h>
@@ -14,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "moe_internal.h" /* white box: a receive slot's head */
 #include "moe_job.h"
 
 static te_moe_config cfg(uint32_t R, uint32_t k, uint32_t E, uint32_t P)
@@ -287,6 +291,165 @@ START_TEST(killed_rank_fails_the_batch_everywhere)
 }
 END_TEST
 
+
+/* Another user of rank 0's engine: `n` callback-less writes into a buffer
+ * of engine 1, with user_data 0, 1, 2, ... (1 and 2: the serials of the
+ * rank's first batches). */
+struct other_user {
+    uint8_t src[4096], dst[4096];
+    te_mr *smr, *dmr;
+    te_mr_desc dd;
+    te_peer peer;
+};
+
+static void other_user_open(struct other_user *o, te_engine *a, te_engine *b)
+{
+    uint8_t addr[TE_ADDR_MAX];
+    size_t alen = sizeof(addr);
+    ck_assert_int_eq(te_mr_reg(a, 0, o->src, sizeof(o->src), TE_MR_LOCAL,
+                               TE_MEM_HOST, &o->smr), 0);
+    ck_assert_int_eq(te_mr_reg(b, 0, o->dst, sizeof(o->dst),
+                               TE_MR_REMOTE_WRITE, TE_MEM_HOST, &o->dmr), 0);
+    ck_assert_int_eq(te_mr_describe(o->dmr, &o->dd), 0);
+    ck_assert_int_eq(te_engine_address(b, 0, addr, &alen), 0);
+    ck_assert_int_eq(te_peer_add(a, 0, addr, alen, &o->peer), 0);
+}
+
+static void other_user_write(struct other_user *o, te_engine *a, uint64_t ud)
+{
+    te_request q;
+    te_request_init(&q, TE_OP_WRITE);
+    q.user_data = ud;
+    q.u.xfer.peer = o->peer;
+    q.u.xfer.local = o->smr;
+    q.u.xfer.remote = &o->dd;
+    q.u.xfer.len = 64;
+    ck_assert_int_gt(te_submit(a, &q), 0);
+}
+
+START_TEST(shared_engine_completions_left_alone)
+{
+    te_moe_config c = cfg(2, 2, 8, 4);
+    struct moe_job j;
+    ck_assert_int_eq(moe_job_open(&j, &c, NULL), 0);
+    static struct other_user o;
+    other_user_open(&o, j.e[0], j.e[1]);
+    for (uint64_t ud = 0; ud < 3; ud++)
+        other_user_write(&o, j.e[0], ud);
+    uint32_t tok[2] = {40, 40};
+    for (uint64_t b = 0; b < 2; b++) {
+        moe_job_inputs(&j, tok, 7 + b, 0);
+        ck_assert_msg(moe_job_batch(&j, b) == 0, "%s", j.why[0]);
+        ck_assert_uint_eq(moe_job_check(&j), 0);
+    }
+    /* Every completion of the other user is still there for it. */
+    uint32_t seen = 0;
+    te_completion cq[8];
+    for (int tries = 0; tries < 100 && seen != 7; tries++) {
+        int n = te_poll_completions(j.e[0], cq, 8, 100);
+        for (int i = 0; i < n; i++) {
+            ck_assert_uint_lt(cq[i].user_data, 3);
+            ck_assert_int_eq(cq[i].status, 0);
+            seen |= 1u << cq[i].user_data;
+        }
+    }
+    ck_assert_uint_eq(seen, 7);
+    te_mr_dereg(j.e[0], o.smr);
+    te_mr_dereg(j.e[1], o.dmr);
+    moe_job_close(&j);
+}
+END_TEST
+
+/* Batch 1 fails at rank 0 alone (rank 1 refuses it before writing, as a
+ * rank with bad input would): batch 2 must still work everywhere. */
+START_TEST(failure_at_one_rank_does_not_stall_later_batches)
+{
+    te_moe_config c = cfg(2, 2, 8, 4);
+    c.timeout_ms = 1000;
+    struct moe_job j;
+    ck_assert_int_eq(moe_job_open(&j, &c, NULL), 0);
+    uint32_t tok[2] = {20, 30};
+    moe_job_inputs(&j, tok, 3, 0);
+    ck_assert_msg(moe_job_batch(&j, 0) == 0, "%s", j.why[0]);
+    ck_assert_int_eq(te_moe_batch(j.r[1], 1, c.max_tokens + 1, j.x[1],
+                                  j.experts[1], j.weights[1], j.out[1]),
+                     -E2BIG);
+    ck_assert_int_ne(te_moe_batch(j.r[0], 1, j.tokens[0], j.x[0],
+                                  j.experts[0], j.weights[0], j.out[0]), 0);
+    for (uint64_t b = 2; b < 4; b++) {
+        moe_job_inputs(&j, tok, 3 + b, 0);
+        ck_assert_msg(moe_job_batch(&j, b) == 0, "batch %u: %s / %s",
+                      (unsigned)b, j.why[0], j.why[1]);
+        ck_assert_uint_eq(moe_job_check(&j), 0);
+    }
+    moe_job_close(&j);
+}
+END_TEST
+
+/* The head rank 0 wrote into rank 1's receive slot for it. */
+static uint64_t head_batch_at(const te_moe_rank *r1)
+{
+    const struct moe_head *h =
+        (const struct moe_head *)(r1->mem + r1->off_rd + 0 * r1->dslot);
+    return h->batch;
+}
+
+/* Rank 0 fails batch 5 (rank 1 never runs it) while its dispatch write is
+ * held by the transport (fault_delay_us 1.5 x timeout): when the batch
+ * returns, that write has ended (the head is at rank 1), or the rank says
+ * it is unusable and refuses the next batch. */
+START_TEST(failed_batch_returns_after_its_writes)
+{
+    static const char *const sets[] = {"loopback.fault_delay_us=450000", NULL};
+    te_moe_config c = cfg(2, 1, 8, 4);
+    c.timeout_ms = 300;
+    struct moe_job j;
+    ck_assert_int_eq(moe_job_open(&j, &c, sets), 0);
+    uint32_t tok[2] = {8, 8};
+    moe_job_inputs(&j, tok, 11, 0);
+    int rc = te_moe_batch(j.r[0], 5, j.tokens[0], j.x[0], j.experts[0],
+                          j.weights[0], j.out[0]);
+    ck_assert_int_ne(rc, 0);
+    if (strstr(te_moe_last_error(), "unusable"))
+        ck_assert_int_ne(te_moe_batch(j.r[0], 6, j.tokens[0], j.x[0],
+                                      j.experts[0], j.weights[0], j.out[0]), 0);
+    else
+        ck_assert_msg(head_batch_at(j.r[1]) == 5, "batch 5 returned (%s) "
+                      "with its write still in flight", te_moe_last_error());
+    moe_job_close(&j);
+}
+END_TEST
+
+/* A rank whose writes are still held by the transport (longer than its
+ * deadline, twice) refuses the next batch, and freeing it keeps what the
+ * writes and their callbacks use (ASan: no use after free when they end at
+ * te_engine_destroy). The kept rank stays reachable here: not a leak. */
+static te_moe_rank *kept_rank;
+
+START_TEST(unconfirmed_writes_refuse_batches_and_keep_memory)
+{
+    static const char *const sets[] = {"loopback.fault_delay_us=2000000", NULL};
+    te_moe_config c = cfg(2, 1, 8, 4);
+    c.timeout_ms = 200;
+    struct moe_job j;
+    ck_assert_int_eq(moe_job_open(&j, &c, sets), 0);
+    uint32_t tok[2] = {8, 8};
+    moe_job_inputs(&j, tok, 12, 0);
+    ck_assert_int_ne(te_moe_batch(j.r[0], 0, j.tokens[0], j.x[0],
+                                  j.experts[0], j.weights[0], j.out[0]), 0);
+    ck_assert_msg(strstr(te_moe_last_error(), "unusable"), "%s",
+                  te_moe_last_error());
+    ck_assert_int_eq(te_moe_batch(j.r[0], 1, j.tokens[0], j.x[0],
+                                  j.experts[0], j.weights[0], j.out[0]),
+                     -EBUSY);
+    ck_assert_ptr_nonnull(strstr(te_moe_last_error(), "not completed"));
+    kept_rank = j.r[0];
+    te_moe_rank_free(j.r[0]); /* kept: its write is still in flight */
+    j.r[0] = NULL;
+    moe_job_close(&j); /* the write ends here, calling back into kept_rank */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("moe");
@@ -299,6 +462,10 @@ int main(void)
     tcase_add_test(t, reordering_and_delays);
     tcase_add_test(t, bad_input_refused_before_writing);
     tcase_add_test(t, killed_rank_fails_the_batch_everywhere);
+    tcase_add_test(t, shared_engine_completions_left_alone);
+    tcase_add_test(t, failure_at_one_rank_does_not_stall_later_batches);
+    tcase_add_test(t, failed_batch_returns_after_its_writes);
+    tcase_add_test(t, unconfirmed_writes_refuse_batches_and_keep_memory);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -16,9 +16,11 @@
  * phase; every wait has a deadline.
  *
  * Immediates: one immediate space per rank ("te-moe"), index
- * ((batch & 1) * R + source) * 3 + phase (0 dispatch head, 1 dispatch rest,
- * 2 combine); a failed batch retires the space, so a late write of batch b
- * is counted as stale and never in batch b + 2.
+ * ((batch mod 16) * R + source) * 3 + phase (0 dispatch head, 1 dispatch
+ * rest, 2 combine), a function of the batch number alone, so ranks agree
+ * whatever failed where; batch b + 2's values are cleared when batch b
+ * starts, so a late write of a failed batch is never counted in a later
+ * one (unless over 14 batches late). Batch numbers are consecutive.
  */
 #ifndef TE_MOE_H
 #define TE_MOE_H
@@ -100,7 +102,9 @@ int te_moe_route_random(const te_moe_config *c, uint32_t tokens,
  * the job calls it with the same batch number. Returns 0, or an error
  * naming the rank and phase that did not complete (-ETIMEDOUT,
  * -ECONNRESET, -EINVAL for bad routing, -E2BIG for rows that would not fit,
- * checked before anything is written).
+ * checked before anything is written). Returns only once this batch's
+ * writes have ended (waiting up to timeout_ms more after a failure); if
+ * they have not, later batches are refused with -EBUSY until they have.
  */
 int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
                  const void *x, const uint16_t *experts, const float *weights,
@@ -142,7 +146,9 @@ const char *te_moe_last_error(void);
 int te_moe_rank_disconnect(te_moe_rank *r);
 
 /** Free the rank's buffers, registration and immediate space (the
- * engine's peers stay: te_moe_rank_disconnect). NULL is allowed. */
+ * engine's peers stay: te_moe_rank_disconnect). NULL is allowed. Writes
+ * still in flight after timeout_ms, or a failed deregistration, leave the
+ * memory they use allocated (a line on stderr says so). */
 void te_moe_rank_free(te_moe_rank *r);
 
 /**

@@ -69,18 +69,27 @@ int te_moe_proxy_target(te_moe_proxy *p, uint32_t index, te_peer peer, te_mr *lo
 /**
  * Raise flag `flag` to `value` once `count` arrivals of imm are counted (or
  * to TE_MOE_FLAG_FAILED after timeout_ms). One watch per flag at a time
- * (-EBUSY); te_moe_proxy_destroy() disarms the ones still armed.
+ * (-EBUSY). A watch still armed at te_moe_proxy_destroy() stays armed in
+ * the engine until it is met, times out or the engine is destroyed (the
+ * core cannot say whether a disarmed one's callback is already queued),
+ * but never writes its flag after destroy.
  */
 int te_moe_proxy_watch(te_moe_proxy *p, uint32_t imm, uint64_t count, uint32_t flag,
                        uint32_t value, int timeout_ms);
 
-/** Counters: entries submitted, writes completed. */
+/** Counters: entries submitted, writes completed successfully. */
 void te_moe_proxy_counts(const te_moe_proxy *p, uint64_t *submitted, uint64_t *completed);
+
+/** Writes that failed (each also sets ring->error, first one's reason in
+ *  te_moe_proxy_error()). Writes time out after 5 s in the engine. */
+uint64_t te_moe_proxy_failed(const te_moe_proxy *p);
 
 /** The reason of the ring's error ("" while healthy). */
 const char *te_moe_proxy_error(const te_moe_proxy *p);
 
-/** Stop the thread (waits, bounded, for writes in flight) and free. */
+/** Stop the thread, wait (at most 10 s) for the callbacks of writes in
+ *  flight, and free; memory that late callbacks use is freed by the last
+ *  of them. The ring memory may be freed once this returns. */
 void te_moe_proxy_destroy(te_moe_proxy *p);
 
 #ifdef __cplusplus
