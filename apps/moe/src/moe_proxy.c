@@ -300,9 +300,19 @@ void te_moe_proxy_destroy(te_moe_proxy *p)
         fprintf(stderr, "te-moe proxy: %llu writes still in flight after %d ms: "
                 "the proxy's memory stays until their callbacks have run\n",
                 (unsigned long long)left, PROXY_DESTROY_WAIT_MS);
-    /* Callbacks still to come (late writes; watches still armed, which
-     * end at their deadline or te_engine_destroy) must not touch the
-     * ring: the owner may free it once this returns. */
+    /* Watches still armed: take them away, or they would linger in the
+     * engine and consume arrivals of their imm meant for a later user.
+     * te_imm_disarm says 1 only when the callback can no longer come, so
+     * only then is the watch's reference dropped here. */
+    for (uint32_t f = 0; f < p->ring->flags; f++) {
+        struct proxy_watch *w = &p->watches[f];
+        if (atomic_load(&w->armed) && te_imm_disarm(p->e, w->imm, NULL) == 1) {
+            atomic_store(&w->armed, 0);
+            proxy_unref(p);
+        }
+    }
+    /* Callbacks still to come (late writes; a watch met just before) must
+     * not touch the ring: the owner may free it once this returns. */
     pthread_mutex_lock(&p->mu);
     p->dead = 1;
     pthread_mutex_unlock(&p->mu);

@@ -176,9 +176,10 @@ int main(void)
     CHECK(zero, "a refused entry wrote bytes");
     te_moe_proxy_destroy(pa);
     failed_write_counted(b, &dd, addr, alen);
-    /* Watches still armed at destroy: one ends at te_engine_destroy
-     * (-ECANCELED), one is met after destroy; neither may reach freed
-     * memory (ASan) nor write into the ring, which the owner may reuse. */
+    /* Watches still armed at destroy are taken away (te_imm_disarm): a
+     * later arrival of their imm is banked for whoever comes next, not
+     * consumed by a dead proxy; neither may reach freed memory (ASan) nor
+     * write into the ring, which the owner may reuse. */
     CHECK(te_moe_proxy_watch(pb, imm + 2, 1, 0, 1, 60000) == 0, "watch 3");
     CHECK(te_moe_proxy_watch(pb, imm + 3, 1, 0, 1, 60000) == -EBUSY, "second watch on a flag");
     CHECK(te_moe_proxy_watch(pb, imm + 4, 1, 1, 9, 60000) == 0, "watch 4");
@@ -194,6 +195,10 @@ int main(void)
     te_completion qc;
     CHECK(te_submit(a, &q) > 0, "write after destroy: %s", te_last_error());
     CHECK(te_poll_completions(a, &qc, 1, 10000) == 1 && qc.status == 0, "its completion");
+    uint64_t banked = 0;
+    int armed = 1;
+    CHECK(te_imm_poll(b, imm + 4, &banked, &armed) == 0 && banked == 1 && !armed,
+          "watch 4 not disarmed at destroy: banked %llu armed %d", (unsigned long long)banked, armed);
     te_mr_dereg(a, smr);
     te_mr_dereg(b, dmr);
     te_engine_destroy(a);

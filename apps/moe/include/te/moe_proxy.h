@@ -69,10 +69,9 @@ int te_moe_proxy_target(te_moe_proxy *p, uint32_t index, te_peer peer, te_mr *lo
 /**
  * Raise flag `flag` to `value` once `count` arrivals of imm are counted (or
  * to TE_MOE_FLAG_FAILED after timeout_ms). One watch per flag at a time
- * (-EBUSY). A watch still armed at te_moe_proxy_destroy() stays armed in
- * the engine until it is met, times out or the engine is destroyed (the
- * core cannot say whether a disarmed one's callback is already queued),
- * but never writes its flag after destroy.
+ * (-EBUSY). te_moe_proxy_destroy() disarms the watches still armed
+ * (te_imm_disarm: later arrivals of their imm stay banked for the next
+ * user); one met just before destroy never writes its flag after it.
  */
 int te_moe_proxy_watch(te_moe_proxy *p, uint32_t imm, uint64_t count, uint32_t flag,
                        uint32_t value, int timeout_ms);
