@@ -113,10 +113,12 @@ static void gpu_flag_complete(uint32_t imm, int status, void *arg)
     te_gpu_flag *f = arg;
     uint32_t v = status ? TE_GPU_FLAG_FAILED
                         : atomic_load_explicit(&f->value, memory_order_relaxed);
-    atomic_store(&f->armed, 0);
     /* Release: the payload the imm announces was written before the imm
-     * was reported, so a kernel that sees v sees the payload too. */
+     * was reported, so a kernel that sees v sees the payload too. The
+     * flag is written before the arming is cleared: from then on the owner
+     * may free or re-arm it (te_gpu_flag_destroy answers -EBUSY until). */
     atomic_store_explicit(f->host, v, memory_order_release);
+    atomic_store_explicit(&f->armed, 0, memory_order_release);
 }
 
 TE_API int te_imm_expect_gpu_flag(te_engine *e, uint32_t imm, uint64_t count,

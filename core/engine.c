@@ -485,6 +485,14 @@ TE_API void te_engine_destroy(te_engine *e)
 {
     if (!e)
         return;
+    /* Destroying joins the callback thread and frees its queues: from that
+     * thread it would join itself and then return into freed memory. */
+    if (te_callbacks_on_thread(&e->cb)) {
+        te_log(e, 0, "te_engine_destroy called from one of the engine's "
+               "callbacks: refused (the engine stays alive; destroy it from "
+               "another thread)");
+        return;
+    }
     atomic_store_explicit(&e->stopping, 1, memory_order_release);
     for (uint32_t g = 0; g < e->ngroups; g++)
         te_worker_stop(&e->groups[g]);

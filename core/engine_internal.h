@@ -177,7 +177,10 @@ struct te_control {
 #define TE_CTL_ADD 1
 #define TE_CTL_REMOVE 2
 
+struct turn;
+
 struct te_group {
+    struct turn *turn;          /* the worker's loop state */
     struct te_engine *e;
     int index;
     uint32_t nic_count;

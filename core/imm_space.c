@@ -213,9 +213,15 @@ TE_API int te_imm_space_create(te_engine *e, const char *name, uint32_t size,
     s->lives = lives;
     s->span = span;
     /* Arrivals banked on these raw values before the space existed
-     * belong to nobody: drop them, so life 0 starts clean. */
-    for (uint32_t v = 0; v < size; v++)
-        te_imm_table_remove(sp->imms, base + v, NULL);
+     * belong to nobody: drop them, so life 0 starts clean. An expectation
+     * armed on one ends with -ECANCELED (through the callback thread, as a
+     * retirement does), never silently: its owner may be waiting on it. */
+    for (uint32_t v = 0; v < size; v++) {
+        te_imm_fn cb = NULL;
+        void *arg = NULL;
+        if (te_imm_table_remove_ex(sp->imms, base + v, NULL, &cb, &arg) && cb)
+            sp->cancel(sp->sink, base + v, cb, arg, -ECANCELED);
+    }
     atomic_store_explicit(&sp->tab[n], s, memory_order_release);
     atomic_store_explicit(&sp->count, n + 1, memory_order_release);
     *out = s;

@@ -267,11 +267,7 @@ static void *worker_main(void *arg)
     te_thread_name(name);
     if (e->s.idle_sleep_us)
         te_thread_tighten_slack(e->s.idle_sleep_us);
-    struct turn *t = calloc(1, sizeof(*t));
-    if (!t) {
-        te_log(e, 0, "group %d: worker out of memory", g->index);
-        return NULL;
-    }
+    struct turn *t = g->turn;
     for (uint32_t i = 0; i < g->nic_count; i++)
         te_repost_recvs(e, &g->nics[i]);
     uint64_t idle_since = 0;
@@ -291,7 +287,6 @@ static void *worker_main(void *arg)
         }
     }
     worker_shutdown(e, g, t);
-    free(t);
     return NULL;
 }
 
@@ -305,9 +300,18 @@ void te_worker_progressed(void *host_ctx)
 
 int te_worker_start(struct te_group *g)
 {
+    /* Allocated here, not on the thread: a worker that could not start its
+     * loop would leave the group's requests (and deadlines) unserved while
+     * te_engine_create() reported success. */
+    g->turn = calloc(1, sizeof(*g->turn));
+    if (!g->turn)
+        return -ENOMEM;
     int rc = pthread_create(&g->worker, NULL, worker_main, g);
-    if (rc)
+    if (rc) {
+        free(g->turn);
+        g->turn = NULL;
         return -rc;
+    }
     g->worker_started = 1;
     return 0;
 }
@@ -318,4 +322,6 @@ void te_worker_stop(struct te_group *g)
         pthread_join(g->worker, NULL);
         g->worker_started = 0;
     }
+    free(g->turn);
+    g->turn = NULL;
 }

@@ -129,7 +129,10 @@ TE_API int te_engine_create(const te_config *cfg, te_engine **out);
 
 /**
  * Stop the workers and free everything. Requests still in flight complete
- * with -ECANCELED before this returns; registrations are released.
+ * with -ECANCELED before this returns; registrations are released. Not from
+ * the engine's own callbacks: there it is refused (logged at error level)
+ * and the engine stays alive, since it would have to join the very thread
+ * it runs on.
  */
 TE_API void te_engine_destroy(te_engine *e);
 
@@ -513,7 +516,9 @@ typedef void (*te_imm_fn)(uint32_t imm, int status, void *arg);
  * once (still on the callback thread). When met, `count` arrivals are
  * consumed and the expectation ends (re-arm with another call); surplus
  * arrivals stay banked. One expectation per imm at a time (-EBUSY).
- * cb may be NULL (then use te_imm_wait() or te_imm_poll()).
+ * cb may be NULL: te_imm_poll() then shows it met (armed turns 0; the
+ * count is consumed). te_imm_wait() is the alternative to an expectation,
+ * not a way to wait for one: it answers -EBUSY while one is armed.
  */
 TE_API int te_imm_expect(te_engine *e, uint32_t imm, uint64_t count, te_imm_fn cb,
                   void *arg);
@@ -593,7 +598,9 @@ typedef struct te_imm_space te_imm_space;
  * that does not use spaces) and `base` is ignored; with it the range starts
  * at `base` (e.g. the same base on every rank of a job). Errors: -EINVAL
  * (bad size, lives, name or flags), -EADDRINUSE (overlaps the named space),
- * -ENOSPC (no free range, or TE_IMM_SPACE_MAX spaces).
+ * -ENOSPC (no free range, or TE_IMM_SPACE_MAX spaces). Arrivals banked on
+ * the range's raw values before are dropped; an expectation armed on one
+ * ends with -ECANCELED (its callback runs once, on the callback thread).
  */
 TE_API int te_imm_space_create(te_engine *e, const char *name, uint32_t size,
                                uint32_t lives, uint32_t flags, uint32_t base,
@@ -663,7 +670,11 @@ typedef void (*te_recv_fn)(int group, te_peer from, const void *data,
  * Install the receive callback of group g (NULL to drop messages). The
  * engine keeps engine.recv_depth buffers of engine.max_msg_size posted and
  * refills them in batches. `from` is the peer handle if the sender was
- * added as a peer of g, else TE_PEER_UNKNOWN.
+ * added as a peer of g, else TE_PEER_UNKNOWN. Messages that arrived before
+ * the call may still reach the previous fn with its arg after it returns
+ * (they are queued in order for the callback thread): free the old arg
+ * once a message that arrived later has reached the new handler, or after
+ * te_engine_destroy().
  */
 TE_API int te_set_recv_handler(te_engine *e, int group, te_recv_fn fn, void *arg);
 

@@ -447,6 +447,38 @@ static int wait_for(atomic_int *v, int want)
     return atomic_load(v);
 }
 
+/* te_engine_destroy from one of the engine's own callbacks would join the
+ * callback thread from itself and return into freed memory: it is refused
+ * and the engine keeps working. */
+static atomic_int destroy_tried;
+
+static void destroy_from_callback(const te_completion *c, void *arg)
+{
+    (void)c;
+    te_engine_destroy(arg);
+    atomic_store(&destroy_tried, 1);
+}
+
+START_TEST(destroy_from_a_callback_is_refused)
+{
+    struct pair x;
+    pair_open(&x, NULL, 4096);
+    atomic_store(&destroy_tried, 0);
+    te_request r = small_write(&x, 5000);
+    r.done = destroy_from_callback;
+    r.done_arg = x.a;
+    ck_assert_int_gt(te_submit(x.a, &r), 0);
+    ck_assert_int_eq(wait_for(&destroy_tried, 1), 1);
+    te_request w = small_write(&x, 5000);
+    ck_assert_int_gt(te_submit(x.a, &w), 0);
+    te_completion c;
+    ck_assert_int_eq(te_poll_completions(x.a, &c, 1, 10000), 1);
+    ck_assert_int_eq(c.status, 0);
+    pair_close(&x);
+}
+END_TEST
+
+
 /* Expectations with a deadline: met in time (callback once, status 0),
  * missed (-ETIMEDOUT once, arrivals stay banked), pending at destroy
  * (-ECANCELED). */
@@ -903,6 +935,7 @@ int main(void)
     tcase_add_test(t, request_deadline);
     tcase_add_test(t, request_to_peer_removed_before_posting);
     tcase_add_test(t, peer_slots_are_reused_with_fresh_handles);
+    tcase_add_test(t, destroy_from_a_callback_is_refused);
     tcase_add_test(t, silent_peer_declared_down);
     tcase_add_test(t, imm_expect_deadlines);
     tcase_add_test(t, imm_disarm_says_whether_callback_runs);

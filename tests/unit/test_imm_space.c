@@ -250,6 +250,27 @@ START_TEST(values_banked_before_creation_are_dropped)
 }
 END_TEST
 
+/* An expectation armed on a raw value that a new space then claims ends
+ * with -ECANCELED: it used to be dropped without its callback, leaving its
+ * owner waiting (a GPU flag spinning) forever. */
+START_TEST(creation_cancels_expectations_armed_before)
+{
+    atomic_store(&cancelled_status, 1);
+    ck_assert_int_eq(te_imm_expect(e, 6003, 4, on_imm, NULL), 0);
+    te_imm_space *s;
+    ck_assert_int_eq(te_imm_space_create(e, "claims", 10, 2,
+                                         TE_IMM_SPACE_FIXED, 6000, &s), 0);
+    struct timespec ts = {0, 1000000};
+    for (int i = 0; i < 5000 && atomic_load(&cancelled_status) == 1; i++)
+        nanosleep(&ts, NULL);
+    ck_assert_int_eq(atomic_load(&cancelled_status), -ECANCELED);
+    int armed = 1;
+    uint64_t banked = 0;
+    ck_assert_int_eq(te_imm_poll(e, 6003, &banked, &armed), 0);
+    ck_assert_int_eq(armed, 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("imm_space");
@@ -259,6 +280,7 @@ static Suite *suite(void)
     tcase_add_test(t, two_spaces_same_indexes_never_alias);
     tcase_add_test(t, retired_life_is_stale_never_credited);
     tcase_add_test(t, retire_cancels_armed_expectations);
+    tcase_add_test(t, creation_cancels_expectations_armed_before);
     tcase_add_test(t, bad_input_names_the_cause);
     tcase_add_test(t, destroyed_space_is_refused_everywhere);
     tcase_add_test(t, values_banked_before_creation_are_dropped);
