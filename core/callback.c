@@ -112,12 +112,72 @@ static void run_event(struct te_cb_event *ev)
         ev->u.imm.fn(ev->u.imm.imm, ev->u.imm.status, ev->u.imm.arg);
         break;
     case TE_CB_RECV:
-        if (ev->u.recv.fn)
-            ev->u.recv.fn(ev->u.recv.group, ev->u.recv.from, ev->u.recv.data,
-                          ev->u.recv.len, ev->u.recv.arg);
+        te_recv_slot_deliver(ev->u.recv.slot, ev->u.recv.group,
+                             ev->u.recv.from, ev->u.recv.data,
+                             ev->u.recv.len);
         free(ev->u.recv.data);
         break;
     }
+}
+
+int te_recv_slot_init(struct te_recv_slot *s)
+{
+    int rc = pthread_mutex_init(&s->lock, NULL);
+    if (rc)
+        return rc;
+    if ((rc = pthread_cond_init(&s->ended, NULL))) {
+        pthread_mutex_destroy(&s->lock);
+        return rc;
+    }
+    s->fn = NULL;
+    s->arg = NULL;
+    s->calling = 0;
+    s->calls = 0;
+    atomic_init(&s->set, 0);
+    return 0;
+}
+
+void te_recv_slot_destroy(struct te_recv_slot *s)
+{
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->ended);
+}
+
+void te_recv_slot_deliver(struct te_recv_slot *s, int group, te_peer from,
+                          const void *data, size_t len)
+{
+    pthread_mutex_lock(&s->lock);
+    te_recv_fn fn = s->fn;
+    void *arg = s->arg;
+    if (!fn) {
+        pthread_mutex_unlock(&s->lock);
+        return;
+    }
+    s->calling = 1;
+    s->caller = pthread_self();
+    s->calls++;
+    pthread_mutex_unlock(&s->lock);
+    fn(group, from, data, len, arg);
+    pthread_mutex_lock(&s->lock);
+    s->calling = 0;
+    pthread_cond_broadcast(&s->ended);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void te_recv_slot_set(struct te_recv_slot *s, te_recv_fn fn, void *arg)
+{
+    pthread_mutex_lock(&s->lock);
+    s->fn = fn;
+    s->arg = arg;
+    atomic_store_explicit(&s->set, fn != NULL, memory_order_release);
+    /* Wait for the call running now (the next ones see the new handler),
+     * unless it is ours: a handler swapping its own group's handler. */
+    if (s->calling && !pthread_equal(s->caller, pthread_self())) {
+        uint64_t running = s->calls;
+        while (s->calling && s->calls == running)
+            pthread_cond_wait(&s->ended, &s->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
 #define TE_CB_BATCH 64

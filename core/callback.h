@@ -7,11 +7,38 @@
 #define TE_CORE_CALLBACK_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "te/te.h"
 
 enum te_cb_kind { TE_CB_DONE = 1, TE_CB_IMM = 2, TE_CB_RECV = 3 };
+
+/**
+ * A group's receive handler. Queued messages name the slot, not the
+ * handler: the callback thread reads fn/arg when it delivers, so a swap
+ * takes effect for every message not yet delivered, and te_recv_slot_set()
+ * then waits for the one call of the old handler that may be running, so
+ * that its arg can be freed once it returns. No lock is held during a call.
+ */
+struct te_recv_slot {
+    pthread_mutex_t lock;
+    pthread_cond_t ended;   /* a call returned */
+    te_recv_fn fn;
+    void *arg;
+    int calling;            /* a call is running on `caller` */
+    pthread_t caller;
+    uint64_t calls;         /* calls started, to wait for one only */
+    atomic_int set;         /* hint for workers: copy messages only when set */
+};
+
+/** Init/destroy a slot (no handler); init returns a pthread error or 0. */
+int te_recv_slot_init(struct te_recv_slot *s);
+void te_recv_slot_destroy(struct te_recv_slot *s);
+/** Swap the handler; waits for a call of the old one in progress on
+ *  another thread (not for one on the calling thread: a handler may swap
+ *  its own group's handler). */
+void te_recv_slot_set(struct te_recv_slot *s, te_recv_fn fn, void *arg);
 
 struct te_cb_event {
     uint32_t kind;
@@ -28,8 +55,7 @@ struct te_cb_event {
             int status;
         } imm;
         struct {
-            te_recv_fn fn;
-            void *arg;
+            struct te_recv_slot *slot;
             int group;
             te_peer from;
             uint32_t len;
@@ -74,6 +100,9 @@ int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us, int cpu,
                        uint32_t cq_initial);
 /** Run every queued event, then stop the thread and free the queues. */
 void te_callbacks_stop(struct te_callbacks *cb);
+/** Deliver one message to the slot's current handler (callback thread). */
+void te_recv_slot_deliver(struct te_recv_slot *s, int group, te_peer from,
+                          const void *data, size_t len);
 /** Queue n events (any thread). -ENOMEM only if the queue cannot grow. */
 int te_callbacks_push(struct te_callbacks *cb, const struct te_cb_event *ev,
                       size_t n);

@@ -161,8 +161,11 @@ static int open_group(struct te_engine *e, struct te_group *g, int index,
     g->inflight.next = g->inflight.prev = &g->inflight;
     pthread_mutex_init(&g->ctl_lock, NULL);
     pthread_cond_init(&g->ctl_cond, NULL);
-    pthread_mutex_init(&g->recv_lock, NULL);
     pthread_mutex_init(&g->mr_lock, NULL);
+    int src = te_recv_slot_init(&g->recv);
+    if (src)
+        return te_fail(-src, "group %d: receive handler lock: %s", index,
+                       strerror(src));
     g->mrs.next = g->mrs.prev = &g->mrs;
     g->peer_cap = TE_MAX_PEERS_PER_GROUP;
     g->peers = calloc(g->peer_cap, sizeof(*g->peers));
@@ -284,7 +287,7 @@ static void close_group(struct te_engine *e, struct te_group *g)
     free(g->peers);
     pthread_mutex_destroy(&g->ctl_lock);
     pthread_cond_destroy(&g->ctl_cond);
-    pthread_mutex_destroy(&g->recv_lock);
+    te_recv_slot_destroy(&g->recv);
     pthread_mutex_destroy(&g->mr_lock);
 }
 

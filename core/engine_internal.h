@@ -206,10 +206,7 @@ struct te_group {
     /* registrations, released at destroy if the user did not */
     pthread_mutex_t mr_lock;
     struct te_link mrs;
-    /* receive handler */
-    pthread_mutex_t recv_lock;
-    te_recv_fn recv_fn;
-    void *recv_arg;
+    struct te_recv_slot recv;   /* receive handler */
     /* worker-only state */
     uint64_t inflight_reqs;
     struct te_link inflight;    /* list head of accepted, unfinished reqs */

@@ -190,10 +190,6 @@ TE_API int te_set_recv_handler(te_engine *e, int group, te_recv_fn fn,
     if (!e || group < 0 || (uint32_t)group >= e->ngroups)
         return te_fail(-EINVAL, "te_set_recv_handler: bad engine or group %d",
                        group);
-    struct te_group *g = &e->groups[group];
-    pthread_mutex_lock(&g->recv_lock);
-    g->recv_fn = fn;
-    g->recv_arg = arg;
-    pthread_mutex_unlock(&g->recv_lock);
+    te_recv_slot_set(&e->groups[group].recv, fn, arg);
     return 0;
 }

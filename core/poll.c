@@ -67,18 +67,14 @@ static void on_recv(struct te_engine *e, struct te_group *g, struct turn *t,
     struct te_msg_slot *s = TE_CTX_PTR(ce->context);
     if (ce->status == 0 &&
         !atomic_load_explicit(&e->stopping, memory_order_relaxed)) {
-        pthread_mutex_lock(&g->recv_lock);
-        te_recv_fn fn = g->recv_fn;
-        void *arg = g->recv_arg;
-        pthread_mutex_unlock(&g->recv_lock);
-        if (fn) {
+        /* Only a hint: the callback thread reads the handler itself. */
+        if (atomic_load_explicit(&g->recv.set, memory_order_acquire)) {
             uint8_t *copy = malloc(ce->len ? ce->len : 1);
             if (copy) {
                 memcpy(copy, s->buf, ce->len);
                 struct te_cb_event *ev = te_turn_event(e, t);
                 ev->kind = TE_CB_RECV;
-                ev->u.recv.fn = fn;
-                ev->u.recv.arg = arg;
+                ev->u.recv.slot = &g->recv;
                 ev->u.recv.group = g->index;
                 ev->u.recv.from = te_peer_of(g, nic, ce->peer);
                 ev->u.recv.len = (uint32_t)ce->len;

@@ -670,11 +670,14 @@ typedef void (*te_recv_fn)(int group, te_peer from, const void *data,
  * Install the receive callback of group g (NULL to drop messages). The
  * engine keeps engine.recv_depth buffers of engine.max_msg_size posted and
  * refills them in batches. `from` is the peer handle if the sender was
- * added as a peer of g, else TE_PEER_UNKNOWN. Messages that arrived before
- * the call may still reach the previous fn with its arg after it returns
- * (they are queued in order for the callback thread): free the old arg
- * once a message that arrived later has reached the new handler, or after
- * te_engine_destroy().
+ * added as a peer of g, else TE_PEER_UNKNOWN. The swap is synchronous:
+ * when it returns, the previous fn is not running and is never called
+ * again, so its arg can be freed at once. Messages still queued for the
+ * callback thread go to the handler installed when they are delivered (or
+ * are dropped if it is NULL). It waits for a call of the previous fn in
+ * progress on the callback thread: do not call it holding a lock that the
+ * handler takes. A handler may call it for its own group (it does not
+ * wait for itself).
  */
 TE_API int te_set_recv_handler(te_engine *e, int group, te_recv_fn fn, void *arg);
 

@@ -96,6 +96,34 @@ def test_send_recv(pair):
     assert ei.value.errno == errno.EMSGSIZE
 
 
+def test_replaced_recv_handler_is_done_when_the_call_returns(pair):
+    """set_recv_handler waits for a running call of the old handler; no
+    message reaches the old handler after it returned."""
+    a, b, peer = pair
+    entered, go = threading.Event(), threading.Event()
+    old_calls, new_calls = [], []
+
+    def slow(group, frm, data):
+        old_calls.append(data)
+        entered.set()
+        go.wait(10)
+
+    b.set_recv_handler(slow)
+    a.submit(te.send(peer, b"first")).result(10)
+    assert entered.wait(10)
+    for _ in range(3):
+        a.submit(te.send(peer, b"queued")).result(10)
+    threading.Timer(0.2, go.set).start()
+    b.set_recv_handler(lambda g, f, d: new_calls.append(d))
+    assert go.is_set()  # it waited for the running call
+    seen = len(old_calls)
+    for _ in range(200):
+        if len(old_calls) + len(new_calls) == 4:
+            break
+        threading.Event().wait(0.01)
+    assert len(old_calls) == seen and len(old_calls) + len(new_calls) == 4
+
+
 def test_poll_completions_without_futures(regions):
     a, b, peer, src, dst, smr, dmr = regions
     req = te.write(peer, smr, dmr.descriptor(), 64, user_data=77)

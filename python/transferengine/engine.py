@@ -308,9 +308,9 @@ class Engine:
         check(lib.te_set_recv_handler(self._cdata(), group,
                                       ON_RECV if h else ffi.NULL, handle),
               "te_set_recv_handler")
-        # Every handler ever installed stays alive until close(): the
-        # callback thread may still be running the previous one.
-        self._recv.setdefault(group, []).append((h, handle))
+        # te_set_recv_handler waits for a running call of the previous
+        # handler (or runs inside it), so only the new one must stay alive.
+        self._recv[group] = [(h, handle)]
 
 
 __all__ = ["Engine", "NicInfo", "PathInfo", "cap_names", "Request"]

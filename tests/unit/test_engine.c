@@ -440,6 +440,20 @@ static void barrier_to(struct pair *x, uint32_t imm, int n)
     }
 }
 
+/* The initiator's completion can come before the target has counted the
+ * immediate: wait (bounded) until `want` arrivals of imm are banked. */
+static uint64_t banked_soon(te_engine *e, uint32_t imm, uint64_t want)
+{
+    uint64_t banked = 0;
+    for (int i = 0; i < 500; i++) {
+        ck_assert_int_eq(te_imm_poll(e, imm, &banked, NULL), 0);
+        if (banked >= want)
+            break;
+        usleep(10000);
+    }
+    return banked;
+}
+
 static int wait_for(atomic_int *v, int want)
 {
     for (int i = 0; i < 500 && atomic_load(v) < want; i++)
@@ -535,12 +549,14 @@ START_TEST(imm_disarm_says_whether_callback_runs)
     /* Armed, one of two arrivals in: taken away, the one comes back. */
     ck_assert_int_eq(te_imm_expect_timeout(x.b, 21, 2, 60000, on_imm, NULL), 0);
     barrier_to(&x, 21, 1);
+    ck_assert_uint_eq(banked_soon(x.b, 21, 1), 1); /* counted at the target */
     ck_assert_int_eq(te_imm_disarm(x.b, 21, &surplus), 1);
     ck_assert_uint_eq(surplus, 1);
     /* Met: its callback runs, disarm finds nothing to take. */
     ck_assert_int_eq(te_imm_expect_timeout(x.b, 22, 1, 60000, on_imm, NULL), 0);
     barrier_to(&x, 22, 2);
     ck_assert_int_eq(wait_for(&imm_ok, 1), 1);
+    ck_assert_uint_eq(banked_soon(x.b, 22, 1), 1);
     ck_assert_int_eq(te_imm_disarm(x.b, 22, &surplus), 0);
     ck_assert_uint_eq(surplus, 1);
     /* Timed out: the -ETIMEDOUT callback ran, nothing left to disarm. */

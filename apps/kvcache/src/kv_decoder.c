@@ -95,6 +95,7 @@ struct te_kv_decoder {
     pthread_t thread;
     uint64_t late_writes;   /* poison_freed: free memory found written */
     atomic_int sends;       /* messages whose completion has not run yet */
+    atomic_int imm_cbs;     /* expectations whose on_imm may still run */
 };
 
 /* ------------------------------------------------------------- events */
@@ -156,9 +157,11 @@ static void on_imm(uint32_t imm, int status, void *arg)
             pthread_mutex_unlock(&d->lock);
             if (cb)
                 cb(id, 0, "", cb_arg);
+            atomic_fetch_sub(&d->imm_cbs, 1);
             return;
         }
         pthread_mutex_unlock(&d->lock);
+        atomic_fetch_sub(&d->imm_cbs, 1);
         return; /* cancelled meanwhile: the cancel path ends it */
     }
     struct ev *v = calloc(1, sizeof(*v));
@@ -166,12 +169,21 @@ static void on_imm(uint32_t imm, int status, void *arg)
         /* check_deadlines() still fails it at the request's deadline. */
         fprintf(stderr, "te-kv decoder: imm %u ended (%s) with no memory to "
                 "queue it\n", imm, te_strerror(status));
-        return;
+    } else {
+        v->kind = EV_IMM;
+        v->imm = imm;
+        v->status = status;
+        push(d, v);
     }
-    v->kind = EV_IMM;
-    v->imm = imm;
-    v->status = status;
-    push(d, v);
+    atomic_fetch_sub(&d->imm_cbs, 1); /* d is not touched after this */
+}
+
+/* Take q's expectation away, if armed: its on_imm then never runs. One met
+ * or timed out just before still runs (imm_cbs keeps counting it). */
+static void disarm(te_kv_decoder *d, struct kv_req *q)
+{
+    if (te_imm_disarm(d->e, q->imm, NULL) == 1)
+        atomic_fetch_sub(&d->imm_cbs, 1);
 }
 
 /* ---------------------------------------------------------- helpers */
@@ -321,7 +333,7 @@ static void end_req(te_kv_decoder *d, struct kv_req *q, int status,
     } else {
         q->quarantined = 1;
     }
-    te_imm_remove(d->e, q->imm, NULL); /* partial arrivals of this life */
+    disarm(d, q); /* and drop partial arrivals of this life */
     te_kv_done_fn cb = q->cb;
     void *arg = q->arg;
     uint64_t id = q->id;
@@ -412,9 +424,11 @@ static void handle_msg(te_kv_decoder *d, te_peer from, const te_kv_msg *m)
         }
         uint64_t left_ms = (q->deadline_ns - now) / 1000000;
         int left = left_ms > INT32_MAX ? INT32_MAX : (int)left_ms;
+        atomic_fetch_add(&d->imm_cbs, 1);
         int rc = te_imm_expect_timeout(d->e, q->imm, m->expected_imms,
                                        left > 1 ? left : 1, on_imm, d);
         if (rc) {
+            atomic_fetch_sub(&d->imm_cbs, 1);
             snprintf(why, sizeof(why), "arming imm %u: %s", q->imm,
                      te_last_error());
             fence_prefiller(d, q->pf, rc, why);
@@ -760,8 +774,8 @@ int te_kv_decoder_cancel(te_kv_decoder *d, uint64_t id)
                        "cancelling)" : "is not in flight");
     }
     if (q->state == R_ARMED) {
-        /* Disarm: later arrivals stay banked until te_imm_remove. */
-        te_imm_remove(d->e, q->imm, NULL);
+        /* Later arrivals stay banked until end_req drops them. */
+        disarm(d, q);
     }
     te_kv_pool_fence(d->pool, q->npages, q->pages);
     q->state = R_CANCELLING;
@@ -861,11 +875,13 @@ uint32_t te_kv_decoder_inflight(te_kv_decoder *d)
 
 /* Until every message's completion has run (each uses d), bounded by
  * their deadline plus a margin. */
-static int wait_sends(te_kv_decoder *d)
+/* Wait until no message completion and no expectation callback can run
+ * any more: each holds d. */
+static int wait_callbacks(te_kv_decoder *d)
 {
     uint64_t deadline = kv_now_ns() +
                         (SEND_TIMEOUT_MS + 10000) * 1000000ull;
-    while (atomic_load(&d->sends) > 0) {
+    while (atomic_load(&d->sends) > 0 || atomic_load(&d->imm_cbs) > 0) {
         if (kv_now_ns() >= deadline)
             return -ETIMEDOUT;
         usleep(100);
@@ -909,20 +925,21 @@ void te_kv_decoder_free(te_kv_decoder *d)
     pthread_cond_broadcast(&d->cond);
     pthread_mutex_unlock(&d->lock);
     pthread_join(d->thread, NULL);
-    te_set_recv_handler(d->e, d->o.group, NULL, NULL);
-    if (wait_sends(d) || dereg_all(d)) {
+    te_set_recv_handler(d->e, d->o.group, NULL, NULL); /* no on_msg after */
+    /* Expectations still armed end with -ECANCELED (queued on_imm calls). */
+    te_imm_space_destroy(d->space);
+    if (wait_callbacks(d) || dereg_all(d)) {
         /* A remote write or a message callback may still reach them. */
         fprintf(stderr, "te-kv decoder: free: the decoder's state and its "
                 "%" PRIu64 "-byte pool are kept (leaked)\n", d->region);
         return;
     }
-    while (d->head) { /* failed sends queued after the service thread quit */
+    while (d->head) { /* events queued after the service thread quit */
         struct ev *v = d->head;
         d->head = v->next;
         free(v->m);
         free(v);
     }
-    te_imm_space_destroy(d->space);
     te_kv_pool_free(d->pool);
     for (uint32_t i = 0; i < d->o.max_requests; i++)
         free(d->req[i].pages);

@@ -301,7 +301,9 @@ uint64_t te_kv_decoder_late_writes(te_kv_decoder *d);
 
 /** Stop: every request in flight is cancelled or fenced first. After a
  *  failed revocation (pages quarantined) the pool memory is kept (leaked,
- *  logged): an old key may still write into it. */
+ *  logged): an old key may still write into it. It returns once no
+ *  engine callback can reach the decoder any more; so it must not be
+ *  called from a te_kv_done_fn (it would wait for itself). */
 void te_kv_decoder_free(te_kv_decoder *d);
 
 /* ----------------------------------------------------------- membership */

@@ -1,0 +1,213 @@
+/* te_set_recv_handler() swaps synchronously: once it returns, the old
+ * handler is not running and is never called again, even for messages that
+ * were already queued for the callback thread (the apps free the handler's
+ * arg right after clearing it). Loopback plugin, two engines. */
+#include <check.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "te/te.h"
+
+static te_engine *make(void)
+{
+    te_config *c = te_config_new();
+    ck_assert_ptr_nonnull(c);
+    te_engine *e = NULL;
+    int rc = te_engine_create(c, &e);
+    te_config_free(c);
+    ck_assert_msg(rc == 0, "create: %s", te_last_error());
+    return e;
+}
+
+/* Engine a sends to engine b through peer p. */
+struct link {
+    te_engine *a, *b;
+    te_peer p;
+};
+
+static void link_open(struct link *l)
+{
+    l->a = make();
+    l->b = make();
+    uint8_t addr[TE_ADDR_MAX];
+    size_t len = sizeof(addr);
+    ck_assert_int_eq(te_engine_address(l->b, 0, addr, &len), 0);
+    ck_assert_int_eq(te_peer_add(l->a, 0, addr, len, &l->p), 0);
+}
+
+static void link_close(struct link *l)
+{
+    te_engine_destroy(l->b);
+    te_engine_destroy(l->a);
+}
+
+/* Send n messages and wait until the sender saw each one complete. */
+static void send_n(struct link *l, int n)
+{
+    static const char msg[] = "hello";
+    for (int i = 0; i < n; i++) {
+        te_request r;
+        te_request_init(&r, TE_OP_SEND);
+        r.timeout_ms = 10000;
+        r.u.send.peer = l->p;
+        r.u.send.buf = msg;
+        r.u.send.len = sizeof(msg);
+        ck_assert_int_gt(te_submit(l->a, &r), 0);
+    }
+    te_completion c[16];
+    for (int got = 0; got < n;) {
+        int k = te_poll_completions(l->a, c, 16, 10000);
+        ck_assert_int_gt(k, 0);
+        for (int i = 0; i < k; i++)
+            ck_assert_int_eq(c[i].status, 0);
+        got += k;
+    }
+}
+
+static int wait_flag(atomic_int *f)
+{
+    for (int i = 0; i < 10000 && !atomic_load(f); i++)
+        usleep(1000); /* bounded: 10 s */
+    return atomic_load(f);
+}
+
+static void on_msg_count(int group, te_peer from, const void *data,
+                         size_t len, void *arg)
+{
+    (void)group, (void)from, (void)data, (void)len;
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+/* A handler whose first call holds the callback thread until told to go
+ * on; then it swaps the handler itself if asked to (swap_to). */
+struct gate {
+    te_engine *e;
+    atomic_int calls, entered, go, finished;
+    te_recv_fn swap_to;
+    void *swap_arg;
+};
+
+static void on_msg_gated(int group, te_peer from, const void *data,
+                         size_t len, void *arg)
+{
+    (void)from, (void)data, (void)len;
+    struct gate *g = arg;
+    if (atomic_fetch_add(&g->calls, 1) > 0)
+        return;
+    atomic_store(&g->entered, 1);
+    wait_flag(&g->go);
+    if (g->swap_to)
+        ck_assert_int_eq(te_set_recv_handler(g->e, group, g->swap_to,
+                                             g->swap_arg), 0);
+    else
+        usleep(200000); /* the main thread is entering the swap */
+    atomic_store(&g->finished, 1);
+}
+
+/* The first message holds the handler; three more are queued behind it.
+ * Clearing the handler from another thread waits for the running call to
+ * end, and nothing reaches the old handler after it returned. */
+START_TEST(clearing_waits_for_the_running_call_and_drops_the_queued)
+{
+    struct link l;
+    link_open(&l);
+    struct gate g = {.e = l.b};
+    ck_assert_int_eq(te_set_recv_handler(l.b, 0, on_msg_gated, &g), 0);
+    send_n(&l, 1);
+    ck_assert_int_eq(wait_flag(&g.entered), 1);
+    send_n(&l, 3);
+    usleep(100000); /* let the three reach the callback queue */
+    atomic_store(&g.go, 1);
+    ck_assert_int_eq(te_set_recv_handler(l.b, 0, NULL, NULL), 0);
+    int calls = atomic_load(&g.calls);
+    ck_assert_int_eq(atomic_load(&g.finished), 1); /* it waited */
+    usleep(100000);
+    ck_assert_int_eq(atomic_load(&g.calls), calls); /* none after */
+    link_close(&l);
+}
+END_TEST
+
+/* Messages queued behind a running call go to the handler installed when
+ * they are delivered (here: installed by the running call itself). */
+START_TEST(queued_messages_go_to_the_new_handler)
+{
+    struct link l;
+    link_open(&l);
+    atomic_int later = 0;
+    struct gate g = {.e = l.b, .swap_to = on_msg_count, .swap_arg = &later};
+    ck_assert_int_eq(te_set_recv_handler(l.b, 0, on_msg_gated, &g), 0);
+    send_n(&l, 1);
+    ck_assert_int_eq(wait_flag(&g.entered), 1);
+    send_n(&l, 3);
+    usleep(100000); /* let the three reach the callback queue */
+    atomic_store(&g.go, 1);
+    for (int i = 0; i < 10000 && atomic_load(&later) < 3; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&later), 3);
+    ck_assert_int_eq(atomic_load(&g.calls), 1);
+    link_close(&l);
+}
+END_TEST
+
+/* A handler that clears its own group's handler from inside a call (the
+ * callback thread) does not deadlock, and is not called again. */
+struct self_clear {
+    te_engine *e;
+    atomic_int calls;
+    int rc;
+};
+
+static void on_msg_self_clear(int group, te_peer from, const void *data,
+                              size_t len, void *arg)
+{
+    (void)from, (void)data, (void)len;
+    struct self_clear *s = arg;
+    atomic_fetch_add(&s->calls, 1);
+    s->rc = te_set_recv_handler(s->e, group, NULL, NULL);
+}
+
+START_TEST(a_handler_may_clear_itself)
+{
+    struct link l;
+    link_open(&l);
+    struct self_clear s = {.e = l.b};
+    ck_assert_int_eq(te_set_recv_handler(l.b, 0, on_msg_self_clear, &s), 0);
+    send_n(&l, 4);
+    for (int i = 0; i < 3000 && atomic_load(&s.calls) < 1; i++)
+        usleep(1000);
+    usleep(100000);
+    ck_assert_int_eq(atomic_load(&s.calls), 1);
+    ck_assert_int_eq(s.rc, 0);
+    link_close(&l);
+}
+END_TEST
+
+START_TEST(bad_group_is_refused)
+{
+    te_engine *e = make();
+    ck_assert_int_eq(te_set_recv_handler(e, 1, on_msg_count, NULL), -EINVAL);
+    ck_assert_int_eq(te_set_recv_handler(e, -1, NULL, NULL), -EINVAL);
+    ck_assert_int_eq(te_set_recv_handler(NULL, 0, NULL, NULL), -EINVAL);
+    te_engine_destroy(e);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("recv_handler");
+    TCase *t = tcase_create("swap");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, clearing_waits_for_the_running_call_and_drops_the_queued);
+    tcase_add_test(t, queued_messages_go_to_the_new_handler);
+    tcase_add_test(t, a_handler_may_clear_itself);
+    tcase_add_test(t, bad_group_is_refused);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}
