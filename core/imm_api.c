@@ -7,6 +7,20 @@
 #include "engine_internal.h"
 #include "te_error.h"
 
+/* The space check and the arming are not one step: a retirement (or
+ * destruction) of imm's space in between sweeps before we arm, leaving the
+ * expectation on a value whose arrivals are never banked again: it could
+ * never be met. Check again once armed; take it back if so (1: taken back,
+ * cb never runs; the caller answers -ESTALE). If it fired meanwhile (the
+ * sweep cancelled it, or it was met), its cb runs: the arming stands. */
+static int stale_after_arming(struct te_engine *e, uint32_t imm,
+                              uint64_t epoch, const char *fn)
+{
+    if (!te_imm_spaces_check(&e->spaces, imm, fn))
+        return 0;
+    return te_imm_table_cancel(e->imms, imm, epoch);
+}
+
 TE_API int te_imm_expect(te_engine *e, uint32_t imm, uint64_t count,
                          te_imm_fn cb, void *arg)
 {
@@ -19,13 +33,18 @@ TE_API int te_imm_expect(te_engine *e, uint32_t imm, uint64_t count,
     int sc = te_imm_spaces_check(&e->spaces, imm, "te_imm_expect");
     if (sc)
         return sc;
-    int rc = te_imm_table_expect(e->imms, imm, count, cb, arg);
+    uint64_t epoch = 0;
+    int fired = 0;
+    int rc = te_imm_table_expect_ex(e->imms, imm, count, cb, arg, &epoch,
+                                    &fired);
     if (rc == -EBUSY)
         return te_fail(rc, "te_imm_expect: imm %u already has an armed "
                        "expectation", imm);
     if (rc == -ENOSPC)
         return te_fail(rc, "te_imm_expect: ImmCounter table full "
                        "(engine.imm_table_size)");
+    if (!rc && !fired && stale_after_arming(e, imm, epoch, "te_imm_expect"))
+        return -ESTALE; /* te_imm_spaces_check() set the message */
     return rc;
 }
 
@@ -70,6 +89,10 @@ TE_API int te_imm_expect_timeout(te_engine *e, uint32_t imm, uint64_t count,
             return te_fail(rc, "te_imm_expect_timeout: imm %u already has an "
                            "armed expectation", imm);
         return rc;
+    }
+    if (stale_after_arming(e, imm, d->epoch, "te_imm_expect_timeout")) {
+        free(d);
+        return -ESTALE;
     }
     d->e = e;
     d->imm = imm;

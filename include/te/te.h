@@ -279,7 +279,12 @@ TE_API int te_mr_reg(te_engine *e, int group, void *addr, size_t len,
 
 /**
  * Deregister on every NIC of the group. Returns only when no remote write
- * can still land in the region. -EBUSY while local requests still use it.
+ * can still land in the region. -EBUSY while local requests still use it
+ * (mr stays valid). Any other error comes from a NIC that refused to
+ * deregister: mr is freed all the same (do not use it again), but that NIC
+ * may still honour its key, so keep the memory out of reuse. A request
+ * that uses mr must not be submitted concurrently with this call: -EBUSY
+ * covers requests already submitted, not one racing with it.
  */
 TE_API int te_mr_dereg(te_engine *e, te_mr *mr);
 
@@ -316,6 +321,13 @@ TE_API int te_mr_describe(const te_mr *mr, te_mr_desc *out);
  * sending (e.g. KV pages). Writes with an old descriptor then fail at the
  * writer with a remote access error. *new_desc (may be NULL) receives the
  * new descriptor. -EBUSY while local requests still use the registration.
+ * If a new key cannot be made, nothing changes (the old keys stay valid).
+ * If an old key's deregistration fails (-EIO and the like), the
+ * registration already holds the new keys but that old key may still be
+ * honoured: treat the memory as writable by old holders (quarantine it).
+ * Like te_mr_dereg(), not to be called while another thread may submit a
+ * request that uses mr (the -EBUSY answer covers requests already
+ * submitted, not one racing with the call).
  */
 TE_API int te_mr_revoke(te_engine *e, te_mr *mr, te_mr_desc *new_desc);
 

@@ -4,6 +4,7 @@
  * that is its own peer sends the immediates. */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,6 +272,47 @@ START_TEST(creation_cancels_expectations_armed_before)
 }
 END_TEST
 
+static void *retire_all(void *p)
+{
+    te_imm_space *s = p;
+    for (int i = 0; i < 255; i++) /* 256 lives: no value repeats */
+        ck_assert_int_eq(te_imm_space_retire(s), 0);
+    return NULL;
+}
+
+/* Arming races retirement: an expectation armed on a value whose life was
+ * retired between the space check and the arming would never be met (a
+ * retired life's arrivals are never banked). Each arming must end either
+ * refused (-ESTALE), or cancelled by the retirement, or on the current
+ * life: at the end, no value of a retired life is left armed. */
+START_TEST(arming_racing_retirement_never_stays_on_a_retired_life)
+{
+    te_imm_space *s;
+    ck_assert_int_eq(te_imm_space_create(e, "race", 1, 256, 0, 0, &s), 0);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, retire_all, s), 0);
+    te_imm_space_stats st;
+    for (int i = 0; i < 200000; i++) {
+        uint32_t v;
+        ck_assert_int_eq(te_imm_space_value(s, 0, &v), 0);
+        int rc = te_imm_expect(e, v, 1, on_imm, NULL);
+        ck_assert_msg(rc == 0 || rc == -EBUSY || rc == -ESTALE, "rc %d", rc);
+        ck_assert_int_eq(te_imm_space_stats_get(s, &st), 0);
+        if (st.life == 255)
+            break;
+    }
+    pthread_join(t, NULL);
+    ck_assert_int_eq(te_imm_space_stats_get(s, &st), 0);
+    for (uint32_t life = 0; life < st.life; life++) {
+        int armed = 0;
+        uint64_t banked = 0;
+        ck_assert_int_eq(te_imm_poll(e, st.base + life * st.size, &banked,
+                                     &armed), 0);
+        ck_assert_msg(!armed, "value of retired life %u still armed", life);
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("imm_space");
@@ -284,6 +326,7 @@ static Suite *suite(void)
     tcase_add_test(t, bad_input_names_the_cause);
     tcase_add_test(t, destroyed_space_is_refused_everywhere);
     tcase_add_test(t, values_banked_before_creation_are_dropped);
+    tcase_add_test(t, arming_racing_retirement_never_stays_on_a_retired_life);
     suite_add_tcase(s, t);
     return s;
 }
