@@ -670,7 +670,7 @@ int te_config_get_u64(const te_config *cfg, const char *section, const char *key
         *out = def;
         return 0;
     }
-    uint64_t x;
+    uint64_t x = 0; /* -Wmaybe-uninitialized (TSan build) */
     int rc = parse_u64(v, &x);
     describe_range(range, sizeof range, min, max);
     if (rc == -ERANGE)

@@ -157,7 +157,7 @@ END_TEST
 struct self_clear {
     te_engine *e;
     atomic_int calls;
-    int rc;
+    atomic_int rc;
 };
 
 static void on_msg_self_clear(int group, te_peer from, const void *data,
@@ -166,7 +166,7 @@ static void on_msg_self_clear(int group, te_peer from, const void *data,
     (void)from, (void)data, (void)len;
     struct self_clear *s = arg;
     atomic_fetch_add(&s->calls, 1);
-    s->rc = te_set_recv_handler(s->e, group, NULL, NULL);
+    atomic_store(&s->rc, te_set_recv_handler(s->e, group, NULL, NULL));
 }
 
 START_TEST(a_handler_may_clear_itself)
@@ -180,7 +180,7 @@ START_TEST(a_handler_may_clear_itself)
         usleep(1000);
     usleep(100000);
     ck_assert_int_eq(atomic_load(&s.calls), 1);
-    ck_assert_int_eq(s.rc, 0);
+    ck_assert_int_eq(atomic_load(&s.rc), 0);
     link_close(&l);
 }
 END_TEST

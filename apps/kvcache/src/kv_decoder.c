@@ -749,16 +749,19 @@ int te_kv_decoder_submit(te_kv_decoder *d, uint32_t pf, uint64_t id,
     te_desc_serialize(&d->pf[pf].desc, m.desc, &dl);
     m.desc_len = (uint32_t)dl;
     memcpy(m.pages, q->pages, npages * sizeof(uint32_t));
-    pthread_mutex_unlock(&d->lock);
-    if ((rc = send_msg(d, pf, &m))) {
-        pthread_mutex_lock(&d->lock);
+    /* Sent with the lock held: until te_submit has answered, no other path
+     * (a fence of this prefiller, a deadline) may end the request, or a
+     * refused send would end it twice (a callback, and this error) and
+     * put its pages back twice. te_submit does not wait for the network:
+     * at most its bounded retries while the submission queue is full. */
+    if ((rc = send_to(d, d->pf[pf].peer, pf, &m))) {
         /* Nothing sent: nothing can land. */
         te_kv_pool_fence(d->pool, q->npages, q->pages);
         poison_request(d, q);
         te_kv_pool_release(d->pool, q->npages, q->pages);
         q->state = R_FREE;
-        pthread_mutex_unlock(&d->lock);
     }
+    pthread_mutex_unlock(&d->lock);
     return rc;
 }
 
