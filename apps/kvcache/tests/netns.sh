@@ -101,7 +101,7 @@ echo "netns: $NS_A ($ADDR_A: etcd, decoders) <-> $NS_B ($ADDR_B: prefillers) ove
 
 # etcd in A: the namespace is fresh, so its fixed ports are free.
 STORE=etcd://$ADDR_A:2379
-timeout 120 ip netns exec "$NS_A" "$ETCD" --name te-kv-netns --data-dir "$ETCD_DATA/data" \
+timeout 280 ip netns exec "$NS_A" "$ETCD" --name te-kv-netns --data-dir "$ETCD_DATA/data" \
   --listen-client-urls "http://$ADDR_A:2379" --advertise-client-urls "http://$ADDR_A:2379" \
   --listen-peer-urls "http://127.0.0.1:2380" \
   --initial-advertise-peer-urls "http://127.0.0.1:2380" \
@@ -128,9 +128,12 @@ shape=(--store "$STORE" --cluster "netns-$$" --model qwen3-235b-a22b --layers 8)
 start_prefiller() { # NAME LAYER_US CLUSTER
   # In a subshell with its stderr (bash's "Killed" notice) discarded:
   # the SIGKILLed one is not reported on the test's output.
-  (timeout 90 ip netns exec "$NS_B" "$KV" prefill "${shape[@]}" "${efa[@]}" \
+  # They serve until the end of the script stops them; --seconds only
+  # bounds them (the whole run took 82 s under ThreadSanitizer: an 80 s
+  # life ended the survivor during the last stage).
+  (timeout 250 ip netns exec "$NS_B" "$KV" prefill "${shape[@]}" "${efa[@]}" \
     --cluster "$3" --set "efa.node=$ADDR_B" --tokens 1024 --layer-us "$2" \
-    --ref-tokens 1024 --name "$1" --seconds 80 >"$WORK/$1.log" 2>&1; exit $?) 2>/dev/null &
+    --ref-tokens 1024 --name "$1" --seconds 240 >"$WORK/$1.log" 2>&1; exit $?) 2>/dev/null &
   PIDS+=($!)
   eval "pid_$1=$!"
 }
@@ -142,7 +145,7 @@ start_prefiller() { # NAME LAYER_US CLUSTER
 decode() { # LOG ARGS...
   local log=$1
   shift
-  timeout 60 ip netns exec "$NS_A" "$KV" decode "${shape[@]}" "${efa[@]}" \
+  timeout 120 ip netns exec "$NS_A" "$KV" decode "${shape[@]}" "${efa[@]}" \
     --set "efa.node=$ADDR_A" --poison --request-ms 10000 "$@" >"$WORK/$log.log" 2>&1
 }
 # The te-kv process of a prefiller: subshell -> timeout -> te-kv (ip

@@ -310,7 +310,19 @@ START_TEST(killed_and_silent_prefillers_are_fenced_no_late_write)
             ck_assert_int_eq(te_kv_decoder_submit(d, live.id, id++, 64, 20000,
                                                   on_done, NULL), 0);
         }
-        usleep(20000 + rand_r(&seed) % 150000);
+        /* A random point, but at the latest once only the child's last
+         * request is left (it serves one at a time, 96 ms each): on a
+         * slow, loaded machine (TSan) all three had finished before a
+         * fixed delay, and nothing was ever fenced. */
+        int delay_ms = 20 + (int)(rand_r(&seed) % 150);
+        for (int t = 0; t < delay_ms; t++) {
+            int done = 0;
+            for (uint64_t q = first; q < id; q += 2) /* the child's */
+                done += atomic_load(&g_out[q].calls) > 0;
+            if (done >= per - 1)
+                break;
+            usleep(1000);
+        }
         int silent = round & 1;
         kill(pid, silent ? SIGSTOP : SIGKILL);
         /* Every request of the round ends (bounded by the 1.5 s deadline). */

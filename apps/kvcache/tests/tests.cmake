@@ -50,7 +50,7 @@ set_tests_properties(kvcache_soak_faults PROPERTIES TIMEOUT 300 LABELS kvcache
 # efa plugin.
 add_test(NAME kvcache_netns_efa_tcp
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/netns.sh $<TARGET_FILE:te-kv-tool>)
-set_tests_properties(kvcache_netns_efa_tcp PROPERTIES TIMEOUT 120
+set_tests_properties(kvcache_netns_efa_tcp PROPERTIES TIMEOUT 300
   LABELS "kvcache;efa;netns" RUN_SERIAL TRUE SKIP_RETURN_CODE 77
   ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}"
   PASS_REGULAR_EXPRESSION "kvcache_netns_efa_tcp: PASS")
