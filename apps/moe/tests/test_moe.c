@@ -424,7 +424,7 @@ END_TEST
  * deadline, twice) refuses the next batch, and freeing it keeps what the
  * writes and their callbacks use (ASan: no use after free when they end at
  * te_engine_destroy). The kept rank stays reachable here: not a leak. */
-static te_moe_rank *kept_rank;
+te_moe_rank *volatile moe_test_kept_rank; /* global, volatile: the store stays */
 
 START_TEST(unconfirmed_writes_refuse_batches_and_keep_memory)
 {
@@ -443,10 +443,10 @@ START_TEST(unconfirmed_writes_refuse_batches_and_keep_memory)
                                   j.experts[0], j.weights[0], j.out[0]),
                      -EBUSY);
     ck_assert_ptr_nonnull(strstr(te_moe_last_error(), "not completed"));
-    kept_rank = j.r[0];
+    moe_test_kept_rank = j.r[0];
     te_moe_rank_free(j.r[0]); /* kept: its write is still in flight */
     j.r[0] = NULL;
-    moe_job_close(&j); /* the write ends here, calling back into kept_rank */
+    moe_job_close(&j); /* the write ends here, calling back into the rank */
 }
 END_TEST
 
