@@ -39,6 +39,9 @@ void te_recv_slot_destroy(struct te_recv_slot *s);
  *  another thread (not for one on the calling thread: a handler may swap
  *  its own group's handler). */
 void te_recv_slot_set(struct te_recv_slot *s, te_recv_fn fn, void *arg);
+/** Deliver one message to the slot's current handler (callback thread). */
+void te_recv_slot_deliver(struct te_recv_slot *s, int group, te_peer from,
+                          const void *data, size_t len);
 
 struct te_cb_event {
     uint32_t kind;
@@ -100,9 +103,6 @@ int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us, int cpu,
                        uint32_t cq_initial);
 /** Run every queued event, then stop the thread and free the queues. */
 void te_callbacks_stop(struct te_callbacks *cb);
-/** Deliver one message to the slot's current handler (callback thread). */
-void te_recv_slot_deliver(struct te_recv_slot *s, int group, te_peer from,
-                          const void *data, size_t len);
 /** Queue n events (any thread). -ENOMEM only if the queue cannot grow. */
 int te_callbacks_push(struct te_callbacks *cb, const struct te_cb_event *ev,
                       size_t n);

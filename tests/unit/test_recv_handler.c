@@ -13,11 +13,8 @@
 
 static te_engine *make(void)
 {
-    te_config *c = te_config_new();
-    ck_assert_ptr_nonnull(c);
     te_engine *e = NULL;
-    int rc = te_engine_create(c, &e);
-    te_config_free(c);
+    int rc = te_engine_create(NULL, &e); /* defaults: loopback */
     ck_assert_msg(rc == 0, "create: %s", te_last_error());
     return e;
 }
@@ -107,6 +104,17 @@ static void on_msg_gated(int group, te_peer from, const void *data,
     atomic_store(&g->finished, 1);
 }
 
+/* Install the gated handler on l->b, let a first message enter it (and
+ * stay there until g->go), and queue three more behind it. */
+static void hold_one_queue_three(struct link *l, struct gate *g)
+{
+    ck_assert_int_eq(te_set_recv_handler(l->b, 0, on_msg_gated, g), 0);
+    send_n(l, 1);
+    ck_assert_int_eq(wait_flag(&g->entered), 1);
+    send_n(l, 3);
+    usleep(100000); /* let the three reach the callback queue */
+}
+
 /* The first message holds the handler; three more are queued behind it.
  * Clearing the handler from another thread waits for the running call to
  * end, and nothing reaches the old handler after it returned. */
@@ -115,11 +123,7 @@ START_TEST(clearing_waits_for_the_running_call_and_drops_the_queued)
     struct link l;
     link_open(&l);
     struct gate g = {.e = l.b};
-    ck_assert_int_eq(te_set_recv_handler(l.b, 0, on_msg_gated, &g), 0);
-    send_n(&l, 1);
-    ck_assert_int_eq(wait_flag(&g.entered), 1);
-    send_n(&l, 3);
-    usleep(100000); /* let the three reach the callback queue */
+    hold_one_queue_three(&l, &g);
     atomic_store(&g.go, 1);
     ck_assert_int_eq(te_set_recv_handler(l.b, 0, NULL, NULL), 0);
     int calls = atomic_load(&g.calls);
@@ -138,11 +142,7 @@ START_TEST(queued_messages_go_to_the_new_handler)
     link_open(&l);
     atomic_int later = 0;
     struct gate g = {.e = l.b, .swap_to = on_msg_count, .swap_arg = &later};
-    ck_assert_int_eq(te_set_recv_handler(l.b, 0, on_msg_gated, &g), 0);
-    send_n(&l, 1);
-    ck_assert_int_eq(wait_flag(&g.entered), 1);
-    send_n(&l, 3);
-    usleep(100000); /* let the three reach the callback queue */
+    hold_one_queue_three(&l, &g);
     atomic_store(&g.go, 1);
     for (int i = 0; i < 10000 && atomic_load(&later) < 3; i++)
         usleep(1000);

@@ -876,10 +876,8 @@ uint32_t te_kv_decoder_inflight(te_kv_decoder *d)
     return n;
 }
 
-/* Until every message's completion has run (each uses d), bounded by
- * their deadline plus a margin. */
-/* Wait until no message completion and no expectation callback can run
- * any more: each holds d. */
+/* Until no message completion and no expectation callback can run any
+ * more (each uses d), bounded by the messages' deadline plus a margin. */
 static int wait_callbacks(te_kv_decoder *d)
 {
     uint64_t deadline = kv_now_ns() +
