@@ -1,6 +1,7 @@
 /* Callback thread, event FIFO and completion queue (see callback.h). */
 #define _GNU_SOURCE /* pthread_setaffinity_np */
 #include "callback.h"
+#include "te_clock.h"
 #include "thread_setup.h"
 
 #include <sched.h>
@@ -30,7 +31,13 @@ static int fifo_init(struct te_fifo *f, size_t item_size, size_t cap)
 #endif
     pthread_mutex_init(&f->lock, &ma);
     pthread_mutexattr_destroy(&ma);
-    pthread_cond_init(&f->cond, NULL);
+    int rc = te_cond_init_monotonic(&f->cond);
+    if (rc) {
+        pthread_mutex_destroy(&f->lock);
+        free(f->items);
+        f->items = NULL;
+        return -rc;
+    }
     return 0;
 }
 
@@ -93,13 +100,6 @@ static int fifo_push(struct te_fifo *f, const void *src, size_t n)
         pthread_cond_signal(&f->cond);
     pthread_mutex_unlock(&f->lock);
     return rc;
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static void run_event(struct te_cb_event *ev)
@@ -224,7 +224,7 @@ static void *callback_main(void *arg)
     te_thread_name("te-callback");
     for (;;) {
         pthread_mutex_lock(&cb->events.lock);
-        struct te_timer *due = take_due(cb, now_ns(), 0);
+        struct te_timer *due = take_due(cb, te_clock_ns(), 0);
         size_t n = fifo_pop_locked(&cb->events, batch, TE_CB_BATCH);
         if (n == 0 && !due) {
             if (cb->stop) {
@@ -236,9 +236,9 @@ static void *callback_main(void *arg)
             /* Spin briefly (lock released) before sleeping: a callback that
              * follows closely on the last one then costs no wake-up. */
             pthread_mutex_unlock(&cb->events.lock);
-            uint64_t until = now_ns() + (uint64_t)cb->spin_us * 1000u;
+            uint64_t until = te_clock_ns() + (uint64_t)cb->spin_us * 1000u;
             int got = 0;
-            while (now_ns() < until) {
+            while (te_clock_ns() < until) {
                 /* stop too: a long callback_spin_us must not delay
                  * te_engine_destroy() by that long. */
                 if (__atomic_load_n(&cb->events.count, __ATOMIC_RELAXED) ||
@@ -246,19 +246,15 @@ static void *callback_main(void *arg)
                     got = 1;
                     break;
                 }
-                __builtin_ia32_pause();
+                te_cpu_relax();
             }
             if (got)
                 continue;
             pthread_mutex_lock(&cb->events.lock);
-            uint64_t w = wait_ns(cb, now_ns());
+            uint64_t w = wait_ns(cb, te_clock_ns());
             if (cb->events.count == 0 && !cb->stop && w > 0) {
                 cb->events.waiters++;
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                uint64_t ns = (uint64_t)ts.tv_nsec + w;
-                ts.tv_sec += (time_t)(ns / 1000000000ull);
-                ts.tv_nsec = (long)(ns % 1000000000ull);
+                struct timespec ts = te_abstime_ns(te_clock_ns() + w);
                 pthread_cond_timedwait(&cb->events.cond, &cb->events.lock, &ts);
                 cb->events.waiters--;
             }
@@ -373,14 +369,7 @@ int te_cq_pop(struct te_callbacks *cb, te_completion *out, int max,
         return 0;
     pthread_mutex_lock(&cb->cq.lock);
     if (cb->cq.count == 0 && timeout_ms > 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += timeout_ms / 1000;
-        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = te_deadline_ms(timeout_ms);
         cb->cq.waiters++;
         while (cb->cq.count == 0) {
             if (pthread_cond_timedwait(&cb->cq.cond, &cb->cq.lock, &ts) ==

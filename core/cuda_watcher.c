@@ -19,6 +19,7 @@
 
 #include "cuda_driver.h"
 #include "engine_internal.h"
+#include "te_clock.h"
 #include "te_error.h"
 #include "thread_setup.h"
 
@@ -44,9 +45,7 @@ static __thread te_gpu_watcher *watcher_self; /* to refuse destroy from cb */
 #ifdef TE_HAVE_CUDA /* the thread exists only where the word can */
 static int64_t now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+    return (int64_t)te_clock_ns();
 }
 
 static void deliver(te_gpu_watcher *w, uint64_t old_value, uint64_t new_value)
@@ -133,7 +132,7 @@ TE_API int te_gpu_watcher_create(int device, uint32_t flags,
     w->cb = cb;
     w->arg = arg;
     pthread_mutex_init(&w->lock, NULL);
-    pthread_cond_init(&w->changed, NULL);
+    te_cond_init_monotonic(&w->changed);
     if ((rc = pthread_create(&w->thread, NULL, watch_thread, w)) != 0) {
         pthread_mutex_destroy(&w->lock);
         pthread_cond_destroy(&w->changed);
@@ -169,14 +168,7 @@ TE_API int te_gpu_watcher_wait(te_gpu_watcher *w, uint64_t value,
     if (!w || timeout_ms <= 0)
         return te_fail(-EINVAL, "te_gpu_watcher_wait: NULL watcher or "
                        "timeout %d ms (must be > 0)", timeout_ms);
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += timeout_ms / 1000;
-    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000l;
-    if (dl.tv_nsec >= 1000000000l) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000l;
-    }
+    struct timespec dl = te_deadline_ms(timeout_ms);
     int rc = 0;
     pthread_mutex_lock(&w->lock);
     while (atomic_load(&w->delivered) < value && rc != ETIMEDOUT)

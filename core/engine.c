@@ -16,6 +16,7 @@
 #include "engine_internal.h"
 #include "paths.h"
 #include "layout.h"
+#include "te_clock.h"
 #include "te_error.h"
 
 #define TE_MAX_PEERS_PER_GROUP 1024
@@ -160,7 +161,7 @@ static int open_group(struct te_engine *e, struct te_group *g, int index,
     g->nic_count = e->s.group_nic_count[index];
     g->inflight.next = g->inflight.prev = &g->inflight;
     pthread_mutex_init(&g->ctl_lock, NULL);
-    pthread_cond_init(&g->ctl_cond, NULL);
+    te_cond_init_monotonic(&g->ctl_cond);
     pthread_mutex_init(&g->mr_lock, NULL);
     int src = te_recv_slot_init(&g->recv);
     if (src)

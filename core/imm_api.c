@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "engine_internal.h"
+#include "te_clock.h"
 #include "te_error.h"
 
 /* The space check and the arming are not one step: a retirement (or
@@ -98,11 +99,7 @@ TE_API int te_imm_expect_timeout(te_engine *e, uint32_t imm, uint64_t count,
     d->imm = imm;
     d->cb = cb;
     d->arg = arg;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t deadline = (uint64_t)ts.tv_sec * 1000000000ull +
-                        (uint64_t)ts.tv_nsec +
-                        (uint64_t)timeout_ms * 1000000ull;
+    uint64_t deadline = te_clock_ns() + (uint64_t)timeout_ms * 1000000ull;
     rc = te_callbacks_add_timer(&e->cb, deadline, imm_deadline_due, d);
     if (rc) {
         int cancelled = te_imm_table_cancel(e->imms, imm, d->epoch);
@@ -131,9 +128,7 @@ TE_API int te_imm_poll(te_engine *e, uint32_t imm, uint64_t *banked,
 
 static uint64_t now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return te_clock_ns() / 1000000u;
 }
 
 TE_API int te_imm_wait(te_engine *e, uint32_t imm, uint64_t count,
@@ -166,7 +161,7 @@ TE_API int te_imm_wait(te_engine *e, uint32_t imm, uint64_t count,
         if (spins > 4096)
             sched_yield();
         else
-            __builtin_ia32_pause();
+            te_cpu_relax();
     }
 }
 

@@ -69,6 +69,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "te_clock.h"
 #include "te_error.h"
 
 /* Largest count accepted by expect() (keeps banked - count in int64). */
@@ -98,19 +99,10 @@ struct te_imm_table {
     alignas(64) _Atomic uint64_t overflow; /* arrivals that found no slot */
 };
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
 static inline void backoff(unsigned *spins)
 {
     if (++*spins < 64)
-        cpu_relax();
+        te_cpu_relax();
     else
         sched_yield();
 }

@@ -17,13 +17,6 @@
 /* Scan for expired deadlines and silent peers this often. */
 #define TE_CHECK_INTERVAL_NS 5000000ull
 
-uint64_t te_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void te_turn_flush(struct te_engine *e, struct turn *t)
 {
     if (t->nev && te_callbacks_push(&e->cb, t->ev, t->nev))

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "te_clock.h"
 #include "te_error.h"
 #include "thread_setup.h"
 #include "worker.h"
@@ -87,14 +88,7 @@ int te_group_control(struct te_group *g, struct te_control *c, int timeout_ms)
     c->next = g->ctl_head;
     g->ctl_head = c;
     atomic_store_explicit(&g->ctl_pending, 1, memory_order_release);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = te_deadline_ms(timeout_ms);
     while (!c->done) {
         if (pthread_cond_timedwait(&g->ctl_cond, &g->ctl_lock, &ts) ==
             ETIMEDOUT && !c->done) {

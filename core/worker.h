@@ -7,6 +7,7 @@
 #define TE_CORE_WORKER_H
 
 #include "engine_internal.h"
+#include "te_clock.h"
 
 #define TE_POST_BATCH 32
 #define TE_POLL_BATCH 64
@@ -25,7 +26,7 @@ struct turn {
     uint64_t next_hb_ns;    /* next heartbeat scan */
 };
 
-uint64_t te_now_ns(void);
+static inline uint64_t te_now_ns(void) { return te_clock_ns(); }
 
 /* outcome.c */
 void te_turn_flush(struct te_engine *e, struct turn *t);

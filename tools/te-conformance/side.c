@@ -39,7 +39,11 @@ int side_open(struct side *s, const te_config *cfg)
 {
     memset(s, 0, sizeof(*s));
     pthread_mutex_init(&s->lock, NULL);
-    pthread_cond_init(&s->cond, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cond, &ca);
+    pthread_condattr_destroy(&ca);
     int rc = te_engine_create(cfg, &s->e);
     if (rc)
         return rc;
@@ -79,7 +83,7 @@ int side_recv_wait(struct side *s, void *buf, size_t cap, size_t *len,
                    int *from_known, int timeout_ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* s->cond's clock */
     ts.tv_sec += timeout_ms / 1000;
     ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
     if (ts.tv_nsec >= 1000000000) {

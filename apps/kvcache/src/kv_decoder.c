@@ -527,7 +527,7 @@ static void *service(void *arg)
     while (!d->stopping || d->head) {
         if (!d->head) {
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
+            clock_gettime(CLOCK_MONOTONIC, &ts); /* d->cond's clock */
             ts.tv_nsec += 5000000;
             if (ts.tv_nsec >= 1000000000) {
                 ts.tv_sec++;
@@ -607,7 +607,11 @@ int te_kv_decoder_new(te_engine *e, const te_kv_decoder_opts *o,
     for (uint32_t i = 0; i < o->max_requests; i++)
         te_imm_space_value(d->space, i * IMMS_PER_SLOT, &d->req[i].imm);
     pthread_mutex_init(&d->lock, NULL);
-    pthread_cond_init(&d->cond, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&d->cond, &ca);
+    pthread_condattr_destroy(&ca);
     if ((rc = te_set_recv_handler(e, o->group, on_msg, d))) {
         rc = kv_fail(rc, "te_kv_decoder_new: %s", te_last_error());
         goto fail;
