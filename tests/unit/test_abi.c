@@ -3,7 +3,6 @@
  * by tests/extra.cmake into TE_ABI_PLUGIN_DIR) loaded by path and by name,
  * the search order, the messages, and te_plugin_scan().
  */
-#include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 
 #include "loader.h"
 #include "te/te.h"
+#include "te_test.h"
 
 /* The core's plugin ABI as messages print it, e.g. "1.1". */
 #define STR_(x) #x
@@ -544,48 +544,19 @@ START_TEST(scan_max)
 }
 END_TEST
 
-static Suite *abi_suite(void)
-{
-    Suite *s = suite_create("abi");
-    TCase *t = tcase_create("load");
-    tcase_add_test(t, load_good_by_path);
-    tcase_add_test(t, load_oldminor_by_path);
-    tcase_add_test(t, load_newminor_by_path);
-    tcase_add_loop_test(t, refused_by_path, 0, N_REFUSALS);
-    tcase_add_loop_test(t, refused_by_name, 0, N_REFUSALS);
-    tcase_add_test(t, accepted_by_name);
-    tcase_add_test(t, not_an_elf_file);
-    tcase_add_test(t, missing_path);
-    tcase_add_test(t, load_same_twice);
-    suite_add_tcase(s, t);
-
-    t = tcase_create("search");
-    tcase_add_test(t, first_directory_wins);
-    tcase_add_test(t, env_before_config);
-    tcase_add_test(t, empty_components_ignored);
-    tcase_add_test(t, refusal_stops_search);
-    tcase_add_test(t, not_found_lists_places);
-    tcase_add_test(t, invalid_names);
-    suite_add_tcase(s, t);
-
-    t = tcase_create("check_ops");
-    tcase_add_test(t, check_ops_direct);
-    tcase_add_test(t, check_ops_each_mandatory);
-    suite_add_tcase(s, t);
-
-    t = tcase_create("scan");
-    tcase_add_test(t, scan_reports_each);
-    tcase_add_test(t, scan_junk_and_duplicate_dirs);
-    tcase_add_test(t, scan_max);
-    suite_add_tcase(s, t);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *r = srunner_create(abi_suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+/* "load": refused_by_path and refused_by_name once per refusal. */
+TE_TEST_MAIN("abi",
+             {"load",
+              TE_TESTS(load_good_by_path, load_oldminor_by_path,
+                       load_newminor_by_path, accepted_by_name,
+                       not_an_elf_file, missing_path, load_same_twice),
+              .loop_tests = TE_TESTS(refused_by_path, refused_by_name),
+              .loop_end = N_REFUSALS},
+             TE_TCASE("search",
+               first_directory_wins, env_before_config,
+               empty_components_ignored, refusal_stops_search,
+               not_found_lists_places, invalid_names),
+             TE_TCASE("check_ops",
+               check_ops_direct, check_ops_each_mandatory),
+             TE_TCASE("scan",
+               scan_reports_each, scan_junk_and_duplicate_dirs, scan_max))

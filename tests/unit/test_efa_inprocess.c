@@ -5,7 +5,6 @@
  * plugins/efa/efa_local.h). And shm regions are named per process
  * incarnation, those of dead processes removed (efa_shm_name.h). Skipped
  * (77) where the efa plugin or libfabric's shm is not there. */
-#include <check.h>
 #include <signal.h>
 #include <dirent.h>
 #include <errno.h>
@@ -18,6 +17,7 @@
 #include <unistd.h>
 
 #include "te/te.h"
+#include "te_test.h"
 
 #define SKIP_RC 77
 
@@ -166,15 +166,8 @@ int main(void)
         return SKIP_RC;
     }
     te_engine_destroy(probe);
-    Suite *s = suite_create("efa_inprocess");
-    TCase *t = tcase_create("close");
-    tcase_set_timeout(t, 60);
-    tcase_add_test(t, destroyed_in_process_peer_is_down_not_a_crash);
-    tcase_add_test(t, regions_named_per_process_and_dead_ones_removed);
-    suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return TE_TEST_RUN("efa_inprocess",
+                       TE_TCASE_FULL("close", 60, NULL, NULL,
+                         destroyed_in_process_peer_is_down_not_a_crash,
+                         regions_named_per_process_and_dead_ones_removed));
 }

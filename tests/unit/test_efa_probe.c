@@ -6,10 +6,11 @@
  * change of the plugin's paths. Without libfabric (efa plugin not built)
  * the suite is a single skipped check.
  */
-#include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "te_test.h"
 
 #ifdef TE_EFA_TEST_HAVE_LIBFABRIC
 #include <rdma/fabric.h>
@@ -140,18 +141,10 @@ START_TEST(forced_delivery_on_shm)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-    Suite *s = suite_create("efa_probe");
-    TCase *t = tcase_create("providers");
-    tcase_set_timeout(t, 60);
-    tcase_add_test(t, remote_cq_data_not_a_capability);
-    tcase_add_test(t, shm_quirks);
-    tcase_add_test(t, tcp_quirks);
-    tcase_add_test(t, forced_delivery_on_shm);
-    suite_add_tcase(s, t);
-    return s;
-}
+#define TE_EFA_PROBE_CASE                                                      \
+    TE_TCASE_FULL("providers", 60, NULL, NULL,                                 \
+                  remote_cq_data_not_a_capability, shm_quirks, tcp_quirks,     \
+                  forced_delivery_on_shm)
 #else
 START_TEST(efa_not_built)
 {
@@ -159,21 +152,7 @@ START_TEST(efa_not_built)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-    Suite *s = suite_create("efa_probe");
-    TCase *t = tcase_create("skipped");
-    tcase_add_test(t, efa_not_built);
-    suite_add_tcase(s, t);
-    return s;
-}
+#define TE_EFA_PROBE_CASE TE_TCASE("skipped", efa_not_built)
 #endif
 
-int main(void)
-{
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TE_TEST_MAIN("efa_probe", TE_EFA_PROBE_CASE)

@@ -7,7 +7,6 @@
  * that, each sleep stalls the stream and 16 MiB do not land within the
  * 20 s deadline (a polling target takes milliseconds). Skipped (77) where
  * the efa plugin or libfabric's tcp;ofi_rxm is not there. */
-#include <check.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -19,6 +18,7 @@
 #include <unistd.h>
 
 #include "te/te.h"
+#include "te_test.h"
 
 #define SKIP_RC 77
 
@@ -204,14 +204,7 @@ int main(void)
         return SKIP_RC;
     }
     te_engine_destroy(probe);
-    Suite *s = suite_create("efa_tcp_progress");
-    TCase *t = tcase_create("progress");
-    tcase_set_timeout(t, 3 * DEADLINE_S + 30);
-    tcase_add_test(t, sleepy_target_receives_writes_without_imm);
-    suite_add_tcase(s, t);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return TE_TEST_RUN("efa_tcp_progress",
+                       TE_TCASE_FULL("progress", 3 * DEADLINE_S + 30, NULL, NULL,
+                         sleepy_target_receives_writes_without_imm));
 }

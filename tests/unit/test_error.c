@@ -1,6 +1,5 @@
 /* Unit tests of core/error.c: per-thread messages, errno names, version. */
 #define _GNU_SOURCE
-#include <check.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -10,6 +9,7 @@
 
 #include "te/te.h"
 #include "te_error.h"
+#include "te_test.h"
 
 START_TEST(fail_returns_err_and_sets_message)
 {
@@ -155,24 +155,10 @@ START_TEST(version_string)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("error");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, fail_returns_err_and_sets_message);
-    tcase_add_test(tc, fail_keeps_errno);
-    tcase_add_test(tc, fail_may_quote_previous_message);
-    tcase_add_test(tc, fail_truncates_long_message);
-    tcase_add_test(tc, vfail_works);
-    tcase_add_test(tc, messages_are_per_thread);
-    tcase_add_test(tc, strerror_names);
-    tcase_add_test(tc, strerror_unknown);
-    tcase_add_test(tc, strerror_does_not_clear_message);
-    tcase_add_test(tc, version_string);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TE_TEST_MAIN("error",
+             TE_TCASE("core",
+               fail_returns_err_and_sets_message, fail_keeps_errno,
+               fail_may_quote_previous_message, fail_truncates_long_message,
+               vfail_works, messages_are_per_thread, strerror_names,
+               strerror_unknown, strerror_does_not_clear_message,
+               version_string))

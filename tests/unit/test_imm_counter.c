@@ -1,5 +1,4 @@
 /* Unit tests for the ImmCounter table (core/imm_counter.c). */
-#include <check.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -10,6 +9,7 @@
 #include <time.h>
 
 #include "imm_counter.h"
+#include "te_test.h"
 
 /* ------------------------------------------------------------ helpers */
 
@@ -696,36 +696,12 @@ END_TEST
 
 /* ------------------------------------------------------------ main */
 
-static Suite *imm_suite(void)
-{
-    Suite *s = suite_create("imm_counter");
-    TCase *tc = tcase_create("basic");
-    tcase_add_test(tc, test_banked_fire_at_once);
-    tcase_add_test(tc, test_exact_count_and_surplus);
-    tcase_add_test(tc, test_rearm_after_fire);
-    tcase_add_test(tc, test_busy_and_einval);
-    tcase_add_test(tc, test_cancel_epoch);
-    tcase_add_test(tc, test_remove);
-    tcase_add_test(tc, test_try_take);
-    tcase_add_test(tc, test_arrive_n_crossing);
-    tcase_add_test(tc, test_many_imms);
-    tcase_add_test(tc, test_table_full);
-    suite_add_tcase(s, tc);
-
-    TCase *cc = tcase_create("concurrency");
-    tcase_set_timeout(cc, 120);
-    tcase_add_test(cc, test_concurrent_conservation);
-    tcase_add_test(cc, test_concurrent_single_threshold);
-    tcase_add_test(cc, test_concurrent_expect_race);
-    suite_add_tcase(s, cc);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(imm_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TE_TEST_MAIN("imm_counter",
+             TE_TCASE("basic",
+               test_banked_fire_at_once, test_exact_count_and_surplus,
+               test_rearm_after_fire, test_busy_and_einval, test_cancel_epoch,
+               test_remove, test_try_take, test_arrive_n_crossing,
+               test_many_imms, test_table_full),
+             TE_TCASE_FULL("concurrency", 120, NULL, NULL,
+               test_concurrent_conservation, test_concurrent_single_threshold,
+               test_concurrent_expect_race))

@@ -5,13 +5,13 @@
  * delay and reorder them, on a simulated clock. The pure sources are
  * compiled into this test directly.
  */
-#include <check.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../plugins/mlx5/mx_hs.c"
 #include "../../plugins/mlx5/mx_wire.c"
+#include "te_test.h"
 
 #define MS 1000000ull
 
@@ -580,33 +580,10 @@ START_TEST(datagram_mac)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-    Suite *s = suite_create("mlx5_handshake");
-    TCase *t = tcase_create("hs");
-    tcase_add_test(t, plain_open);
-    tcase_add_test(t, loss);
-    tcase_add_test(t, duplicates);
-    tcase_add_test(t, simultaneous_open);
-    tcase_add_test(t, timeout);
-    tcase_add_test(t, renew_keeps_deadline);
-    tcase_add_test(t, qp_error_renews_both);
-    tcase_add_test(t, stale_datagrams);
-    tcase_add_test(t, self_connect);
-    suite_add_tcase(s, t);
-    TCase *w = tcase_create("wire");
-    tcase_add_test(w, siphash_vector);
-    tcase_add_test(w, address_roundtrip);
-    tcase_add_test(w, datagram_mac);
-    suite_add_tcase(s, w);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *r = srunner_create(suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TE_TEST_MAIN("mlx5_handshake",
+             TE_TCASE("hs",
+               plain_open, loss, duplicates, simultaneous_open, timeout,
+               renew_keeps_deadline, qp_error_renews_both, stale_datagrams,
+               self_connect),
+             TE_TCASE("wire",
+               siphash_vector, address_roundtrip, datagram_mac))

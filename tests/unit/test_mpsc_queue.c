@@ -1,5 +1,4 @@
 /* Unit tests for the bounded MPSC queue (core/mpsc_queue.c). */
-#include <check.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -10,6 +9,7 @@
 #include <time.h>
 
 #include "mpsc_queue.h"
+#include "te_test.h"
 
 #define ITEM(x) ((void *)(uintptr_t)(x))
 #define VAL(p) ((uintptr_t)(p))
@@ -218,27 +218,9 @@ START_TEST(test_multi_producer)
 }
 END_TEST
 
-static Suite *mpsc_suite(void)
-{
-    Suite *s = suite_create("mpsc_queue");
-    TCase *tc = tcase_create("basic");
-    tcase_add_test(tc, test_fifo_single_producer);
-    tcase_add_test(tc, test_full_eagain);
-    tcase_add_test(tc, test_capacity_rounding);
-    tcase_add_test(tc, test_wraparound);
-    suite_add_tcase(s, tc);
-    TCase *cc = tcase_create("concurrency");
-    tcase_set_timeout(cc, 120);
-    tcase_add_test(cc, test_multi_producer);
-    suite_add_tcase(s, cc);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(mpsc_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TE_TEST_MAIN("mpsc_queue",
+             TE_TCASE("basic",
+               test_fifo_single_producer, test_full_eagain,
+               test_capacity_rounding, test_wraparound),
+             TE_TCASE_FULL("concurrency", 120, NULL, NULL,
+               test_multi_producer))

@@ -1,9 +1,9 @@
 /* Sharding math and expected immediate counts (core/shard.c). */
-#include <check.h>
 #include <errno.h>
 #include <stdlib.h>
 
 #include "shard.h"
+#include "te_test.h"
 
 START_TEST(nics_shard_and_pin)
 {
@@ -226,22 +226,8 @@ START_TEST(remote_nic_mapping)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("shard");
-    TCase *t = tcase_create("core");
-    tcase_add_test(t, nics_shard_and_pin);
-    tcase_add_test(t, ranges_tile_exactly);
-    tcase_add_test(t, ranges_balanced);
-    tcase_add_test(t, expected_counts);
-    tcase_add_test(t, remote_nic_mapping);
-    tcase_add_test(t, weighted_ranges);
-    tcase_add_test(t, weighted_pages);
-    tcase_add_test(t, small_requests_stay_whole);
-    suite_add_tcase(s, t);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TE_TEST_MAIN("shard",
+             TE_TCASE("core",
+               nics_shard_and_pin, ranges_tile_exactly, ranges_balanced,
+               expected_counts, remote_nic_mapping, weighted_ranges,
+               weighted_pages, small_requests_stay_whole))

@@ -5,7 +5,6 @@
  * nested switches, CPU rules). Every test asserts the exact grouping.
  */
 #define _GNU_SOURCE
-#include <check.h>
 #include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -17,6 +16,7 @@
 #include "te/te.h"
 #include "sysfs_util.h"
 #include "topology.h"
+#include "te_test.h"
 
 #define FIX TE_SOURCE_DIR "/tests/fixtures/topology"
 
@@ -843,35 +843,11 @@ START_TEST(cpuset_format)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("topology");
-    TCase *fx = tcase_create("fixtures");
-    tcase_add_test(fx, p5_groups);
-    tcase_add_test(fx, p5en_groups);
-    tcase_add_test(fx, dgx_groups);
-    tcase_add_test(fx, dgx_exclude);
-    tcase_add_test(fx, nogpu_group);
-    tcase_add_test(fx, nogpu_split);
-    tcase_add_test(fx, p5_include);
-    tcase_add_test(fx, p5_virtual_nics);
-    tcase_add_test(fx, p5_overrides);
-    tcase_add_test(fx, p5_fewer_groups_and_cap);
-    tcase_add_test(fx, override_errors);
-    tcase_add_test(fx, parse_keys);
-    tcase_add_test(fx, this_machine);
-    tcase_add_test(fx, cpuset_format);
-    suite_add_tcase(s, fx);
-    TCase *syn = tcase_create("synthetic");
-    tcase_add_checked_fixture(syn, tmp_setup, tmp_teardown);
-    tcase_add_test(syn, nested_switches);
-    tcase_add_test(syn, garbage_and_missing);
-    tcase_add_test(syn, empty_root);
-    tcase_add_test(syn, cpu_rules);
-    suite_add_tcase(s, syn);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TE_TEST_MAIN("topology",
+             TE_TCASE("fixtures",
+               p5_groups, p5en_groups, dgx_groups, dgx_exclude, nogpu_group,
+               nogpu_split, p5_include, p5_virtual_nics, p5_overrides,
+               p5_fewer_groups_and_cap, override_errors, parse_keys,
+               this_machine, cpuset_format),
+             TE_TCASE_FULL("synthetic", 0, tmp_setup, tmp_teardown,
+               nested_switches, garbage_and_missing, empty_root, cpu_rules))

@@ -1,6 +1,5 @@
 /* Unit tests of core/wire.c: addresses and memory descriptors on the wire. */
 #define _GNU_SOURCE
-#include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +8,7 @@
 #include "te/te.h"
 #include "te_error.h"
 #include "wire.h"
+#include "te_test.h"
 
 #define ck_assert_msg_has(needle)                                              \
     ck_assert_msg(strstr(te_last_error(), (needle)) != NULL,                   \
@@ -636,33 +636,12 @@ START_TEST(mutation_fuzz)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("wire");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, fnv_vectors);
-    tcase_add_test(tc, desc_layout);
-    tcase_add_test(tc, desc_round_trip);
-    tcase_add_test(tc, desc_enospc);
-    tcase_add_test(tc, desc_serialize_rejects);
-    tcase_add_test(tc, desc_truncations);
-    tcase_add_test(tc, desc_trailing_bytes);
-    tcase_add_test(tc, desc_every_byte_corruption);
-    tcase_add_test(tc, desc_version_and_magic);
-    tcase_add_test(tc, desc_crafted_counts);
-    tcase_add_test(tc, addr_round_trip);
-    tcase_add_test(tc, addr_layout);
-    tcase_add_test(tc, addr_enospc_and_encode_errors);
-    tcase_add_test(tc, addr_truncations_and_trailing);
-    tcase_add_test(tc, addr_every_byte_corruption);
-    tcase_add_test(tc, addr_version_and_magic);
-    tcase_add_test(tc, addr_crafted);
-    tcase_add_test(tc, mutation_fuzz);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TE_TEST_MAIN("wire",
+             TE_TCASE_FULL("core", 120, NULL, NULL,
+               fnv_vectors, desc_layout, desc_round_trip, desc_enospc,
+               desc_serialize_rejects, desc_truncations, desc_trailing_bytes,
+               desc_every_byte_corruption, desc_version_and_magic,
+               desc_crafted_counts, addr_round_trip, addr_layout,
+               addr_enospc_and_encode_errors, addr_truncations_and_trailing,
+               addr_every_byte_corruption, addr_version_and_magic,
+               addr_crafted, mutation_fuzz))

@@ -1,0 +1,228 @@
+/* Shared helpers of the Check unit tests: see te_test.h. */
+#define _GNU_SOURCE
+#include "te_test.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int te_test_run(const char *suite, const te_tcase *cases)
+{
+    Suite *s = suite_create(suite);
+    for (const te_tcase *c = cases; c->name; c++) {
+        TCase *t = tcase_create(c->name);
+        if (c->setup || c->teardown)
+            tcase_add_checked_fixture(t, c->setup, c->teardown);
+        if (c->timeout > 0)
+            tcase_set_timeout(t, c->timeout);
+        for (const TTest *const *p = c->tests; p && *p; p++)
+            tcase_add_test(t, *p);
+        for (const TTest *const *p = c->loop_tests; p && *p; p++)
+            tcase_add_loop_test(t, *p, 0, c->loop_end);
+        suite_add_tcase(s, t);
+    }
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+int te_test_engine_try(const char *ini, te_engine **e)
+{
+    *e = NULL;
+    if (!ini)
+        return te_engine_create(NULL, e);
+    te_config *c = te_config_new();
+    ck_assert_ptr_nonnull(c);
+    int rc = ini[0] ? te_config_load_string(c, ini) : 0;
+    if (rc == 0)
+        rc = te_engine_create(c, e);
+    te_config_free(c);
+    return rc;
+}
+
+te_engine *te_test_engine(const char *ini)
+{
+    te_engine *e;
+    int rc = te_test_engine_try(ini, &e);
+    ck_assert_msg(rc == 0, "create: %s", te_last_error());
+    return e;
+}
+
+te_peer te_test_peer(te_engine *from, te_engine *to)
+{
+    uint8_t addr[TE_ADDR_MAX];
+    size_t len = sizeof(addr);
+    ck_assert_int_eq(te_engine_address(to, 0, addr, &len), 0);
+    te_peer p;
+    ck_assert_msg(te_peer_add(from, 0, addr, len, &p) == 0, "peer: %s",
+                  te_last_error());
+    return p;
+}
+
+te_mr *te_test_reg(te_engine *e, void *buf, size_t len, uint32_t access,
+                   te_mr_desc *desc)
+{
+    te_mr *mr;
+    ck_assert_msg(te_mr_reg(e, 0, buf, len, access, TE_MEM_HOST, &mr) == 0,
+                  "register: %s", te_last_error());
+    if (desc)
+        ck_assert_int_eq(te_mr_describe(mr, desc), 0);
+    return mr;
+}
+
+void te_test_pair_open(te_test_pair *x, const char *a_ini, const char *b_ini,
+                       size_t size)
+{
+    x->a = te_test_engine(a_ini);
+    x->b = te_test_engine(b_ini);
+    x->size = size;
+    x->src = calloc(1, size);
+    x->dst = calloc(1, size);
+    ck_assert(x->src && x->dst);
+    x->smr = te_test_reg(x->a, x->src, size, 0, NULL);
+    x->dmr = te_test_reg(x->b, x->dst, size, TE_MR_REMOTE_WRITE, &x->d);
+    x->p = te_test_peer(x->a, x->b);
+}
+
+void te_test_pair_close(te_test_pair *x)
+{
+    te_mr_dereg(x->b, x->dmr);
+    te_engine_destroy(x->b);
+    te_engine_destroy(x->a);
+    free(x->src);
+    free(x->dst);
+}
+
+te_request te_test_pair_write(const te_test_pair *x, size_t len,
+                              int32_t timeout_ms)
+{
+    te_request r;
+    te_request_init(&r, TE_OP_WRITE);
+    r.timeout_ms = timeout_ms;
+    r.u.xfer.peer = x->p;
+    r.u.xfer.local = x->smr;
+    r.u.xfer.remote = &x->d;
+    r.u.xfer.len = len;
+    return r;
+}
+
+void te_test_self_open(te_test_self *s, const char *ini, void *buf,
+                       size_t len)
+{
+    s->e = te_test_engine(ini);
+    s->peer = te_test_peer(s->e, s->e);
+    s->mr = te_test_reg(s->e, buf, len, TE_MR_REMOTE_WRITE, &s->desc);
+}
+
+void te_test_self_close(te_test_self *s)
+{
+    te_mr_dereg(s->e, s->mr);
+    te_engine_destroy(s->e);
+}
+
+te_completion te_test_completion(te_engine *e, int timeout_ms)
+{
+    te_completion c;
+    int n = te_poll_completions(e, &c, 1, timeout_ms);
+    ck_assert_msg(n == 1, "no completion within %d ms (%d): %s", timeout_ms,
+                  n, te_last_error());
+    return c;
+}
+
+void te_test_complete(te_engine *e, int n, int timeout_ms)
+{
+    for (int i = 0; i < n; i++) {
+        te_completion c = te_test_completion(e, timeout_ms);
+        ck_assert_msg(c.status == 0, "completion %d of %d: status %d: %s", i,
+                      n, c.status, c.reason);
+    }
+}
+
+int64_t te_test_now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+void te_test_sleep_ms(int ms)
+{
+    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000};
+    while (nanosleep(&t, &t) == -1 && errno == EINTR)
+        ;
+}
+
+int te_test_wait_int(atomic_int *v, int want, int timeout_ms)
+{
+    int64_t end = te_test_now_ms() + timeout_ms;
+    while (atomic_load(v) < want && te_test_now_ms() < end)
+        te_test_sleep_ms(1);
+    return atomic_load(v);
+}
+
+uint64_t te_test_wait_banked(te_engine *e, uint32_t imm, uint64_t want,
+                             int timeout_ms)
+{
+    int64_t end = te_test_now_ms() + timeout_ms;
+    uint64_t banked = 0;
+    for (;;) {
+        ck_assert_int_eq(te_imm_poll(e, imm, &banked, NULL), 0);
+        if (banked >= want || te_test_now_ms() >= end)
+            return banked;
+        te_test_sleep_ms(1);
+    }
+}
+
+int te_test_write_all(int fd, const void *p, size_t n)
+{
+    for (size_t done = 0; done < n;) {
+        ssize_t w = write(fd, (const char *)p + done, n - done);
+        if (w <= 0)
+            return -1;
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+int te_test_read_all(int fd, void *p, size_t n)
+{
+    for (size_t done = 0; done < n;) {
+        ssize_t r = read(fd, (char *)p + done, n - done);
+        if (r <= 0)
+            return -1;
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+/* On the pipe: the two lengths (uint32_t each), the address, the
+ * serialized descriptor. */
+int te_test_send_endpoint(int fd, te_engine *e, const te_mr_desc *d)
+{
+    uint8_t msg[8 + TE_ADDR_MAX + TE_DESC_MAX];
+    size_t alen = TE_ADDR_MAX, dlen = TE_DESC_MAX;
+    if (te_engine_address(e, 0, msg + 8, &alen) ||
+        te_desc_serialize(d, msg + 8 + alen, &dlen))
+        return -1;
+    uint32_t lens[2] = {(uint32_t)alen, (uint32_t)dlen};
+    memcpy(msg, lens, 8);
+    return te_test_write_all(fd, msg, 8 + alen + dlen);
+}
+
+int te_test_recv_endpoint(int fd, uint8_t addr[TE_ADDR_MAX], size_t *alen,
+                          te_mr_desc *d)
+{
+    uint32_t lens[2];
+    uint8_t desc[TE_DESC_MAX];
+    if (te_test_read_all(fd, lens, 8) || lens[0] > TE_ADDR_MAX ||
+        lens[1] > TE_DESC_MAX || te_test_read_all(fd, addr, lens[0]) ||
+        te_test_read_all(fd, desc, lens[1]) ||
+        te_desc_parse(desc, lens[1], d))
+        return -1;
+    *alen = lens[0];
+    return 0;
+}

@@ -1,0 +1,143 @@
+/*
+ * Shared helpers of the Check unit tests (tests/unit/te_test.c, built once
+ * as the static library te_test and linked by every tests/unit/test_*.c).
+ *
+ *  - the Check runner: a suite described as a table of test cases
+ *    (TE_TEST_MAIN / TE_TEST_RUN), run with CK_NORMAL, so the CK_* variables
+ *    of Check (CK_RUN_CASE, CK_DEFAULT_TIMEOUT, CK_TIMEOUT_MULTIPLIER,
+ *    CK_FORK, CK_TAP_LOG_FILE_NAME, ...) act as they always did;
+ *  - engines from an INI string, two engines joined by a peer with a
+ *    registered region on each (te_test_pair), an engine that is its own
+ *    peer (te_test_self), registration, and waits with deadlines;
+ *  - pipe helpers for tests that fork a peer and hand it an address and a
+ *    descriptor.
+ *
+ * Every helper asserts with Check, so a failure names the test that called
+ * it. Only the public API (te/te.h) is used here.
+ */
+#ifndef TE_TEST_H
+#define TE_TEST_H
+
+#include <check.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "te/te.h"
+
+/* ------------------------------------------------------------- runner */
+
+/* One TCase: its name, tests (NULL-terminated), the timeout in seconds
+ * (0: Check's default, CK_DEFAULT_TIMEOUT), an optional checked fixture,
+ * and tests run as loop tests with _i from 0 to loop_end - 1 (added after
+ * the plain ones). */
+typedef struct te_tcase {
+    const char *name;
+    const TTest *const *tests;
+    double timeout;
+    void (*setup)(void);
+    void (*teardown)(void);
+    const TTest *const *loop_tests;
+    int loop_end;
+} te_tcase;
+
+#define TE_TESTS(...) ((const TTest *const[]){__VA_ARGS__, NULL})
+/* A case with Check's default timeout and no fixture. */
+#define TE_TCASE(name, ...) {(name), TE_TESTS(__VA_ARGS__), 0, NULL, NULL, NULL, 0}
+/* A case with a timeout (0: default) and a checked fixture (or NULLs). */
+#define TE_TCASE_FULL(name, timeout, setup, teardown, ...)                     \
+    {(name), TE_TESTS(__VA_ARGS__), (timeout), (setup), (teardown), NULL, 0}
+
+/* Runs the suite of the cases (terminated by a case with a NULL name) and
+ * returns EXIT_SUCCESS when no test failed, EXIT_FAILURE otherwise. */
+int te_test_run(const char *suite, const te_tcase *cases);
+
+#define TE_TEST_RUN(suite, ...)                                                \
+    te_test_run((suite), (const te_tcase[]){__VA_ARGS__, {NULL, NULL, 0, NULL, NULL, NULL, 0}})
+#define TE_TEST_MAIN(suite, ...)                                               \
+    int main(void) { return TE_TEST_RUN(suite, __VA_ARGS__); }
+
+/* ------------------------------------------------------------ engines */
+
+/* An engine from an INI string (asserted to be created, the error named).
+ * NULL: te_engine_create(NULL, ...), the defaults (loopback) or $TE_CONFIG;
+ * "" : the defaults alone. */
+te_engine *te_test_engine(const char *ini);
+/* The same without asserting: te_engine_create's result; *e is NULL when
+ * it failed. The INI must parse. */
+int te_test_engine_try(const char *ini, te_engine **e);
+
+/* `to`'s address of group 0 added as a peer of `from` (group 0). */
+te_peer te_test_peer(te_engine *from, te_engine *to);
+
+/* buf..buf+len registered on group 0 with `access`, host memory; *desc
+ * (when not NULL) describes it. */
+te_mr *te_test_reg(te_engine *e, void *buf, size_t len, uint32_t access,
+                   te_mr_desc *desc);
+
+/* Two engines and a peer from a to b: src (on a, local) and dst (on b,
+ * remotely writable, described by d) of `size` zeroed bytes each. */
+typedef struct te_test_pair {
+    te_engine *a, *b;
+    uint8_t *src, *dst;
+    size_t size;
+    te_mr *smr, *dmr;
+    te_mr_desc d;
+    te_peer p;
+} te_test_pair;
+
+void te_test_pair_open(te_test_pair *x, const char *a_ini, const char *b_ini,
+                       size_t size);
+/* dst deregistered, b then a destroyed (src goes with a), buffers freed. */
+void te_test_pair_close(te_test_pair *x);
+
+/* A write of len bytes from src to dst at offset 0, no immediate. */
+te_request te_test_pair_write(const te_test_pair *x, size_t len,
+                              int32_t timeout_ms);
+
+/* An engine that is its own peer, with buf registered remotely writable
+ * and described. */
+typedef struct te_test_self {
+    te_engine *e;
+    te_peer peer;
+    te_mr *mr;
+    te_mr_desc desc;
+} te_test_self;
+
+void te_test_self_open(te_test_self *s, const char *ini, void *buf,
+                       size_t len);
+void te_test_self_close(te_test_self *s);
+
+/* -------------------------------------------------------------- waits */
+
+/* One completion of e within timeout_ms, asserted to come, returned. */
+te_completion te_test_completion(te_engine *e, int timeout_ms);
+/* n completions of e, each within timeout_ms and each with status 0 (the
+ * reason named when not). */
+void te_test_complete(te_engine *e, int n, int timeout_ms);
+
+/* Waits (polling every millisecond) until *v >= want or timeout_ms has
+ * passed; returns *v. */
+int te_test_wait_int(atomic_int *v, int want, int timeout_ms);
+/* The same for the arrivals of imm banked at e (te_imm_poll). */
+uint64_t te_test_wait_banked(te_engine *e, uint32_t imm, uint64_t want,
+                             int timeout_ms);
+
+/* CLOCK_MONOTONIC in milliseconds; a sleep of ms milliseconds. */
+int64_t te_test_now_ms(void);
+void te_test_sleep_ms(int ms);
+
+/* -------------------------------------------------------------- pipes */
+
+/* All n bytes written / read (retrying short transfers): 0, or -1. */
+int te_test_write_all(int fd, const void *p, size_t n);
+int te_test_read_all(int fd, void *p, size_t n);
+
+/* e's group-0 address and the descriptor d sent on fd / received from fd
+ * (a forked peer hands itself over): 0, or -1 (not asserted, so a child
+ * can use them). */
+int te_test_send_endpoint(int fd, te_engine *e, const te_mr_desc *d);
+int te_test_recv_endpoint(int fd, uint8_t addr[TE_ADDR_MAX], size_t *alen,
+                          te_mr_desc *d);
+
+#endif
