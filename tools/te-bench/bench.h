@@ -325,6 +325,7 @@ struct tb_result_row {
     const char *lat_key[TB_LAT_SERIES]; /* JSON name */
     int probe_used;
     const char *note;
+    char note_buf[512];      /* storage for note when composed */
     char settings[1024];     /* per-case engine settings, both sides */
 };
 
@@ -412,6 +413,13 @@ struct tb_refspec {
     uint32_t rep_ms;
 };
 double tb_reference(const struct tb_refspec *r, char *err, size_t errlen);
+/* ucx / ucx-tcp (tools/ucx-raw-bench): the options the command takes from
+ * the command line; whether kind is one; its p50 latency in us for immlat
+ * and send (0 for other kinds). */
+void tb_reference_setup(const struct tb_opts *o);
+int tb_reference_is_ucx(const char *kind);
+double tb_reference_latency(const struct tb_refspec *r, char *err,
+                            size_t errlen);
 /* te-bench --cma-helper SIZE: the process the cma reference reads from. */
 int tb_cma_helper(const char *size_arg);
 

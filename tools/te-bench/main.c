@@ -180,6 +180,61 @@ static void run_case(struct tb_session *s, struct tb_result_row *r)
     }
 }
 
+/*
+ * --reference ucx|ucx-tcp for the latency tests (immlat, send): the raw UCX
+ * program's p50 of the same test, measured once right before the case (the
+ * latency tests take no per-repetition reference), then put beside the
+ * case's own p50 (end to end for immlat, half round trip for send) in the
+ * row's note.
+ */
+static void latency_refs(struct tb_session *s, struct tb_result_row *r,
+                         double *p50)
+{
+    const struct tb_opts *o = s->o;
+    for (int k = 0; k < o->nrefs; k++) {
+        p50[k] = 0;
+        if (r->error[0] || !tb_reference_is_ucx(o->refs[k]) ||
+            (r->c.test != TB_T_IMMLAT && r->c.test != TB_T_SEND))
+            continue;
+        struct tb_refspec ref = {.kind = o->refs[k],
+                                 .test = tb_test_name(r->c.test),
+                                 .size = r->c.size, .chunk = r->c.size,
+                                 .window = r->c.window, .threads = 1,
+                                 .rep_ms = o->rep_ms};
+        char err[256] = "";
+        tb_progress(s, "%s reference %s", tb_test_name(r->c.test), o->refs[k]);
+        p50[k] = tb_reference_latency(&ref, err, sizeof(err));
+        if (p50[k] < 0)
+            snprintf(r->error, sizeof(r->error), "reference: %s", err);
+    }
+}
+
+static void latency_note(const struct tb_opts *o, struct tb_result_row *r,
+                         const double *p50)
+{
+    const char *key = r->c.test == TB_T_IMMLAT ? "submit_to_callback_us"
+                                               : "half_rtt_us";
+    double mine = 0;
+    for (int i = 0; i < TB_LAT_SERIES; i++)
+        if (r->lat_key[i] && !strcmp(r->lat_key[i], key) && r->lat[i].n)
+            mine = tb_percentile(&r->lat[i], 50);
+    size_t n = 0;
+    if (r->note)
+        n = (size_t)snprintf(r->note_buf, sizeof(r->note_buf), "%s", r->note);
+    for (int k = 0; k < o->nrefs && n < sizeof(r->note_buf); k++) {
+        if (p50[k] <= 0)
+            continue;
+        n += (size_t)snprintf(r->note_buf + n, sizeof(r->note_buf) - n,
+                              "%sreference %s: p50 %.3f us (%s); te-bench p50 "
+                              "%.3f us = %.1f x", n ? "; " : "", o->refs[k],
+                              p50[k], r->c.test == TB_T_IMMLAT
+                              ? "submit -> AM handler" : "half round trip",
+                              mine, mine / p50[k]);
+    }
+    if (n)
+        r->note = r->note_buf;
+}
+
 struct inproc_server {
     pthread_t th;
     const struct tb_opts *o;
@@ -228,6 +283,7 @@ int main(int argc, char **argv)
             return tb_gpu_main(argc, argv);
     if (tb_opts_parse(argc, argv, &o))
         return 2;
+    tb_reference_setup(&o);
     if (o.config_file && !(o.config_text = read_file(o.config_file))) {
         fprintf(stderr, "te-bench: cannot read %s\n", o.config_file);
         return 2;
@@ -334,7 +390,11 @@ int main(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         s.case_index = i;
         s.settings[0] = 0;
+        double ref_p50[3] = {0, 0, 0};
+        latency_refs(&s, &rows[i], ref_p50);
         run_case(&s, &rows[i]);
+        if (rows[i].ok)
+            latency_note(&o, &rows[i], ref_p50);
         snprintf(rows[i].settings, sizeof(rows[i].settings), "%s", s.settings);
         if (!rows[i].error[0] && !rows[i].ok)
             snprintf(rows[i].error, sizeof(rows[i].error), "did not run");

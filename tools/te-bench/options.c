@@ -121,6 +121,10 @@ void tb_usage(FILE *f)
 "                     the same bytes as single writes through the engine\n"
 "                     (for paged writes and scatters); a list such as\n"
 "                     write,memcpy measures each (the ratio: the first).\n"
+"                     ucx, ucx-tcp: tools/ucx-raw-bench (raw UCX, two\n"
+"                     processes) over shared memory or TCP on 127.0.0.1:\n"
+"                     write, paged, read as GB/s; immlat, send: its p50\n"
+"                     latency once per case, in the row's note\n"
 "                     CMD runs through sh once per repetition with {test}\n"
 "                     {size} {chunk} {window} {threads} {ms} {region_mib}\n"
 "                     (window x size, MiB rounded up) replaced; the\n"
@@ -434,6 +438,8 @@ int tb_opts_parse(int argc, char **argv, struct tb_opts *o)
         if (!((l == 6 && !strncmp(p, "memcpy", 6)) ||
               (l == 3 && !strncmp(p, "cma", 3)) ||
               (l == 5 && !strncmp(p, "write", 5)) ||
+              (l == 3 && !strncmp(p, "ucx", 3)) ||
+              (l == 7 && !strncmp(p, "ucx-tcp", 7)) ||
               (l == 4 && !strncmp(p, "none", 4))))
             builtin = 0;
         p += l + (p[l] == ',');

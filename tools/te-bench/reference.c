@@ -15,6 +15,12 @@
  * {test} {size} {chunk} {window} {threads} {ms} {region_mib}. From its standard output
  * the last "<number> GB/s" is read, else the last line starting with a
  * number.
+ *
+ * ucx, ucx-tcp: shorthands for such a command, tools/ucx-raw-bench (raw
+ * UCX, two processes) with this case's test, size, page, window, duration
+ * and footprint, over shared memory or TCP on 127.0.0.1. Bandwidth tests
+ * it has an equivalent of (write, paged, read) read GB/s; the latency tests
+ * (immlat, send) read its p50 in us (tb_reference_latency, from main.c).
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -309,8 +315,87 @@ static double ref_command(const struct tb_refspec *r, char *err, size_t errlen)
     return v;
 }
 
+/* ------------------------------------------------------------- ucx */
+
+static struct {
+    int no_imm;
+    uint32_t lat_iters, reps, warmup, timeout_s, min_iters;
+} ucx_o;
+
+void tb_reference_setup(const struct tb_opts *o)
+{
+    ucx_o.no_imm = o->no_imm;
+    ucx_o.lat_iters = o->lat_iters;
+    ucx_o.reps = (uint32_t)o->reps;
+    ucx_o.warmup = (uint32_t)o->warmup;
+    ucx_o.timeout_s = o->timeout_s;
+    ucx_o.min_iters = o->min_iters;
+}
+
+int tb_reference_is_ucx(const char *kind)
+{
+    return kind && (!strcmp(kind, "ucx") || !strcmp(kind, "ucx-tcp"));
+}
+
+/* $TE_BENCH_UCX, else ucx-raw-bench next to this binary (installed), in
+ * the build tree (../ucx-raw-bench/), else the one on $PATH. */
+static void ucx_path(char *out, size_t len)
+{
+    const char *env = getenv("TE_BENCH_UCX");
+    if (env && *env) {
+        snprintf(out, len, "%s", env);
+        return;
+    }
+    char exe[3072];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    exe[n > 0 ? n : 0] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+        *slash = 0;
+        const char *rel[] = {"/ucx-raw-bench", "/../ucx-raw-bench/ucx-raw-bench"};
+        for (int i = 0; i < 2; i++) {
+            snprintf(out, len, "%s%s", exe, rel[i]);
+            if (access(out, X_OK) == 0)
+                return;
+        }
+    }
+    snprintf(out, len, "ucx-raw-bench");
+}
+
+static double ref_ucx(const struct tb_refspec *r, char *err, size_t errlen)
+{
+    int lat = !strcmp(r->test, "immlat") || !strcmp(r->test, "send");
+    if (strcmp(r->test, "write") && strcmp(r->test, "paged") &&
+        strcmp(r->test, "read") && !lat)
+        return 0; /* no UCX equivalent here (scatter, imm, post) */
+    char path[3200], tmpl[4096];
+    ucx_path(path, sizeof(path));
+    /* Latency: as many samples (and warm-up samples) as the case takes. */
+    snprintf(tmpl, sizeof(tmpl),
+             "%s --tls %s --test {test} --size {size} --chunk {chunk} "
+             "--window {window} --ms {ms} --min-iters %u --iters %u "
+             "--warmup %u --timeout %u%s",
+             path, strcmp(r->kind, "ucx-tcp") ? "shm" : "tcp", ucx_o.min_iters,
+             ucx_o.lat_iters * (ucx_o.reps ? ucx_o.reps : 1),
+             ucx_o.lat_iters * ucx_o.warmup, ucx_o.timeout_s,
+             ucx_o.no_imm ? " --no-imm" : "");
+    struct tb_refspec c = *r;
+    c.kind = tmpl;
+    if (!c.chunk)
+        c.chunk = c.size ? c.size : 1;
+    return ref_command(&c, err, errlen);
+}
+
+double tb_reference_latency(const struct tb_refspec *r, char *err,
+                            size_t errlen)
+{
+    return tb_reference_is_ucx(r->kind) ? ref_ucx(r, err, errlen) : 0;
+}
+
 double tb_reference(const struct tb_refspec *r, char *err, size_t errlen)
 {
+    if (tb_reference_is_ucx(r->kind))
+        return ref_ucx(r, err, errlen);
     if (!r->kind || strcmp(r->kind, "none") == 0 ||
         strcmp(r->kind, "write") == 0) /* "write" runs in test_bw.c */
         return 0;
