@@ -1,6 +1,5 @@
 /* Unit tests of core/config.c and core/config_keys.c. */
 #define _GNU_SOURCE
-#include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +9,7 @@
 #include "config.h"
 #include "te/te.h"
 #include "te_error.h"
+#include "te_test.h"
 
 #ifndef TE_SOURCE_DIR
 #define TE_SOURCE_DIR "."
@@ -679,32 +679,16 @@ static void clear_te_env(void)
 int main(void)
 {
     clear_te_env();
-    Suite *s = suite_create("config");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, set_get_replace);
-    tcase_add_test(tc, set_rejects_bad_arguments);
-    tcase_add_test(tc, load_string_values_and_origins);
-    tcase_add_test(tc, load_file_and_origins);
-    tcase_add_test(tc, load_missing_file);
-    tcase_add_test(tc, load_syntax_error_line);
-    tcase_add_test(tc, load_key_outside_section);
-    tcase_add_test(tc, load_long_line);
-    tcase_add_test(tc, precedence_file_set_env);
-    tcase_add_test(tc, env_names_and_shorthands);
-    tcase_add_test(tc, unknown_key_suggestion);
-    tcase_add_test(tc, known_keys_validate);
-    tcase_add_test(tc, validate_sections);
-    tcase_add_test(tc, get_u64_forms);
-    tcase_add_test(tc, get_u64_messages);
-    tcase_add_test(tc, get_bool_and_double);
-    tcase_add_test(tc, foreach_order);
-    tcase_add_test(tc, clone_is_deep);
-    tcase_add_test(tc, shipped_default_config_in_sync);
-    tcase_add_test(tc, shipped_loopback_2nic);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return TE_TEST_RUN("config",
+                       TE_TCASE("core",
+                         set_get_replace, set_rejects_bad_arguments,
+                         load_string_values_and_origins, load_file_and_origins,
+                         load_missing_file, load_syntax_error_line,
+                         load_key_outside_section, load_long_line,
+                         precedence_file_set_env, env_names_and_shorthands,
+                         unknown_key_suggestion, known_keys_validate,
+                         validate_sections, get_u64_forms, get_u64_messages,
+                         get_bool_and_double, foreach_order, clone_is_deep,
+                         shipped_default_config_in_sync,
+                         shipped_loopback_2nic));
 }

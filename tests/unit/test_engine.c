@@ -1,7 +1,6 @@
 /* Engine life cycle and API edge cases through the public API, on the
  * loopback plugin (found through TE_PLUGIN_PATH, set by ctest). */
 #define _GNU_SOURCE /* pthread_getaffinity_np */
-#include <check.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -15,27 +14,17 @@
 #include <unistd.h>
 
 #include "te/te.h"
+#include "te_test.h"
 
 static te_engine *make(const char *ini)
 {
-    te_config *c = te_config_new();
-    ck_assert_ptr_nonnull(c);
-    if (ini)
-        ck_assert_int_eq(te_config_load_string(c, ini), 0);
-    te_engine *e = NULL;
-    int rc = te_engine_create(c, &e);
-    te_config_free(c);
-    ck_assert_msg(rc == 0, "create: %s", te_last_error());
-    return e;
+    return te_test_engine(ini ? ini : ""); /* "": defaults, not $TE_CONFIG */
 }
 
 static int create_err(const char *ini)
 {
-    te_config *c = te_config_new();
-    te_config_load_string(c, ini);
-    te_engine *e = NULL;
-    int rc = te_engine_create(c, &e);
-    te_config_free(c);
+    te_engine *e;
+    int rc = te_test_engine_try(ini, &e);
     ck_assert_ptr_null(e);
     return rc;
 }
@@ -189,92 +178,35 @@ START_TEST(destroy_completes_everything)
     /* Held operations and a short NIC queue: at destroy time 16 operations
      * are posted (and held for 5 s, longer than destroy's 2 s grace) and the
      * rest are still queued, so every request is cancelled. */
-    te_engine *a = make("[loopback]\nfault_delay_us = 5000000\n"
-                        "queue_depth = 16\n");
-    te_engine *b = make(NULL);
-    size_t sz = 4u << 20;
-    uint8_t *src = calloc(1, sz), *dst = calloc(1, sz);
-    te_mr *smr, *dmr;
-    ck_assert_int_eq(te_mr_reg(a, 0, src, sz, 0, TE_MEM_HOST, &smr), 0);
-    ck_assert_int_eq(te_mr_reg(b, 0, dst, sz, TE_MR_REMOTE_WRITE, TE_MEM_HOST,
-                               &dmr), 0);
-    te_mr_desc d;
-    te_mr_describe(dmr, &d);
-    uint8_t addr[TE_ADDR_MAX];
-    size_t len = sizeof(addr);
-    te_engine_address(b, 0, addr, &len);
-    te_peer p;
-    ck_assert_int_eq(te_peer_add(a, 0, addr, len, &p), 0);
+    te_test_pair x;
+    te_test_pair_open(&x, "[loopback]\nfault_delay_us = 5000000\n"
+                          "queue_depth = 16\n", "", 4u << 20);
     atomic_store(&cancelled, 0);
     atomic_store(&completed, 0);
     int submitted = 0;
     for (int i = 0; i < 500; i++) {
-        te_request r = {.size = sizeof(te_request)};
-        r.op = TE_OP_WRITE;
-        r.u.xfer.peer = p;
-        r.u.xfer.local = smr;
-        r.u.xfer.remote = &d;
-        r.u.xfer.len = sz;
+        te_request r = te_test_pair_write(&x, x.size, 0);
         r.done = on_done;
-        if (te_submit(a, &r) > 0)
+        if (te_submit(x.a, &r) > 0)
             submitted++;
     }
     ck_assert_int_eq(submitted, 500);
-    ck_assert_int_eq(te_mr_dereg(a, smr), -EBUSY);
-    te_engine_destroy(a); /* registrations released with the engine */
+    ck_assert_int_eq(te_mr_dereg(x.a, x.smr), -EBUSY);
+    te_engine_destroy(x.a); /* registrations released with the engine */
     ck_assert_int_eq(atomic_load(&completed), submitted);
     ck_assert_int_eq(atomic_load(&cancelled), submitted);
-    te_mr_dereg(b, dmr);
-    te_engine_destroy(b);
-    free(src);
-    free(dst);
+    te_mr_dereg(x.b, x.dmr);
+    te_engine_destroy(x.b);
+    free(x.src);
+    free(x.dst);
 }
 END_TEST
 
-/* Two engines and a peer from a to b, registered regions of `sz` bytes. */
-struct pair {
-    te_engine *a, *b;
-    uint8_t *src, *dst;
-    te_mr *smr, *dmr;
-    te_mr_desc d;
-    te_peer p;
-};
-
-static void pair_open(struct pair *x, const char *a_ini, size_t sz)
+/* Two engines and a peer from a to b (a configured by a_ini), registered
+ * regions of `sz` bytes. */
+static void pair_open(te_test_pair *x, const char *a_ini, size_t sz)
 {
-    x->a = make(a_ini);
-    x->b = make(NULL);
-    x->src = calloc(1, sz);
-    x->dst = calloc(1, sz);
-    ck_assert_int_eq(te_mr_reg(x->a, 0, x->src, sz, 0, TE_MEM_HOST, &x->smr), 0);
-    ck_assert_int_eq(te_mr_reg(x->b, 0, x->dst, sz, TE_MR_REMOTE_WRITE,
-                               TE_MEM_HOST, &x->dmr), 0);
-    te_mr_describe(x->dmr, &x->d);
-    uint8_t addr[TE_ADDR_MAX];
-    size_t len = sizeof(addr);
-    te_engine_address(x->b, 0, addr, &len);
-    ck_assert_int_eq(te_peer_add(x->a, 0, addr, len, &x->p), 0);
-}
-
-static void pair_close(struct pair *x)
-{
-    te_mr_dereg(x->b, x->dmr);
-    te_engine_destroy(x->b);
-    te_engine_destroy(x->a);
-    free(x->src);
-    free(x->dst);
-}
-
-static te_request small_write(struct pair *x, int32_t timeout_ms)
-{
-    te_request r = {.size = sizeof(te_request)};
-    r.op = TE_OP_WRITE;
-    r.timeout_ms = timeout_ms;
-    r.u.xfer.peer = x->p;
-    r.u.xfer.local = x->smr;
-    r.u.xfer.remote = &x->d;
-    r.u.xfer.len = 64;
-    return r;
+    te_test_pair_open(x, a_ini ? a_ini : "", "", sz);
 }
 
 /* te_submit accepts a request while its peer is live; the peer is removed
@@ -284,18 +216,18 @@ static te_request small_write(struct pair *x, int32_t timeout_ms)
  * would wait for its deadline (here: none, so forever). */
 START_TEST(request_to_peer_removed_before_posting)
 {
-    struct pair x;
+    te_test_pair x;
     pair_open(&x, "[engine]\nidle_spin_us = 0\nidle_sleep_us = 200000\n",
               4096);
     usleep(300000); /* the worker is asleep now */
-    te_request r = small_write(&x, -1);
+    te_request r = te_test_pair_write(&x, 64, -1);
     ck_assert_int_gt(te_submit(x.a, &r), 0);
     ck_assert_int_eq(te_peer_remove(x.a, 0, x.p), 0);
     te_completion c;
     ck_assert_int_eq(te_poll_completions(x.a, &c, 1, 10000), 1);
     ck_assert_msg(c.status == -ECONNABORTED, "status %d: %s", c.status,
                   c.reason);
-    pair_close(&x);
+    te_test_pair_close(&x);
 }
 END_TEST
 
@@ -305,7 +237,7 @@ END_TEST
  * peer. */
 START_TEST(peer_slots_are_reused_with_fresh_handles)
 {
-    struct pair x;
+    te_test_pair x;
     pair_open(&x, NULL, 4096);
     uint8_t addr[TE_ADDR_MAX];
     size_t len = sizeof(addr);
@@ -321,7 +253,7 @@ START_TEST(peer_slots_are_reused_with_fresh_handles)
     ck_assert_int_eq(te_peer_status(x.a, 0, old), -ENOENT);
     ck_assert_int_eq(te_peer_status(x.a, 0, x.p), 0);
     ck_assert_int_eq(te_peer_remove(x.a, 0, old), -ENOENT);
-    te_request r = small_write(&x, 5000);
+    te_request r = te_test_pair_write(&x, 64, 5000);
     r.u.xfer.peer = old;
     ck_assert_int_eq(te_submit(x.a, &r), -ENOENT);
     r.u.xfer.peer = x.p;
@@ -329,7 +261,7 @@ START_TEST(peer_slots_are_reused_with_fresh_handles)
     te_completion c;
     ck_assert_int_eq(te_poll_completions(x.a, &c, 1, 10000), 1);
     ck_assert_msg(c.status == 0, "%s", c.reason);
-    pair_close(&x);
+    te_test_pair_close(&x);
 }
 END_TEST
 
@@ -337,10 +269,10 @@ END_TEST
  * stays busy until the transport gives the operation back. */
 START_TEST(request_deadline)
 {
-    struct pair x;
+    te_test_pair x;
     pair_open(&x, "[loopback]\nfault_delay_us = 700000\n"
                   "[engine]\npeer_timeout_ms = 0\n", 4096);
-    te_request r = small_write(&x, 50);
+    te_request r = te_test_pair_write(&x, 64, 50);
     ck_assert_int_gt(te_submit(x.a, &r), 0);
     te_completion c[2];
     ck_assert_int_eq(te_poll_completions(x.a, c, 2, 5000), 1);
@@ -356,11 +288,7 @@ START_TEST(request_deadline)
             usleep(10000);
     }
     ck_assert_int_eq(rc, 0);
-    te_mr_dereg(x.b, x.dmr);
-    te_engine_destroy(x.b);
-    te_engine_destroy(x.a);
-    free(x.src);
-    free(x.dst);
+    te_test_pair_close(&x);
 }
 END_TEST
 
@@ -368,10 +296,10 @@ END_TEST
  * requests fail, new ones are refused, other peers keep working. */
 START_TEST(silent_peer_declared_down)
 {
-    struct pair x;
+    te_test_pair x;
     pair_open(&x, "[loopback]\nfault_delay_us = 3000000\n"
                   "[engine]\npeer_timeout_ms = 100\n", 4096);
-    te_request r = small_write(&x, -1);
+    te_request r = te_test_pair_write(&x, 64, -1);
     ck_assert_int_eq(te_peer_status(x.a, 0, x.p), 0);
     ck_assert_int_eq(te_peer_status(x.a, 0, x.p + 1000), -ENOENT);
     ck_assert_int_eq(te_peer_status(x.a, 7, x.p), -EINVAL);
@@ -384,30 +312,21 @@ START_TEST(silent_peer_declared_down)
     ck_assert_ptr_nonnull(strstr(te_last_error(), "is down"));
     ck_assert_int_eq(te_submit(x.a, &r), -ECONNRESET);
     /* The same engine still serves another, healthy peer: b adds a. */
-    uint8_t addr[TE_ADDR_MAX];
-    size_t len = sizeof(addr);
-    te_engine_address(x.a, 0, addr, &len);
-    te_peer back;
-    ck_assert_int_eq(te_peer_add(x.b, 0, addr, len, &back), 0);
-    te_mr *bsrc;
-    ck_assert_int_eq(te_mr_reg(x.b, 0, x.dst, 64, 0, TE_MEM_HOST, &bsrc), 0);
-    te_mr *adst;
+    te_peer back = te_test_peer(x.b, x.a);
+    te_mr *bsrc = te_test_reg(x.b, x.dst, 64, 0, NULL);
     uint8_t *abuf = calloc(1, 64);
-    ck_assert_int_eq(te_mr_reg(x.a, 0, abuf, 64, TE_MR_REMOTE_WRITE,
-                               TE_MEM_HOST, &adst), 0);
     te_mr_desc ad;
-    te_mr_describe(adst, &ad);
-    te_request w = {.size = sizeof(te_request)};
-    w.op = TE_OP_WRITE;
+    te_test_reg(x.a, abuf, 64, TE_MR_REMOTE_WRITE, &ad);
+    te_request w;
+    te_request_init(&w, TE_OP_WRITE);
     w.u.xfer.peer = back;
     w.u.xfer.local = bsrc;
     w.u.xfer.remote = &ad;
     w.u.xfer.len = 64;
     ck_assert_int_gt(te_submit(x.b, &w), 0);
-    ck_assert_int_eq(te_poll_completions(x.b, &c, 1, 5000), 1);
-    ck_assert_int_eq(c.status, 0);
+    te_test_complete(x.b, 1, 5000);
     te_mr_dereg(x.b, bsrc);
-    pair_close(&x);
+    te_test_pair_close(&x);
     free(abuf);
 }
 END_TEST
@@ -423,7 +342,7 @@ static void on_imm(uint32_t imm, int status, void *arg)
         atomic_fetch_add(&imm_cancel, 1);
 }
 
-static void barrier_to(struct pair *x, uint32_t imm, int n)
+static void barrier_to(te_test_pair *x, uint32_t imm, int n)
 {
     te_barrier_dst d = {.peer = x->p, .dst = &x->d};
     te_request r = {.size = sizeof(te_request)};
@@ -433,32 +352,19 @@ static void barrier_to(struct pair *x, uint32_t imm, int n)
     r.u.barrier.dsts = &d;
     for (int i = 0; i < n; i++)
         ck_assert_int_gt(te_submit(x->a, &r), 0);
-    te_completion c;
-    for (int i = 0; i < n; i++) {
-        ck_assert_int_eq(te_poll_completions(x->a, &c, 1, 5000), 1);
-        ck_assert_int_eq(c.status, 0);
-    }
+    te_test_complete(x->a, n, 5000);
 }
 
 /* The initiator's completion can come before the target has counted the
  * immediate: wait (bounded) until `want` arrivals of imm are banked. */
 static uint64_t banked_soon(te_engine *e, uint32_t imm, uint64_t want)
 {
-    uint64_t banked = 0;
-    for (int i = 0; i < 500; i++) {
-        ck_assert_int_eq(te_imm_poll(e, imm, &banked, NULL), 0);
-        if (banked >= want)
-            break;
-        usleep(10000);
-    }
-    return banked;
+    return te_test_wait_banked(e, imm, want, 5000);
 }
 
 static int wait_for(atomic_int *v, int want)
 {
-    for (int i = 0; i < 500 && atomic_load(v) < want; i++)
-        usleep(10000);
-    return atomic_load(v);
+    return te_test_wait_int(v, want, 5000);
 }
 
 /* te_engine_destroy from one of the engine's own callbacks would join the
@@ -475,20 +381,20 @@ static void destroy_from_callback(const te_completion *c, void *arg)
 
 START_TEST(destroy_from_a_callback_is_refused)
 {
-    struct pair x;
+    te_test_pair x;
     pair_open(&x, NULL, 4096);
     atomic_store(&destroy_tried, 0);
-    te_request r = small_write(&x, 5000);
+    te_request r = te_test_pair_write(&x, 64, 5000);
     r.done = destroy_from_callback;
     r.done_arg = x.a;
     ck_assert_int_gt(te_submit(x.a, &r), 0);
     ck_assert_int_eq(wait_for(&destroy_tried, 1), 1);
-    te_request w = small_write(&x, 5000);
+    te_request w = te_test_pair_write(&x, 64, 5000);
     ck_assert_int_gt(te_submit(x.a, &w), 0);
     te_completion c;
     ck_assert_int_eq(te_poll_completions(x.a, &c, 1, 10000), 1);
     ck_assert_int_eq(c.status, 0);
-    pair_close(&x);
+    te_test_pair_close(&x);
 }
 END_TEST
 
@@ -498,7 +404,7 @@ END_TEST
  * (-ECANCELED). */
 START_TEST(imm_expect_deadlines)
 {
-    struct pair x;
+    te_test_pair x;
     pair_open(&x, NULL, 4096);
     atomic_store(&imm_ok, 0);
     atomic_store(&imm_timeout, 0);
@@ -537,7 +443,7 @@ END_TEST
  * already met or timed out (its callback runs exactly once) and for none. */
 START_TEST(imm_disarm_says_whether_callback_runs)
 {
-    struct pair x;
+    te_test_pair x;
     pair_open(&x, NULL, 4096);
     atomic_store(&imm_ok, 0);
     atomic_store(&imm_timeout, 0);
@@ -594,21 +500,16 @@ START_TEST(callback_thread_pinned)
     int cpu = (int)sysconf(_SC_NPROCESSORS_ONLN) - 1;
     char ini[64];
     snprintf(ini, sizeof(ini), "[engine]\ncallback_cpu = %d\n", cpu);
-    struct pair x;
+    te_test_pair x;
     pair_open(&x, ini, 4096);
     atomic_store(&seen_done, 0);
-    te_request r = {.size = sizeof(te_request)};
-    r.op = TE_OP_WRITE;
-    r.u.xfer.peer = x.p;
-    r.u.xfer.local = x.smr;
-    r.u.xfer.remote = &x.d;
-    r.u.xfer.len = 64;
+    te_request r = te_test_pair_write(&x, 64, 0);
     r.done = on_done_affinity;
     ck_assert_int_gt(te_submit(x.a, &r), 0);
     ck_assert_int_eq(wait_for(&seen_done, 1), 1);
     ck_assert_int_eq(CPU_COUNT(&seen_affinity), 1);
     ck_assert(CPU_ISSET(cpu, &seen_affinity));
-    pair_close(&x);
+    te_test_pair_close(&x);
 }
 END_TEST
 
@@ -616,13 +517,13 @@ END_TEST
  * nothing written; the new descriptor works. */
 START_TEST(revoke_old_descriptors)
 {
-    struct pair x;
+    te_test_pair x;
     pair_open(&x, NULL, 4096);
     memset(x.src, 0xAB, 64);
     te_mr_desc old = x.d, fresh;
     ck_assert_int_eq(te_mr_revoke(x.b, x.dmr, &fresh), 0);
     ck_assert_uint_ne(old.nic[0].rkey, fresh.nic[0].rkey);
-    te_request r = small_write(&x, 0);
+    te_request r = te_test_pair_write(&x, 64, 0);
     te_completion c;
     ck_assert_int_gt(te_submit(x.a, &r), 0); /* r uses the old descriptor */
     ck_assert_int_eq(te_poll_completions(x.a, &c, 1, 5000), 1);
@@ -634,7 +535,7 @@ START_TEST(revoke_old_descriptors)
     ck_assert_int_eq(c.status, 0);
     ck_assert_int_eq(x.dst[0], 0xAB);
     ck_assert_int_eq(te_mr_revoke(x.b, NULL, NULL), -EINVAL);
-    pair_close(&x);
+    te_test_pair_close(&x);
 }
 END_TEST
 
@@ -648,44 +549,24 @@ START_TEST(asymmetric_nic_counts)
         {"[engine]\nnics_per_group = 3\n", NULL},
     };
     for (int k = 0; k < 3; k++) {
-        te_engine *a = make(cfgs[k][0]), *b = make(cfgs[k][1]);
-        size_t sz = 1u << 20;
-        uint8_t *src = malloc(sz), *dst = calloc(1, sz);
+        te_test_pair x;
+        te_test_pair_open(&x, cfgs[k][0], cfgs[k][1] ? cfgs[k][1] : "",
+                          1u << 20);
+        size_t sz = x.size;
         for (size_t i = 0; i < sz; i++)
-            src[i] = (uint8_t)(i * 7 + k);
-        te_mr *smr, *dmr;
-        ck_assert_int_eq(te_mr_reg(a, 0, src, sz, 0, TE_MEM_HOST, &smr), 0);
-        ck_assert_int_eq(te_mr_reg(b, 0, dst, sz, TE_MR_REMOTE_WRITE,
-                                   TE_MEM_HOST, &dmr), 0);
-        te_mr_desc d;
-        te_mr_describe(dmr, &d);
-        ck_assert_uint_eq(d.nic_count, (uint32_t)te_engine_nic_count(b, 0));
-        uint8_t addr[TE_ADDR_MAX];
-        size_t len = sizeof(addr);
-        te_engine_address(b, 0, addr, &len);
-        te_peer p;
-        ck_assert_int_eq(te_peer_add(a, 0, addr, len, &p), 0);
-        te_request r = {.size = sizeof(te_request)};
-        r.op = TE_OP_WRITE;
+            x.src[i] = (uint8_t)(i * 7 + k);
+        ck_assert_uint_eq(x.d.nic_count, (uint32_t)te_engine_nic_count(x.b, 0));
+        te_request r = te_test_pair_write(&x, sz - 3, 0);
         r.flags = TE_F_IMM;
         r.imm = 77 + (uint32_t)k;
-        r.u.xfer.peer = p;
-        r.u.xfer.local = smr;
-        r.u.xfer.remote = &d;
-        r.u.xfer.len = sz - 3;
-        int64_t want = te_expected_imms(a, &r, 0);
-        ck_assert_int_eq(want, te_engine_nic_count(a, 0));
-        ck_assert_int_gt(te_submit(a, &r), 0);
-        te_completion c;
-        ck_assert_int_eq(te_poll_completions(a, &c, 1, 5000), 1);
-        ck_assert_msg(c.status == 0, "%s", c.reason);
-        ck_assert_int_eq(te_imm_wait(b, r.imm, (uint64_t)want, 5000), 0);
-        ck_assert_int_eq(memcmp(src, dst, sz - 3), 0);
-        ck_assert_int_eq(dst[sz - 1], 0);
-        te_engine_destroy(a);
-        te_engine_destroy(b);
-        free(src);
-        free(dst);
+        int64_t want = te_expected_imms(x.a, &r, 0);
+        ck_assert_int_eq(want, te_engine_nic_count(x.a, 0));
+        ck_assert_int_gt(te_submit(x.a, &r), 0);
+        te_test_complete(x.a, 1, 5000);
+        ck_assert_int_eq(te_imm_wait(x.b, r.imm, (uint64_t)want, 5000), 0);
+        ck_assert_int_eq(memcmp(x.src, x.dst, sz - 3), 0);
+        ck_assert_int_eq(x.dst[sz - 1], 0);
+        te_test_pair_close(&x);
     }
 }
 END_TEST
@@ -696,42 +577,26 @@ END_TEST
  * whole, one imm, on rotating NICs. */
 START_TEST(speed_weighted_and_small_whole)
 {
-    te_engine *a = make("[engine]\nnics_per_group = 2\nshard_min_bytes = 64k\n"
-                        "[loopback]\nlink_gbps = 8,2\n");
-    te_engine *b = make("[engine]\nnics_per_group = 2\n");
+    te_test_pair x;
+    te_test_pair_open(&x, "[engine]\nnics_per_group = 2\nshard_min_bytes = 64k\n"
+                          "[loopback]\nlink_gbps = 8,2\n",
+                      "[engine]\nnics_per_group = 2\n", 1u << 20);
+    te_engine *a = x.a, *b = x.b;
     te_nic_info ni;
     ck_assert_int_eq(te_engine_nic_info(a, 0, 0, &ni), 0);
     ck_assert_uint_eq(ni.link_gbps, 8);
     ck_assert_int_eq(te_engine_nic_info(a, 0, 1, &ni), 0);
     ck_assert_uint_eq(ni.link_gbps, 2);
-    size_t sz = 1u << 20;
-    uint8_t *src = malloc(sz), *dst = calloc(1, sz);
+    size_t sz = x.size;
+    uint8_t *src = x.src, *dst = x.dst;
     for (size_t i = 0; i < sz; i++)
         src[i] = (uint8_t)(i * 13 + 1);
-    te_mr *smr, *dmr;
-    ck_assert_int_eq(te_mr_reg(a, 0, src, sz, 0, TE_MEM_HOST, &smr), 0);
-    ck_assert_int_eq(te_mr_reg(b, 0, dst, sz, TE_MR_REMOTE_WRITE,
-                               TE_MEM_HOST, &dmr), 0);
-    te_mr_desc d;
-    te_mr_describe(dmr, &d);
-    uint8_t addr[TE_ADDR_MAX];
-    size_t len = sizeof(addr);
-    te_engine_address(b, 0, addr, &len);
-    te_peer p;
-    ck_assert_int_eq(te_peer_add(a, 0, addr, len, &p), 0);
-    te_request r = {.size = sizeof(te_request)};
-    r.op = TE_OP_WRITE;
+    te_request r = te_test_pair_write(&x, sz - 5, 0);
     r.flags = TE_F_IMM;
     r.imm = 501;
-    r.u.xfer.peer = p;
-    r.u.xfer.local = smr;
-    r.u.xfer.remote = &d;
-    r.u.xfer.len = sz - 5;
     ck_assert_int_eq(te_expected_imms(a, &r, 0), 2);
     ck_assert_int_gt(te_submit(a, &r), 0);
-    te_completion c;
-    ck_assert_int_eq(te_poll_completions(a, &c, 1, 5000), 1);
-    ck_assert_msg(c.status == 0, "%s", c.reason);
+    te_test_complete(a, 1, 5000);
     ck_assert_int_eq(te_imm_wait(b, 501, 2, 5000), 0);
     ck_assert_int_eq(memcmp(src, dst, sz - 5), 0);
     /* Paged over the 8:2 NICs: pages in blocks, every page once. */
@@ -742,23 +607,22 @@ START_TEST(speed_weighted_and_small_whole)
         si[j] = j;
         di[j] = (j * 11) % PAGES; /* a permutation: 11 and 37 are coprime */
     }
-    te_request pr = {.size = sizeof(te_request)};
-    pr.op = TE_OP_PAGED;
+    te_request pr;
+    te_request_init(&pr, TE_OP_PAGED);
     pr.flags = TE_F_IMM;
     pr.imm = 503;
-    pr.u.paged.peer = p;
-    pr.u.paged.src = smr;
+    pr.u.paged.peer = x.p;
+    pr.u.paged.src = x.smr;
     pr.u.paged.src_stride = PAGE;
     pr.u.paged.src_idx = si;
-    pr.u.paged.dst = &d;
+    pr.u.paged.dst = &x.d;
     pr.u.paged.dst_stride = PAGE;
     pr.u.paged.dst_idx = di;
     pr.u.paged.page_len = PAGE;
     pr.u.paged.count = PAGES;
     ck_assert_int_eq(te_expected_imms(a, &pr, 0), PAGES);
     ck_assert_int_gt(te_submit(a, &pr), 0);
-    ck_assert_int_eq(te_poll_completions(a, &c, 1, 5000), 1);
-    ck_assert_msg(c.status == 0, "%s", c.reason);
+    te_test_complete(a, 1, 5000);
     ck_assert_int_eq(te_imm_wait(b, 503, PAGES, 5000), 0);
     for (uint32_t j = 0; j < PAGES; j++)
         ck_assert_int_eq(memcmp(dst + (size_t)di[j] * PAGE,
@@ -772,20 +636,14 @@ START_TEST(speed_weighted_and_small_whole)
         ck_assert_int_eq(te_expected_imms(a, &r, 0), 1);
         ck_assert_int_gt(te_submit(a, &r), 0);
     }
-    for (int i = 0; i < 4; i++) {
-        ck_assert_int_eq(te_poll_completions(a, &c, 1, 5000), 1);
-        ck_assert_msg(c.status == 0, "%s", c.reason);
-    }
+    te_test_complete(a, 4, 5000);
     ck_assert_int_eq(te_imm_wait(b, 502, 4, 5000), 0);
     uint64_t banked = 9;
     int armed = 1;
     ck_assert_int_eq(te_imm_poll(b, 502, &banked, &armed), 0);
     ck_assert_uint_eq(banked, 0); /* exactly 4 arrived, none left over */
     ck_assert_int_eq(memcmp(src, dst, 40000), 0);
-    te_engine_destroy(a);
-    te_engine_destroy(b);
-    free(src);
-    free(dst);
+    te_test_pair_close(&x);
 }
 END_TEST
 
@@ -810,40 +668,25 @@ static int64_t submit_after_peer_stops(const char *ini)
         te_mr_reg(b, 0, dst, sizeof(dst), TE_MR_REMOTE_WRITE, TE_MEM_HOST, &mr);
         te_mr_desc d;
         te_mr_describe(mr, &d);
-        uint8_t msg[2 * sizeof(size_t) + TE_ADDR_MAX + TE_DESC_MAX];
-        size_t alen = TE_ADDR_MAX, dlen = TE_DESC_MAX;
-        te_engine_address(b, 0, msg + 2 * sizeof(size_t), &alen);
-        te_desc_serialize(&d, msg + 2 * sizeof(size_t) + alen, &dlen);
-        memcpy(msg, &alen, sizeof(size_t));
-        memcpy(msg + sizeof(size_t), &dlen, sizeof(size_t));
-        if (write(fds[1], msg, sizeof(msg)) != (ssize_t)sizeof(msg))
+        if (te_test_send_endpoint(fds[1], b, &d))
             _exit(1);
         for (int i = 0; i < 600; i++) /* bounded: killed long before */
             usleep(100000);
         _exit(0);
     }
     close(fds[1]);
-    uint8_t msg[2 * sizeof(size_t) + TE_ADDR_MAX + TE_DESC_MAX];
-    size_t got = 0;
-    while (got < sizeof(msg)) {
-        ssize_t n = read(fds[0], msg + got, sizeof(msg) - got);
-        ck_assert_int_gt(n, 0);
-        got += (size_t)n;
-    }
+    uint8_t addr[TE_ADDR_MAX];
+    size_t alen;
+    te_mr_desc d;
+    ck_assert_int_eq(te_test_recv_endpoint(fds[0], addr, &alen, &d), 0);
     close(fds[0]);
-    size_t alen, dlen;
-    memcpy(&alen, msg, sizeof(size_t));
-    memcpy(&dlen, msg + sizeof(size_t), sizeof(size_t));
     te_engine *a = make(ini);
     te_peer p;
-    ck_assert_int_eq(te_peer_add(a, 0, msg + 2 * sizeof(size_t), alen, &p), 0);
-    te_mr_desc d;
-    ck_assert_int_eq(te_desc_parse(msg + 2 * sizeof(size_t) + alen, dlen, &d), 0);
+    ck_assert_int_eq(te_peer_add(a, 0, addr, alen, &p), 0);
     static uint8_t src[64];
-    te_mr *smr;
-    ck_assert_int_eq(te_mr_reg(a, 0, src, sizeof(src), 0, TE_MEM_HOST, &smr), 0);
-    te_request r = {.size = sizeof(te_request)};
-    r.op = TE_OP_WRITE;
+    te_mr *smr = te_test_reg(a, src, sizeof(src), 0, NULL);
+    te_request r;
+    te_request_init(&r, TE_OP_WRITE);
     r.u.xfer.peer = p;
     r.u.xfer.local = smr;
     r.u.xfer.remote = &d;
@@ -891,38 +734,23 @@ START_TEST(idle_worker_serves_writes_without_imm)
     const char *sleepy = "[engine]\nidle_spin_us = 0\n"
                          "idle_sleep_us = 500000\n";
     size_t sz = (size_t)PAGE * PAGES;
-    struct pair x;
-    x.a = make(sleepy);
-    x.b = make(sleepy);
-    x.src = malloc(sz);
-    x.dst = calloc(1, sz);
+    te_test_pair x;
+    te_test_pair_open(&x, sleepy, sleepy, sz);
     for (size_t i = 0; i < sz; i++)
         x.src[i] = (uint8_t)(i * 7 + 3);
-    ck_assert_int_eq(te_mr_reg(x.a, 0, x.src, sz, 0, TE_MEM_HOST, &x.smr), 0);
-    ck_assert_int_eq(te_mr_reg(x.b, 0, x.dst, sz, TE_MR_REMOTE_WRITE,
-                               TE_MEM_HOST, &x.dmr), 0);
-    te_mr_describe(x.dmr, &x.d);
-    uint8_t addr[TE_ADDR_MAX];
-    size_t len = sizeof(addr);
-    te_engine_address(x.b, 0, addr, &len);
-    ck_assert_int_eq(te_peer_add(x.a, 0, addr, len, &x.p), 0);
     for (uint32_t i = 0; i < PAGES; i++) {
-        te_request r = small_write(&x, 0);
+        te_request r = te_test_pair_write(&x, PAGE, 0);
         r.u.xfer.local_off = (uint64_t)i * PAGE;
         r.u.xfer.remote_off = (uint64_t)i * PAGE;
-        r.u.xfer.len = PAGE;
         ck_assert_int_gt(te_submit(x.a, &r), 0);
     }
     te_completion c[PAGES];
     /* 12 s: well under the 32 s of a target sleeping per MiB, several times
      * what the idle sleeps add when the workers have nothing to do. */
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t end = te_test_now_ms() + 12000;
     int got = 0;
     while (got < PAGES) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        long left_ms = 12000 - (long)((t.tv_sec - t0.tv_sec) * 1000 +
-                                      (t.tv_nsec - t0.tv_nsec) / 1000000);
+        long left_ms = (long)(end - te_test_now_ms());
         ck_assert_msg(left_ms > 0, "%d of %d writes done after 12 s", got,
                       PAGES);
         int n = te_poll_completions(x.a, c, PAGES, (int)left_ms);
@@ -932,39 +760,19 @@ START_TEST(idle_worker_serves_writes_without_imm)
         got += n;
     }
     ck_assert(memcmp(x.src, x.dst, sz) == 0);
-    pair_close(&x);
+    te_test_pair_close(&x);
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("engine");
-    TCase *t = tcase_create("api");
-    tcase_set_timeout(t, 60);
-    tcase_add_test(t, defaults);
-    tcase_add_test(t, config_errors_name_the_cause);
-    tcase_add_test(t, groups_and_layout);
-    tcase_add_test(t, address_and_peers);
-    tcase_add_test(t, registration_rules);
-    tcase_add_test(t, poll_and_wait_time_out);
-    tcase_add_test(t, destroy_completes_everything);
-    tcase_add_test(t, request_deadline);
-    tcase_add_test(t, request_to_peer_removed_before_posting);
-    tcase_add_test(t, peer_slots_are_reused_with_fresh_handles);
-    tcase_add_test(t, destroy_from_a_callback_is_refused);
-    tcase_add_test(t, silent_peer_declared_down);
-    tcase_add_test(t, imm_expect_deadlines);
-    tcase_add_test(t, imm_disarm_says_whether_callback_runs);
-    tcase_add_test(t, callback_thread_pinned);
-    tcase_add_test(t, speed_weighted_and_small_whole);
-    tcase_add_test(t, heartbeat_finds_silent_peer);
-    tcase_add_test(t, revoke_old_descriptors);
-    tcase_add_test(t, asymmetric_nic_counts);
-    tcase_add_test(t, idle_worker_serves_writes_without_imm);
-    suite_add_tcase(s, t);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TE_TEST_MAIN("engine",
+             TE_TCASE_FULL("api", 60, NULL, NULL,
+               defaults, config_errors_name_the_cause, groups_and_layout,
+               address_and_peers, registration_rules, poll_and_wait_time_out,
+               destroy_completes_everything, request_deadline,
+               request_to_peer_removed_before_posting,
+               peer_slots_are_reused_with_fresh_handles,
+               destroy_from_a_callback_is_refused, silent_peer_declared_down,
+               imm_expect_deadlines, imm_disarm_says_whether_callback_runs,
+               callback_thread_pinned, speed_weighted_and_small_whole,
+               heartbeat_finds_silent_peer, revoke_old_descriptors,
+               asymmetric_nic_counts, idle_worker_serves_writes_without_imm))

@@ -3,7 +3,6 @@
  * host (no core engine). Every wait is bounded by a deadline.
  */
 #define _GNU_SOURCE
-#include <check.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
@@ -24,6 +23,7 @@
 #include <unistd.h>
 
 #include "te/plugin.h"
+#include "te_test.h"
 
 #ifndef TE_PLUGIN_BUILD_DIR
 #define TE_PLUGIN_BUILD_DIR "."
@@ -1538,50 +1538,16 @@ START_TEST(test_cross_process_killed_mid_stream)
 }
 END_TEST
 
-static Suite *loopback_suite(void)
-{
-    Suite *s = suite_create("loopback_plugin");
-    TCase *tc = tcase_create("core");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_abi);
-    tcase_add_test(tc, test_devices_and_config);
-    tcase_add_test(tc, test_address);
-    tcase_add_test(tc, test_write_imm);
-    tcase_add_test(tc, test_zero_length_imm);
-    tcase_add_test(tc, test_read);
-    tcase_add_test(tc, test_send_recv);
-    tcase_add_test(tc, test_access_errors);
-    tcase_add_test(tc, test_dereg);
-    tcase_add_test(tc, test_dereg_quiescence);
-    tcase_add_test(tc, test_queue_full);
-    tcase_add_test(tc, test_fault_reorder);
-    tcase_add_test(tc, test_fault_fail_every);
-    tcase_add_test(tc, test_fault_delay);
-    tcase_add_test(tc, test_fault_kill_after);
-    tcase_add_test(tc, test_peer_remove);
-    tcase_add_test(tc, test_target_closed);
-    tcase_add_test(tc, test_self_and_link_cap);
-    tcase_add_test(tc, test_peer_remove_concurrent);
-    tcase_add_test(tc, test_bidirectional_threads);
-    tcase_add_test(tc, test_hostile_connections);
-    tcase_add_test(tc, test_stranger_refused);
-    suite_add_tcase(s, tc);
-    TCase *xp = tcase_create("cross_process");
-    tcase_add_checked_fixture(xp, setup, teardown);
-    tcase_set_timeout(xp, 60);
-    tcase_add_test(xp, test_cross_process);
-    tcase_add_test(xp, test_cross_process_peer_killed);
-    tcase_add_test(xp, test_cross_process_killed_mid_stream);
-    suite_add_tcase(s, xp);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(loopback_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TE_TEST_MAIN("loopback_plugin",
+             TE_TCASE_FULL("core", 60, setup, teardown,
+               test_abi, test_devices_and_config, test_address, test_write_imm,
+               test_zero_length_imm, test_read, test_send_recv,
+               test_access_errors, test_dereg, test_dereg_quiescence,
+               test_queue_full, test_fault_reorder, test_fault_fail_every,
+               test_fault_delay, test_fault_kill_after, test_peer_remove,
+               test_target_closed, test_self_and_link_cap,
+               test_peer_remove_concurrent, test_bidirectional_threads,
+               test_hostile_connections, test_stranger_refused),
+             TE_TCASE_FULL("cross_process", 60, setup, teardown,
+               test_cross_process, test_cross_process_peer_killed,
+               test_cross_process_killed_mid_stream))

@@ -2,22 +2,21 @@
  * plugin: what it reports, each degraded capability refused by the policy
  * with an error naming it, and the policy's parsing. (efa: tests/efa.cmake
  * efa_paths_*; mlx5 on rxe: tests/vm/guest-mlx5.sh.) */
-#include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "te/te.h"
+#include "te_test.h"
 
+/* An engine with engine.require = require (none when NULL). */
 static int create(const char *require, te_engine **e)
 {
-    te_config *c = te_config_new();
+    char ini[128] = "";
     if (require)
-        ck_assert_int_eq(te_config_set(c, "engine", "require", require), 0);
-    *e = NULL;
-    int rc = te_engine_create(c, e);
-    te_config_free(c);
-    return rc;
+        snprintf(ini, sizeof(ini), "[engine]\nrequire = %s\n", require);
+    return te_test_engine_try(ini, e);
 }
 
 static const te_path_info *find(const te_path_info *p, int n, uint32_t kind)
@@ -116,24 +115,8 @@ START_TEST(names)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-    Suite *s = suite_create("paths");
-    TCase *t = tcase_create("paths");
-    tcase_add_test(t, loopback_reports_its_paths);
-    tcase_add_test(t, each_missing_capability_is_refused);
-    tcase_add_test(t, capabilities_it_has_are_accepted);
-    tcase_add_test(t, bad_policy_names_the_word);
-    tcase_add_test(t, names);
-    suite_add_tcase(s, t);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *r = srunner_create(suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TE_TEST_MAIN("paths",
+             TE_TCASE("paths",
+               loopback_reports_its_paths, each_missing_capability_is_refused,
+               capabilities_it_has_are_accepted, bad_policy_names_the_word,
+               names))

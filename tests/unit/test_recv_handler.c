@@ -2,7 +2,6 @@
  * handler is not running and is never called again, even for messages that
  * were already queued for the callback thread (the apps free the handler's
  * arg right after clearing it). Loopback plugin, two engines. */
-#include <check.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -10,14 +9,7 @@
 #include <unistd.h>
 
 #include "te/te.h"
-
-static te_engine *make(void)
-{
-    te_engine *e = NULL;
-    int rc = te_engine_create(NULL, &e); /* defaults: loopback */
-    ck_assert_msg(rc == 0, "create: %s", te_last_error());
-    return e;
-}
+#include "te_test.h"
 
 /* Engine a sends to engine b through peer p. */
 struct link {
@@ -27,12 +19,9 @@ struct link {
 
 static void link_open(struct link *l)
 {
-    l->a = make();
-    l->b = make();
-    uint8_t addr[TE_ADDR_MAX];
-    size_t len = sizeof(addr);
-    ck_assert_int_eq(te_engine_address(l->b, 0, addr, &len), 0);
-    ck_assert_int_eq(te_peer_add(l->a, 0, addr, len, &l->p), 0);
+    l->a = te_test_engine(NULL); /* defaults: loopback */
+    l->b = te_test_engine(NULL);
+    l->p = te_test_peer(l->a, l->b);
 }
 
 static void link_close(struct link *l)
@@ -54,21 +43,12 @@ static void send_n(struct link *l, int n)
         r.u.send.len = sizeof(msg);
         ck_assert_int_gt(te_submit(l->a, &r), 0);
     }
-    te_completion c[16];
-    for (int got = 0; got < n;) {
-        int k = te_poll_completions(l->a, c, 16, 10000);
-        ck_assert_int_gt(k, 0);
-        for (int i = 0; i < k; i++)
-            ck_assert_int_eq(c[i].status, 0);
-        got += k;
-    }
+    te_test_complete(l->a, n, 10000);
 }
 
 static int wait_flag(atomic_int *f)
 {
-    for (int i = 0; i < 10000 && !atomic_load(f); i++)
-        usleep(1000); /* bounded: 10 s */
-    return atomic_load(f);
+    return te_test_wait_int(f, 1, 10000);
 }
 
 static void on_msg_count(int group, te_peer from, const void *data,
@@ -144,9 +124,7 @@ START_TEST(queued_messages_go_to_the_new_handler)
     struct gate g = {.e = l.b, .swap_to = on_msg_count, .swap_arg = &later};
     hold_one_queue_three(&l, &g);
     atomic_store(&g.go, 1);
-    for (int i = 0; i < 10000 && atomic_load(&later) < 3; i++)
-        usleep(1000);
-    ck_assert_int_eq(atomic_load(&later), 3);
+    ck_assert_int_eq(te_test_wait_int(&later, 3, 10000), 3);
     ck_assert_int_eq(atomic_load(&g.calls), 1);
     link_close(&l);
 }
@@ -176,8 +154,7 @@ START_TEST(a_handler_may_clear_itself)
     struct self_clear s = {.e = l.b};
     ck_assert_int_eq(te_set_recv_handler(l.b, 0, on_msg_self_clear, &s), 0);
     send_n(&l, 4);
-    for (int i = 0; i < 3000 && atomic_load(&s.calls) < 1; i++)
-        usleep(1000);
+    te_test_wait_int(&s.calls, 1, 3000);
     usleep(100000);
     ck_assert_int_eq(atomic_load(&s.calls), 1);
     ck_assert_int_eq(atomic_load(&s.rc), 0);
@@ -187,7 +164,7 @@ END_TEST
 
 START_TEST(bad_group_is_refused)
 {
-    te_engine *e = make();
+    te_engine *e = te_test_engine(NULL);
     ck_assert_int_eq(te_set_recv_handler(e, 1, on_msg_count, NULL), -EINVAL);
     ck_assert_int_eq(te_set_recv_handler(e, -1, NULL, NULL), -EINVAL);
     ck_assert_int_eq(te_set_recv_handler(NULL, 0, NULL, NULL), -EINVAL);
@@ -195,19 +172,8 @@ START_TEST(bad_group_is_refused)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("recv_handler");
-    TCase *t = tcase_create("swap");
-    tcase_set_timeout(t, 60);
-    tcase_add_test(t, clearing_waits_for_the_running_call_and_drops_the_queued);
-    tcase_add_test(t, queued_messages_go_to_the_new_handler);
-    tcase_add_test(t, a_handler_may_clear_itself);
-    tcase_add_test(t, bad_group_is_refused);
-    suite_add_tcase(s, t);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? 1 : 0;
-}
+TE_TEST_MAIN("recv_handler",
+             TE_TCASE_FULL("swap", 60, NULL, NULL,
+               clearing_waits_for_the_running_call_and_drops_the_queued,
+               queued_messages_go_to_the_new_handler,
+               a_handler_may_clear_itself, bad_group_is_refused))

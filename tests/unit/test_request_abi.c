@@ -2,7 +2,6 @@
  * size field, reserved fields of te_route / te_scatter_dst /
  * te_barrier_dst, and the zeroed reserved fields of te_completion and
  * te_nic_info. Loopback engine that is its own peer. */
-#include <check.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -10,29 +9,20 @@
 #include <string.h>
 
 #include "te/te.h"
+#include "te_test.h"
 
-static te_engine *e;
-static te_peer self;
-static te_mr *src;
-static te_mr_desc desc;
+/* The engine (its own peer, fx.peer) and buf, registered and described. */
+static te_test_self fx;
 static uint8_t buf[1 << 16];
 
 static void setup(void)
 {
-    ck_assert_int_eq(te_engine_create(NULL, &e), 0);
-    uint8_t addr[TE_ADDR_MAX];
-    size_t len = sizeof(addr);
-    ck_assert_int_eq(te_engine_address(e, 0, addr, &len), 0);
-    ck_assert_int_eq(te_peer_add(e, 0, addr, len, &self), 0);
-    ck_assert_int_eq(te_mr_reg(e, 0, buf, sizeof(buf), TE_MR_REMOTE_WRITE,
-                               TE_MEM_HOST, &src), 0);
-    ck_assert_int_eq(te_mr_describe(src, &desc), 0);
+    te_test_self_open(&fx, NULL, buf, sizeof(buf));
 }
 
 static void teardown(void)
 {
-    te_mr_dereg(e, src);
-    te_engine_destroy(e);
+    te_test_self_close(&fx);
 }
 
 static void write_req(te_request *r, uint32_t imm)
@@ -40,9 +30,9 @@ static void write_req(te_request *r, uint32_t imm)
     te_request_init(r, TE_OP_WRITE);
     r->flags = TE_F_IMM;
     r->imm = imm;
-    r->u.xfer.peer = self;
-    r->u.xfer.local = src;
-    r->u.xfer.remote = &desc;
+    r->u.xfer.peer = fx.peer;
+    r->u.xfer.local = fx.mr;
+    r->u.xfer.remote = &fx.desc;
     r->u.xfer.remote_off = 4096;
     r->u.xfer.len = 100;
 }
@@ -52,7 +42,7 @@ static void complete_one(int64_t id)
     ck_assert_msg(id > 0, "submit: %s", te_last_error());
     te_completion c;
     memset(&c, 0xa5, sizeof(c));
-    ck_assert_int_eq(te_poll_completions(e, &c, 1, 5000), 1);
+    ck_assert_int_eq(te_poll_completions(fx.e, &c, 1, 5000), 1);
     ck_assert_int_eq(c.status, 0);
     for (size_t i = 0; i < sizeof(c.reserved) / sizeof(c.reserved[0]); i++)
         ck_assert_uint_eq(c.reserved[i], 0);
@@ -77,9 +67,9 @@ START_TEST(size_zero_is_refused_with_the_remedy)
     te_request r;
     write_req(&r, 1);
     r.size = 0;
-    ck_assert_int_eq(te_submit(e, &r), -EINVAL);
+    ck_assert_int_eq(te_submit(fx.e, &r), -EINVAL);
     ck_assert_ptr_nonnull(strstr(te_last_error(), "te_request_init"));
-    ck_assert_int_eq(te_expected_imms(e, &r, 0), -EINVAL);
+    ck_assert_int_eq(te_expected_imms(fx.e, &r, 0), -EINVAL);
 }
 END_TEST
 
@@ -88,7 +78,7 @@ START_TEST(size_below_first_layout_is_refused)
     te_request r;
     write_req(&r, 1);
     r.size = TE_REQUEST_SIZE_V0_2 - 8;
-    ck_assert_int_eq(te_submit(e, &r), -EINVAL);
+    ck_assert_int_eq(te_submit(fx.e, &r), -EINVAL);
     ck_assert_ptr_nonnull(strstr(te_last_error(), "smaller than the first"));
 }
 END_TEST
@@ -107,9 +97,9 @@ START_TEST(newer_layout_with_zero_tail_is_accepted)
     memset(&n, 0, sizeof(n));
     write_req(&n.r, 21);
     n.r.size = sizeof(n);
-    ck_assert_int_eq(te_expected_imms(e, &n.r, 0), 1);
-    complete_one(te_submit(e, &n.r));
-    ck_assert_int_eq(te_imm_wait(e, 21, 1, 5000), 0);
+    ck_assert_int_eq(te_expected_imms(fx.e, &n.r, 0), 1);
+    complete_one(te_submit(fx.e, &n.r));
+    ck_assert_int_eq(te_imm_wait(fx.e, 21, 1, 5000), 0);
 }
 END_TEST
 
@@ -120,15 +110,15 @@ START_TEST(newer_layout_using_an_unknown_field_is_refused)
     write_req(&n.r, 22);
     n.r.size = sizeof(n);
     n.another = 7;
-    ck_assert_int_eq(te_submit(e, &n.r), -E2BIG);
+    ck_assert_int_eq(te_submit(fx.e, &n.r), -E2BIG);
     char want[64];
     snprintf(want, sizeof(want), "sets byte %zu",
              offsetof(struct newer_request, another));
     ck_assert_msg(strstr(te_last_error(), want), "%s", te_last_error());
     ck_assert_ptr_nonnull(strstr(te_last_error(), "upgrade"));
-    ck_assert_int_eq(te_expected_imms(e, &n.r, 0), -E2BIG);
+    ck_assert_int_eq(te_expected_imms(fx.e, &n.r, 0), -E2BIG);
     uint64_t banked = 9;
-    ck_assert_int_eq(te_imm_poll(e, 22, &banked, NULL), 0);
+    ck_assert_int_eq(te_imm_poll(fx.e, 22, &banked, NULL), 0);
     ck_assert_uint_eq(banked, 0); /* nothing was sent */
 }
 END_TEST
@@ -138,9 +128,9 @@ START_TEST(route_reserved_must_be_zero)
     te_request r;
     write_req(&r, 3);
     r.route.reserved = 1;
-    ck_assert_int_eq(te_submit(e, &r), -EINVAL);
+    ck_assert_int_eq(te_submit(fx.e, &r), -EINVAL);
     ck_assert_ptr_nonnull(strstr(te_last_error(), "te_route.reserved"));
-    ck_assert_int_eq(te_expected_imms(e, &r, 0), -EINVAL);
+    ck_assert_int_eq(te_expected_imms(fx.e, &r, 0), -EINVAL);
 }
 END_TEST
 
@@ -149,25 +139,25 @@ START_TEST(scatter_dst_reserved_must_be_zero)
     te_scatter_dst d[3];
     memset(d, 0, sizeof(d));
     for (int i = 0; i < 3; i++) {
-        d[i].peer = self;
-        d[i].dst = &desc;
+        d[i].peer = fx.peer;
+        d[i].dst = &fx.desc;
         d[i].dst_off = 8192 + (uint64_t)i * 512;
         d[i].len = 64;
     }
     te_request r;
     te_request_init(&r, TE_OP_SCATTER);
-    r.u.scatter.src = src;
+    r.u.scatter.src = fx.mr;
     r.u.scatter.count = 3;
     r.u.scatter.dsts = d;
     d[2].reserved[1] = 1;
-    ck_assert_int_eq(te_submit(e, &r), -EINVAL);
+    ck_assert_int_eq(te_submit(fx.e, &r), -EINVAL);
     ck_assert_ptr_nonnull(strstr(te_last_error(), "destination 2"));
     d[2].reserved[1] = 0;
     d[1].reserved0 = 5;
-    ck_assert_int_eq(te_submit(e, &r), -EINVAL);
+    ck_assert_int_eq(te_submit(fx.e, &r), -EINVAL);
     ck_assert_ptr_nonnull(strstr(te_last_error(), "destination 1"));
     d[1].reserved0 = 0;
-    complete_one(te_submit(e, &r));
+    complete_one(te_submit(fx.e, &r));
 }
 END_TEST
 
@@ -175,19 +165,19 @@ START_TEST(barrier_dst_reserved_must_be_zero)
 {
     te_barrier_dst d[1];
     memset(d, 0, sizeof(d));
-    d[0].peer = self;
-    d[0].dst = &desc;
+    d[0].peer = fx.peer;
+    d[0].dst = &fx.desc;
     d[0].reserved = 1;
     te_request r;
     te_request_init(&r, TE_OP_BARRIER);
     r.imm = 31;
     r.u.barrier.count = 1;
     r.u.barrier.dsts = d;
-    ck_assert_int_eq(te_submit(e, &r), -EINVAL);
+    ck_assert_int_eq(te_submit(fx.e, &r), -EINVAL);
     ck_assert_ptr_nonnull(strstr(te_last_error(), "target 0"));
     d[0].reserved = 0;
-    complete_one(te_submit(e, &r));
-    ck_assert_int_eq(te_imm_wait(e, 31, 1, 5000), 0);
+    complete_one(te_submit(fx.e, &r));
+    ck_assert_int_eq(te_imm_wait(fx.e, 31, 1, 5000), 0);
 }
 END_TEST
 
@@ -195,35 +185,17 @@ START_TEST(nic_info_reserved_is_zeroed)
 {
     te_nic_info ni;
     memset(&ni, 0xa5, sizeof(ni));
-    ck_assert_int_eq(te_engine_nic_info(e, 0, 0, &ni), 0);
+    ck_assert_int_eq(te_engine_nic_info(fx.e, 0, 0, &ni), 0);
     for (size_t i = 0; i < sizeof(ni.reserved) / sizeof(ni.reserved[0]); i++)
         ck_assert_uint_eq(ni.reserved[i], 0);
 }
 END_TEST
 
-static Suite *suite(void)
-{
-    Suite *s = suite_create("request_abi");
-    TCase *t = tcase_create("growth_rule");
-    tcase_add_checked_fixture(t, setup, teardown);
-    tcase_add_test(t, init_sets_size_and_zeroes);
-    tcase_add_test(t, size_zero_is_refused_with_the_remedy);
-    tcase_add_test(t, size_below_first_layout_is_refused);
-    tcase_add_test(t, newer_layout_with_zero_tail_is_accepted);
-    tcase_add_test(t, newer_layout_using_an_unknown_field_is_refused);
-    tcase_add_test(t, route_reserved_must_be_zero);
-    tcase_add_test(t, scatter_dst_reserved_must_be_zero);
-    tcase_add_test(t, barrier_dst_reserved_must_be_zero);
-    tcase_add_test(t, nic_info_reserved_is_zeroed);
-    suite_add_tcase(s, t);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *r = srunner_create(suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TE_TEST_MAIN("request_abi",
+             TE_TCASE_FULL("growth_rule", 0, setup, teardown,
+               init_sets_size_and_zeroes, size_zero_is_refused_with_the_remedy,
+               size_below_first_layout_is_refused,
+               newer_layout_with_zero_tail_is_accepted,
+               newer_layout_using_an_unknown_field_is_refused,
+               route_reserved_must_be_zero, scatter_dst_reserved_must_be_zero,
+               barrier_dst_reserved_must_be_zero, nic_info_reserved_is_zeroed))

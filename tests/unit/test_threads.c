@@ -4,28 +4,15 @@
  * enough that idle_sleep_us is honoured (thread_setup.h).
  */
 #define _GNU_SOURCE
-#include <check.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <time.h>
 
 #include "te/te.h"
 #include "thread_setup.h"
-
-static te_engine *make(const char *ini)
-{
-    te_config *c = te_config_new();
-    ck_assert_ptr_nonnull(c);
-    ck_assert_int_eq(te_config_load_string(c, ini), 0);
-    te_engine *e = NULL;
-    int rc = te_engine_create(c, &e);
-    te_config_free(c);
-    ck_assert_msg(rc == 0, "create: %s", te_last_error());
-    return e;
-}
+#include "te_test.h"
 
 static int read_line(const char *path, char *buf, size_t len)
 {
@@ -66,8 +53,7 @@ static long wait_thread(const char *name)
         long tid = find_thread(name);
         if (tid)
             return tid;
-        struct timespec ms = {0, 1000000};
-        nanosleep(&ms, NULL);
+        te_test_sleep_ms(1);
     }
     return 0;
 }
@@ -82,7 +68,7 @@ static unsigned long slack_of(long tid)
 
 START_TEST(threads_are_named)
 {
-    te_engine *e = make("[engine]\ngroups = 2\n");
+    te_engine *e = te_test_engine("[engine]\ngroups = 2\n");
     ck_assert_msg(wait_thread("te-worker-0"), "no thread te-worker-0");
     ck_assert_msg(wait_thread("te-worker-1"), "no thread te-worker-1");
     ck_assert_msg(wait_thread("te-callback"), "no thread te-callback");
@@ -93,13 +79,13 @@ END_TEST
 START_TEST(sleeping_worker_gets_tight_slack)
 {
     /* Default 20 us sleeps: a tenth of that, but never below 1 us. */
-    te_engine *e = make("[engine]\nidle_sleep_us = 20\n");
+    te_engine *e = te_test_engine("[engine]\nidle_sleep_us = 20\n");
     long tid = wait_thread("te-worker-0");
     ck_assert(tid);
     ck_assert_uint_eq(slack_of(tid), 2000);
     te_engine_destroy(e);
 
-    e = make("[engine]\nidle_sleep_us = 5\n");
+    e = te_test_engine("[engine]\nidle_sleep_us = 5\n");
     tid = wait_thread("te-worker-0");
     ck_assert(tid);
     ck_assert_uint_eq(slack_of(tid), 1000);
@@ -112,7 +98,7 @@ START_TEST(spinning_worker_keeps_slack)
     /* A worker that never sleeps has no reason to change it; threads
      * inherit the creator's slack. */
     unsigned long mine = (unsigned long)prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-    te_engine *e = make("[engine]\nidle_sleep_us = 0\n");
+    te_engine *e = te_test_engine("[engine]\nidle_sleep_us = 0\n");
     long tid = wait_thread("te-worker-0");
     ck_assert(tid);
     ck_assert_uint_eq(slack_of(tid), mine);
@@ -131,18 +117,7 @@ START_TEST(tighten_never_raises)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("threads");
-    TCase *t = tcase_create("threads");
-    tcase_add_test(t, threads_are_named);
-    tcase_add_test(t, sleeping_worker_gets_tight_slack);
-    tcase_add_test(t, spinning_worker_keeps_slack);
-    tcase_add_test(t, tighten_never_raises);
-    suite_add_tcase(s, t);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TE_TEST_MAIN("threads",
+             TE_TCASE("threads",
+               threads_are_named, sleeping_worker_gets_tight_slack,
+               spinning_worker_keeps_slack, tighten_never_raises))
