@@ -63,9 +63,15 @@ int te_test_run(const char *suite, const te_tcase *cases);
  * NULL: te_engine_create(NULL, ...), the defaults (loopback) or $TE_CONFIG;
  * "" : the defaults alone. */
 te_engine *te_test_engine(const char *ini);
-/* The same without asserting: te_engine_create's result; *e is NULL when
- * it failed. The INI must parse. */
+/* The same without asserting (so also outside a test: main, a forked
+ * child): the INI's parse error or te_engine_create's result; *e is NULL
+ * when it failed. */
 int te_test_engine_try(const char *ini, te_engine **e);
+
+/* A test program's guard: when probe is NULL (the engine a test needs
+ * could not be created), prints "SKIP: no WHAT here: <error>" and exits 77
+ * (ctest's SKIP_RETURN_CODE); otherwise destroys probe and returns. */
+void te_test_skip_without(te_engine *probe, const char *what);
 
 /* `to`'s address of group 0 added as a peer of `from` (group 0). */
 te_peer te_test_peer(te_engine *from, te_engine *to);

@@ -19,18 +19,12 @@
 #include "te/te.h"
 #include "te_test.h"
 
-#define SKIP_RC 77
-
 static te_engine *shm_engine(void)
 {
-    te_config *c = te_config_new();
-    te_config_set(c, "engine", "plugin", "efa");
-    te_config_set(c, "efa", "provider", "shm");
-    te_config_set(c, "engine", "heartbeat_ms", "20");
-    te_engine *e = NULL;
-    int rc = te_engine_create(c, &e);
-    te_config_free(c);
-    return rc ? NULL : e;
+    te_engine *e;
+    te_test_engine_try("[engine]\nplugin = efa\nheartbeat_ms = 20\n"
+                       "[efa]\nprovider = shm\n", &e);
+    return e;
 }
 
 START_TEST(destroyed_in_process_peer_is_down_not_a_crash)
@@ -159,13 +153,7 @@ END_TEST
 
 int main(void)
 {
-    te_engine *probe = shm_engine();
-    if (!probe) {
-        printf("SKIP: no efa plugin with libfabric's shm here: %s\n",
-               te_last_error());
-        return SKIP_RC;
-    }
-    te_engine_destroy(probe);
+    te_test_skip_without(shm_engine(), "efa plugin with libfabric's shm");
     return TE_TEST_RUN("efa_inprocess",
                        TE_TCASE_FULL("close", 60, NULL, NULL,
                          destroyed_in_process_peer_is_down_not_a_crash,

@@ -342,6 +342,15 @@ static void on_imm(uint32_t imm, int status, void *arg)
         atomic_fetch_add(&imm_cancel, 1);
 }
 
+/* A pair for the immediate tests, their counters zeroed. */
+static void imm_pair_open(te_test_pair *x)
+{
+    pair_open(x, NULL, 4096);
+    atomic_store(&imm_ok, 0);
+    atomic_store(&imm_timeout, 0);
+    atomic_store(&imm_cancel, 0);
+}
+
 static void barrier_to(te_test_pair *x, uint32_t imm, int n)
 {
     te_barrier_dst d = {.peer = x->p, .dst = &x->d};
@@ -405,10 +414,7 @@ END_TEST
 START_TEST(imm_expect_deadlines)
 {
     te_test_pair x;
-    pair_open(&x, NULL, 4096);
-    atomic_store(&imm_ok, 0);
-    atomic_store(&imm_timeout, 0);
-    atomic_store(&imm_cancel, 0);
+    imm_pair_open(&x);
     ck_assert_int_eq(te_imm_expect_timeout(x.b, 11, 2, 5000, on_imm, NULL), 0);
     barrier_to(&x, 11, 2);
     ck_assert_int_eq(wait_for(&imm_ok, 1), 1);
@@ -444,10 +450,7 @@ END_TEST
 START_TEST(imm_disarm_says_whether_callback_runs)
 {
     te_test_pair x;
-    pair_open(&x, NULL, 4096);
-    atomic_store(&imm_ok, 0);
-    atomic_store(&imm_timeout, 0);
-    atomic_store(&imm_cancel, 0);
+    imm_pair_open(&x);
     uint64_t surplus = 99;
     ck_assert_int_eq(te_imm_disarm(NULL, 20, &surplus), -EINVAL);
     ck_assert_int_eq(te_imm_disarm(x.b, 20, &surplus), 0); /* none */
