@@ -11,8 +11,9 @@ fail=0
 check() { # tls test kind args...
   tls=$1 test=$2 kind=$3
   shift 3
-  out=$(timeout 60 "$U" --tls "$tls" --test "$test" --timeout 20 "$@" 2>&1)
+  out=$(timeout 60 "$U" --tls "$tls" --test "$test" --timeout 20 "$@" 2>/tmp/ucx-smoke.$$)
   rc=$?
+  err=$(cat /tmp/ucx-smoke.$$); rm -f /tmp/ucx-smoke.$$
   if [ "$kind" = bw ]; then
     v=$(printf '%s\n' "$out" | grep -o '[0-9.]* GB/s' | tail -n 1 | cut -d' ' -f1)
   else
@@ -20,7 +21,7 @@ check() { # tls test kind args...
   fi
   if [ $rc -ne 0 ] || [ -z "$v" ] || ! awk -v v="$v" 'BEGIN{exit !(v > 0)}'; then
     echo "FAIL: $tls $test (exit $rc, value '${v:-none}'):"
-    printf '%s\n' "$out" | sed 's/^/    /'
+    printf '%s\n%s\n' "$out" "$err" | sed 's/^/    /'
     fail=1
   else
     echo "ok: $tls $test $* -> $v"

@@ -76,7 +76,7 @@ struct opts {
     const char *tls;
     uint64_t size, chunk, window, ms, region_mib, iters, warmup, min_iters;
     uint64_t timeout_s;
-    int no_imm;
+    int no_imm, ucx_alloc;
 };
 
 static struct opts o;
@@ -241,14 +241,28 @@ static void ucx_open(void)
     if (buf_len < 4096)
         buf_len = 4096;
     buf_len = (buf_len + 4095) & ~(size_t)4095;
-    if (posix_memalign((void **)&buf, 2u << 20, buf_len))
-        die("out of memory for %zu bytes", buf_len);
+    if (o.ucx_alloc) {
+        /* UCX allocates (shared memory on shm: its puts are then plain
+         * copies into the peer's mapping). */
+        ucp_mem_map_params_t mp = {
+            .field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                          UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+            .length = buf_len, .flags = UCP_MEM_MAP_ALLOCATE};
+        ck(ucp_mem_map(ctx, &mp, &memh), "ucp_mem_map (allocate)");
+        ucp_mem_attr_t ma = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
+        ck(ucp_mem_query(memh, &ma), "ucp_mem_query");
+        buf = ma.address;
+    } else {
+        /* Application memory registered, as te-bench's buffers. */
+        if (posix_memalign((void **)&buf, 2u << 20, buf_len))
+            die("out of memory for %zu bytes", buf_len);
+        ucp_mem_map_params_t mp = {
+            .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                          UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+            .address = buf, .length = buf_len};
+        ck(ucp_mem_map(ctx, &mp, &memh), "ucp_mem_map");
+    }
     memset(buf, is_child ? 0x3c : 0x5a, buf_len); /* touched, like tb_alloc */
-    ucp_mem_map_params_t mp = {
-        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-                      UCP_MEM_MAP_PARAM_FIELD_LENGTH,
-        .address = buf, .length = buf_len};
-    ck(ucp_mem_map(ctx, &mp, &memh), "ucp_mem_map");
 }
 
 /* Exchange worker addresses, buffer bases and packed rkeys; connect. */
@@ -293,6 +307,8 @@ static void ucx_wireup(void)
 {
     ucp_request_param_t p = {0};
     wait_req(ucp_ep_flush_nbx(ep, &p), "wire-up flush");
+    if (getenv("TE_UCX_RAW_BENCH_INFO") && !is_child) /* lanes and transports */
+        ucp_ep_print_info(ep, stderr);
 }
 
 /* Wait for one request (NULL: done already), progressing the worker. */
@@ -321,20 +337,19 @@ static void wait_req(void *req, const char *what)
         die("%s: %s", what, ucs_status_string(st));
 }
 
-static void ucx_close(void)
+/* Progress the worker (the peer may need us) until the control channel has
+ * a message; the channel is looked at every 256 progress calls only (a
+ * poll(2) per call took a quarter of the target's time). */
+static void progress_until_ctl(const char *what)
 {
-    ucp_request_param_t p = {0}; /* a flushing close: both sides are done */
-    if (rkey)
-        ucp_rkey_destroy(rkey);
-    /* Both sides measured and met at the barrier: a close that the peer's
-     * own close resets (tcp) is not an error. */
-    if (ep)
-        (void)wait_req_status(ucp_ep_close_nbx(ep, &p), "ucp_ep_close_nbx");
-    if (memh)
-        ucp_mem_unmap(ctx, memh);
-    ucp_worker_destroy(worker);
-    ucp_cleanup(ctx);
-    free(buf);
+    uint64_t deadline = deadline_ns();
+    for (unsigned k = 1;; k++) {
+        ucp_worker_progress(worker);
+        if ((k & 255) == 0 && ctl_readable())
+            return;
+        if ((k & 4095) == 0)
+            check_alive(deadline, what);
+    }
 }
 
 /* Both sides progress until the other end is done with the endpoint (a
@@ -346,14 +361,29 @@ static void barrier(void)
     wait_req(ucp_worker_flush_nbx(worker, &(ucp_request_param_t){0}),
              "worker flush");
     xwrite(&x, sizeof(x));
-    uint64_t deadline = deadline_ns();
-    for (unsigned n = 1; !ctl_readable(); n++) {
-        ucp_worker_progress(worker);
-        if ((n & 4095) == 0)
-            check_alive(deadline, "barrier");
-    }
+    progress_until_ctl("barrier");
     xread(&x, sizeof(x));
 }
+
+static void ucx_close(void)
+{
+    ucp_request_param_t p = {0}; /* a flushing close: both sides are done */
+    if (rkey)
+        ucp_rkey_destroy(rkey);
+    /* Both sides measured and met at the barrier: a close that the peer's
+     * own close resets (tcp) is not an error. */
+    if (ep)
+        (void)wait_req_status(ucp_ep_close_nbx(ep, &p), "ucp_ep_close_nbx");
+    ep = NULL;
+    barrier(); /* neither worker goes away while the other still closes */
+    if (memh)
+        ucp_mem_unmap(ctx, memh);
+    ucp_worker_destroy(worker);
+    ucp_cleanup(ctx);
+    if (!o.ucx_alloc)
+        free(buf);
+}
+
 
 /* --------------------------------------------------------- bandwidth */
 
@@ -402,7 +432,6 @@ static void submit(uint32_t w)
             free_req(ucp_put_nbx(ep, buf + off + p, chunk, rbase + off + p,
                                  rkey, &plain), "ucp_put_nbx");
         if (!o.no_imm) {
-            if (!getenv("URB_NOFENCE"))
             ck(ucp_worker_fence(worker), "ucp_worker_fence");
             s->imm[0] = 0x7b000000u + (uint32_t)o.test;
             s->imm[1] = UINT32_MAX;
@@ -523,15 +552,7 @@ static void run_immlat(void)
     uint32_t ask = 1;
     xwrite(&ask, sizeof(ask));
     uint64_t got;
-    for (;;) { /* keep progressing while the target finishes */
-        uint64_t deadline = deadline_ns();
-        for (unsigned k = 1; !ctl_readable(); k++) {
-            ucp_worker_progress(worker);
-            if ((k & 4095) == 0)
-                check_alive(deadline, "immlat stamps");
-        }
-        break;
-    }
+    progress_until_ctl("immlat stamps"); /* the target may need us */
     xread(&got, sizeof(got));
     if (got != n)
         die("the target saw %llu of %llu immediates", (unsigned long long)got,
@@ -553,21 +574,29 @@ static void run_immlat(void)
     free(e2e);
 }
 
-static void target_immlat(uint64_t n)
+/* Before the start barrier: the first immediate may come right after it. */
+static void target_immlat_prepare(uint64_t n)
 {
     stamps = calloc(n, sizeof(*stamps));
     if (!stamps)
         die("out of memory");
     nstamps = n;
     imms = 0;
-    uint64_t deadline = deadline_ns();
-    for (unsigned k = 1; !ctl_readable(); k++) {
-        ucp_worker_progress(worker);
-        if ((k & 4095) == 0)
-            check_alive(deadline, "immlat");
-    }
+}
+
+static void target_immlat(uint64_t n)
+{
+    progress_until_ctl("immlat");
     uint32_t ask;
     xread(&ask, sizeof(ask));
+    /* The initiator's flush may complete before our handler ran (tcp: the
+     * bytes are here, not yet dispatched): progress until all arrived. */
+    uint64_t deadline = deadline_ns();
+    for (unsigned k = 1; imms < n; k++) {
+        ucp_worker_progress(worker);
+        if ((k & 4095) == 0)
+            check_alive(deadline, "immlat: the last immediates");
+    }
     uint64_t got = imms;
     xwrite(&got, sizeof(got));
     if (got == n)
@@ -617,15 +646,7 @@ static void run_send(void)
         wait_req(reqs[w], "ucp_tag_send_nbx");
     free(reqs);
     uint64_t ns;
-    for (;;) {
-        uint64_t dl = deadline_ns();
-        for (unsigned k = 1; !ctl_readable(); k++) {
-            ucp_worker_progress(worker);
-            if ((k & 4095) == 0)
-                check_alive(dl, "send rate result");
-        }
-        break;
-    }
+    progress_until_ctl("send rate result");
     xread(&ns, sizeof(ns));
     printf("ucx-raw-bench send %llu B (%s): rate %.3f M msg/s (%llu msgs, "
            "window %llu, receiver-timed)\n", (unsigned long long)o.size,
@@ -707,6 +728,9 @@ static int run_target(void)
     ucx_open();
     ucx_connect();
     ucx_wireup();
+    imms = 0;
+    if (o.test == T_IMMLAT)
+        target_immlat_prepare(o.warmup + o.iters);
     barrier();
     if (o.test == T_IMMLAT) {
         target_immlat(o.warmup + o.iters);
@@ -715,12 +739,7 @@ static int run_target(void)
     } else {
         /* Bandwidth: progress (the AM handler counts the immediates)
          * until the initiator says it is done. */
-        uint64_t deadline = deadline_ns();
-        for (unsigned k = 1; !ctl_readable(); k++) {
-            ucp_worker_progress(worker);
-            if ((k & 4095) == 0)
-                check_alive(deadline, "bandwidth target");
-        }
+        progress_until_ctl("bandwidth target");
         uint32_t x;
         xread(&x, sizeof(x));
         uint64_t got = imms;
@@ -753,6 +772,11 @@ static void usage(FILE *f)
         "  --iters N          latency samples (1000); send rate: 10 x N msgs\n"
         "  --warmup N         untimed latency samples first (100)\n"
         "  --no-imm           write/paged: no immediate active message\n"
+        "  --alloc ucx|user   ucx (default): ucp_mem_map allocates the buffers\n"
+        "                     (shared memory on shm: a put is one copy into\n"
+        "                     the peer's mapping); user: registered\n"
+        "                     application memory (on shm UCX 1.13 then\n"
+        "                     emulates puts with active messages)\n"
         "  --timeout S        bound of every wait, seconds (30)\n"
         "Bandwidth results end with \"X GB/s\"; latency results with a line\n"
         "that starts with the p50 in us (what te-bench --reference reads).\n");
@@ -785,6 +809,7 @@ static void parse(int argc, char **argv)
         {"ms", 1, 0, 'T'},        {"min-iters", 1, 0, 'm'},
         {"iters", 1, 0, 'i'},     {"warmup", 1, 0, 'w'},
         {"no-imm", 0, 0, 'n'},    {"timeout", 1, 0, 'o'},
+        {"alloc", 1, 0, 'a'},
         {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
     int size_set = 0, c;
     o.test = T_WRITE;
@@ -795,6 +820,7 @@ static void parse(int argc, char **argv)
     o.iters = 1000;
     o.warmup = 100;
     o.timeout_s = 30;
+    o.ucx_alloc = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
         case 't': {
@@ -825,6 +851,13 @@ static void parse(int argc, char **argv)
         case 'i': o.iters = parse_size(optarg, "--iters"); break;
         case 'w': o.warmup = parse_size(optarg, "--warmup"); break;
         case 'n': o.no_imm = 1; break;
+        case 'a':
+            if (strcmp(optarg, "user") && strcmp(optarg, "ucx")) {
+                fprintf(stderr, "ucx-raw-bench: --alloc user or ucx\n");
+                exit(2);
+            }
+            o.ucx_alloc = strcmp(optarg, "ucx") == 0;
+            break;
         case 'o': o.timeout_s = parse_size(optarg, "--timeout"); break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
