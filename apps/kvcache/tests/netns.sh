@@ -21,82 +21,27 @@
 #
 # usage: netns.sh TE_KV      (TE_PLUGIN_PATH: where libte-plugin-efa.so is)
 # exit: 0 pass, 1 fail, 77 skipped (no root / namespaces / etcd / efa plugin).
-set -u
 KV=${1:?usage: netns.sh path/to/te-kv}
-SKIP=77
-skip() { echo "SKIP: $*"; exit $SKIP; }
-fail() {
-  echo "FAIL: $*"
-  # each log's last lines without the engines' info lines and sanitizer
-  # stack frames, so that the tool's own error shows
-  for f in "$WORK"/*.log; do
-    [ -f "$f" ] && { echo "== $f"; grep -v "transferengine info\|^    #[0-9]" "$f" | tail -25; }
-  done
-  exit 1
-}
+. "$(dirname "$0")/../../../tests/lib/netns.sh"
 
-command -v ip >/dev/null 2>&1 ||
-  skip "iproute2 'ip' not found (scripts/deps/efa.list installs iproute2)"
-[ "$(id -u)" -eq 0 ] ||
-  skip "creating network namespaces needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN)"
+netns_require
 command -v pgrep >/dev/null 2>&1 ||
   skip "pgrep not found (scripts/deps/netns.list installs procps)"
 ETCD=$(command -v etcd || true)
 [ -n "$ETCD" ] || skip "etcd not installed (apt-get install etcd-server)"
 command -v curl >/dev/null 2>&1 || skip "curl not found (the etcd probe; scripts/deps/netns.list)"
-efa_so=
-for d in ${TE_PLUGIN_PATH//:/ }; do
-  [ -f "$d/libte-plugin-efa.so" ] && efa_so=$d/libte-plugin-efa.so
-done
-[ -n "$efa_so" ] || skip "libte-plugin-efa.so not in TE_PLUGIN_PATH (built with TE_WITH_EFA=OFF?)"
+netns_require_efa_plugin
 [ -x "$KV" ] || { echo "FAIL: $KV not built"; exit 1; }
 
-NS_A=te-kv-a-$$
-NS_B=te-kv-b-$$
-IF_A=tkva$$
-IF_B=tkvb$$
-ADDR_A=198.51.100.1
-ADDR_B=198.51.100.2
 WORK=$(mktemp -d /tmp/te-kv-netns.XXXXXX)
 # etcd's data on tmpfs: on this shared machine a WAL fsync on disk was
 # measured at 3 s, as long as the prefillers' 3 s lease, which then expired
 # (the prefiller registers again at its next keepalive, but decoders that
 # listed the members meanwhile missed it).
 ETCD_DATA=$(mktemp -d /dev/shm/te-kv-etcd.XXXXXX 2>/dev/null || mktemp -d "$WORK/etcd.XXXXXX")
-PIDS=()
-
-# Stop a process we started and its descendants, by pid, children first
-# (a subshell killed alone would orphan its timeout and tool).
-stop_tree() {
-  local c
-  for c in $(pgrep -P "$1"); do stop_tree "$c"; done
-  kill "$1" 2>/dev/null
-}
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do stop_tree "$p"; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-  ip netns del "$NS_A" 2>/dev/null
-  ip netns del "$NS_B" 2>/dev/null  # takes the veth pair with it
-  ip link del "$IF_A" 2>/dev/null
-  rm -rf "$WORK" "$ETCD_DATA"
-  return 0
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-err=$(ip netns add "$NS_A" 2>&1) || skip "cannot create a network namespace: $err"
-err=$(ip netns add "$NS_B" 2>&1) || skip "cannot create a network namespace: $err"
-set -e
-ip link add "$IF_A" type veth peer name "$IF_B"
-ip link set "$IF_A" netns "$NS_A"
-ip link set "$IF_B" netns "$NS_B"
-ip -n "$NS_A" addr add "$ADDR_A/24" dev "$IF_A"
-ip -n "$NS_B" addr add "$ADDR_B/24" dev "$IF_B"
-for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
-ip -n "$NS_A" link set "$IF_A" up
-ip -n "$NS_B" link set "$IF_B" up
-set +e
+NETNS_CLEAN=("$WORK" "$ETCD_DATA")
+NETNS_LOGS="$WORK/*.log"
+netns_up kv
 echo "netns: $NS_A ($ADDR_A: etcd, decoders) <-> $NS_B ($ADDR_B: prefillers) over veth $IF_A/$IF_B"
 
 # etcd in A: the namespace is fresh, so its fixed ports are free.
