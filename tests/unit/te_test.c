@@ -108,17 +108,23 @@ void te_test_pair_close(te_test_pair *x)
     free(x->dst);
 }
 
-te_request te_test_pair_write(const te_test_pair *x, size_t len,
-                              int32_t timeout_ms)
+te_request te_test_write(te_peer peer, te_mr *local, const te_mr_desc *remote,
+                         size_t len, int32_t timeout_ms)
 {
     te_request r;
     te_request_init(&r, TE_OP_WRITE);
     r.timeout_ms = timeout_ms;
-    r.u.xfer.peer = x->p;
-    r.u.xfer.local = x->smr;
-    r.u.xfer.remote = &x->d;
+    r.u.xfer.peer = peer;
+    r.u.xfer.local = local;
+    r.u.xfer.remote = remote;
     r.u.xfer.len = len;
     return r;
+}
+
+te_request te_test_pair_write(const te_test_pair *x, size_t len,
+                              int32_t timeout_ms)
+{
+    return te_test_write(x->p, x->smr, &x->d, len, timeout_ms);
 }
 
 void te_test_self_open(te_test_self *s, const char *ini, void *buf,
@@ -186,6 +192,20 @@ uint64_t te_test_wait_banked(te_engine *e, uint32_t imm, uint64_t want,
             return banked;
         te_test_sleep_ms(1);
     }
+}
+
+pid_t te_test_fork(int *wr, int *rd)
+{
+    int down[2], up[2]; /* parent to child, child to parent */
+    ck_assert_int_eq(pipe(down), 0);
+    ck_assert_int_eq(pipe(up), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    close(pid ? down[0] : down[1]);
+    close(pid ? up[1] : up[0]);
+    *wr = pid ? down[1] : up[1];
+    *rd = pid ? up[0] : down[0];
+    return pid;
 }
 
 int te_test_write_all(int fd, const void *p, size_t n)

@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "te/te.h"
 
@@ -97,7 +98,10 @@ void te_test_pair_open(te_test_pair *x, const char *a_ini, const char *b_ini,
 /* dst deregistered, b then a destroyed (src goes with a), buffers freed. */
 void te_test_pair_close(te_test_pair *x);
 
-/* A write of len bytes from src to dst at offset 0, no immediate. */
+/* A write of len bytes from local to remote (offsets 0), no immediate. */
+te_request te_test_write(te_peer peer, te_mr *local, const te_mr_desc *remote,
+                         size_t len, int32_t timeout_ms);
+/* The same from the pair's src to its dst. */
 te_request te_test_pair_write(const te_test_pair *x, size_t len,
                               int32_t timeout_ms);
 
@@ -134,6 +138,11 @@ int64_t te_test_now_ms(void);
 void te_test_sleep_ms(int ms);
 
 /* -------------------------------------------------------------- pipes */
+
+/* Two pipes and a fork: in the parent and in the child (0 returned), *wr
+ * is this side's end towards the other and *rd its end from the other
+ * (the other ends closed). The fork is asserted. */
+pid_t te_test_fork(int *wr, int *rd);
 
 /* All n bytes written / read (retrying short transfers): 0, or -1. */
 int te_test_write_all(int fd, const void *p, size_t n);

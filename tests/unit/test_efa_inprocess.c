@@ -33,25 +33,15 @@ START_TEST(destroyed_in_process_peer_is_down_not_a_crash)
     ck_assert_msg(a && b, "%s", te_last_error());
     static char abuf[4096] __attribute__((aligned(4096)));
     static char bbuf[4096] __attribute__((aligned(4096)));
-    te_mr *ma, *mb;
-    ck_assert_int_eq(te_mr_reg(a, 0, abuf, sizeof(abuf), 0, TE_MEM_HOST, &ma), 0);
-    ck_assert_int_eq(te_mr_reg(b, 0, bbuf, sizeof(bbuf), TE_MR_REMOTE_WRITE,
-                               TE_MEM_HOST, &mb), 0);
-    uint8_t addr[TE_ADDR_MAX];
+    te_mr_desc d;
+    te_mr *ma = te_test_reg(a, abuf, sizeof(abuf), 0, NULL);
+    te_mr *mb = te_test_reg(b, bbuf, sizeof(bbuf), TE_MR_REMOTE_WRITE, &d);
+    te_peer p = te_test_peer(a, b);
+    uint8_t addr[TE_ADDR_MAX]; /* added again once b is gone */
     size_t len = sizeof(addr);
     ck_assert_int_eq(te_engine_address(b, 0, addr, &len), 0);
-    te_peer p;
-    ck_assert_msg(te_peer_add(a, 0, addr, len, &p) == 0, "%s", te_last_error());
-    te_mr_desc d;
-    ck_assert_int_eq(te_mr_describe(mb, &d), 0);
     memset(abuf, 0x5a, 64);
-    te_request r;
-    te_request_init(&r, TE_OP_WRITE);
-    r.u.xfer.peer = p;
-    r.u.xfer.local = ma;
-    r.u.xfer.remote = &d;
-    r.u.xfer.len = 64;
-    r.timeout_ms = 5000;
+    te_request r = te_test_write(p, ma, &d, 64, 5000);
     ck_assert_int_gt(te_submit(a, &r), 0);
     te_completion c;
     ck_assert_int_eq(te_poll_completions(a, &c, 1, 5000), 1);

@@ -83,22 +83,14 @@ static int target(int to_parent, int from_parent)
 
 START_TEST(sleepy_target_receives_writes_without_imm)
 {
-    int up[2], down[2];
-    ck_assert_int_eq(pipe(up), 0);
-    ck_assert_int_eq(pipe(down), 0);
-    pid_t child = fork();
-    ck_assert_int_ge(child, 0);
-    if (child == 0) {
-        close(up[0]);
-        close(down[1]);
-        _exit(target(up[1], down[0]));
-    }
-    close(up[1]);
-    close(down[0]);
+    int wr, rd;
+    pid_t child = te_test_fork(&wr, &rd);
+    if (child == 0)
+        _exit(target(wr, rd));
     uint8_t addr[TE_ADDR_MAX];
     size_t alen;
     te_mr_desc d;
-    ck_assert_int_eq(te_test_recv_endpoint(up[0], addr, &alen, &d), 0);
+    ck_assert_int_eq(te_test_recv_endpoint(rd, addr, &alen, &d), 0);
 
     size_t sz = (size_t)CHUNK * CHUNKS;
     te_engine *e = tcp_engine(0);
@@ -111,15 +103,9 @@ START_TEST(sleepy_target_receives_writes_without_imm)
     ck_assert_msg(te_peer_add(e, 0, addr, alen, &p) == 0, "%s",
                   te_last_error());
     for (uint32_t i = 0; i < CHUNKS; i++) {
-        te_request r;
-        te_request_init(&r, TE_OP_WRITE);
-        r.u.xfer.peer = p;
-        r.u.xfer.local = mr;
-        r.u.xfer.remote = &d;
+        te_request r = te_test_write(p, mr, &d, CHUNK, DEADLINE_S * 1000);
         r.u.xfer.local_off = (uint64_t)i * CHUNK;
         r.u.xfer.remote_off = (uint64_t)i * CHUNK;
-        r.u.xfer.len = CHUNK;
-        r.timeout_ms = DEADLINE_S * 1000;
         ck_assert_msg(te_submit(e, &r) > 0, "%s", te_last_error());
     }
     int64_t end = te_test_now_ms() + DEADLINE_S * 1000;
@@ -135,8 +121,8 @@ START_TEST(sleepy_target_receives_writes_without_imm)
     ck_assert_msg(done == CHUNKS, "%d of %d writes done after %d s", done,
                   CHUNKS, DEADLINE_S);
     char go = 'g', landed = 'n';
-    ck_assert_int_eq(te_test_write_all(down[1], &go, 1), 0);
-    ck_assert_int_eq(te_test_read_all(up[0], &landed, 1), 0);
+    ck_assert_int_eq(te_test_write_all(wr, &go, 1), 0);
+    ck_assert_int_eq(te_test_read_all(rd, &landed, 1), 0);
     int st = 0;
     ck_assert_int_eq(waitpid(child, &st, 0), child);
     ck_assert_msg(landed == 'y' && WIFEXITED(st) && WEXITSTATUS(st) == 0,
@@ -144,8 +130,8 @@ START_TEST(sleepy_target_receives_writes_without_imm)
     ck_assert_int_eq(te_mr_dereg(e, mr), 0);
     te_engine_destroy(e);
     free(src);
-    close(up[0]);
-    close(down[1]);
+    close(rd);
+    close(wr);
 }
 END_TEST
 

@@ -317,12 +317,7 @@ START_TEST(silent_peer_declared_down)
     uint8_t *abuf = calloc(1, 64);
     te_mr_desc ad;
     te_test_reg(x.a, abuf, 64, TE_MR_REMOTE_WRITE, &ad);
-    te_request w;
-    te_request_init(&w, TE_OP_WRITE);
-    w.u.xfer.peer = back;
-    w.u.xfer.local = bsrc;
-    w.u.xfer.remote = &ad;
-    w.u.xfer.len = 64;
+    te_request w = te_test_write(back, bsrc, &ad, 64, 0);
     ck_assert_int_gt(te_submit(x.b, &w), 0);
     te_test_complete(x.b, 1, 5000);
     te_mr_dereg(x.b, bsrc);
@@ -688,13 +683,7 @@ static int64_t submit_after_peer_stops(const char *ini)
     ck_assert_int_eq(te_peer_add(a, 0, addr, alen, &p), 0);
     static uint8_t src[64];
     te_mr *smr = te_test_reg(a, src, sizeof(src), 0, NULL);
-    te_request r;
-    te_request_init(&r, TE_OP_WRITE);
-    r.u.xfer.peer = p;
-    r.u.xfer.local = smr;
-    r.u.xfer.remote = &d;
-    r.u.xfer.len = 64;
-    r.timeout_ms = 300;
+    te_request r = te_test_write(p, smr, &d, 64, 300);
     ck_assert_int_gt(te_submit(a, &r), 0);
     te_completion c;
     ck_assert_int_eq(te_poll_completions(a, &c, 1, 5000), 1);

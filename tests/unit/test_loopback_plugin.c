@@ -1383,20 +1383,9 @@ static void child_main(int to_parent, int from_parent, bool never_poll)
 
 static pid_t spawn_child(bool never_poll, int *to_child, int *from_child)
 {
-    int p2c[2], c2p[2];
-    ck_assert_int_eq(pipe(p2c), 0);
-    ck_assert_int_eq(pipe(c2p), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        close(p2c[1]);
-        close(c2p[0]);
-        child_main(c2p[1], p2c[0], never_poll);
-    }
-    close(p2c[0]);
-    close(c2p[1]);
-    *to_child = p2c[1];
-    *from_child = c2p[0];
+    pid_t pid = te_test_fork(to_child, from_child);
+    if (pid == 0)
+        child_main(*to_child, *from_child, never_poll);
     return pid;
 }
 
