@@ -41,7 +41,19 @@ const struct te_config_key te_engine_keys[] = {
     {"idle_spin_us", "50",
      "microseconds an idle worker busy-polls before it starts sleeping"},
     {"idle_sleep_us", "20",
-     "microseconds an idle worker sleeps between polls after spinning"},
+     "microseconds an idle worker sleeps between polls after spinning, "
+     "where it cannot block (engine.idle_wait = sleep, or a plugin without "
+     "wait objects)"},
+    {"idle_wait", "block",
+     "what an idle worker does after idle_spin_us: block = wait in epoll "
+     "on its NICs' wait objects and a doorbell that te_submit rings (no CPU "
+     "while idle; falls back to sleep when the plugin has no wait objects); "
+     "sleep = poll every idle_sleep_us (the behaviour before plugin ABI "
+     "1.3)"},
+    {"idle_block_max_ms", "100",
+     "longest a blocked idle worker waits with no event and no deadline due "
+     "(a safety net for a transport whose wait object misses an event); "
+     "0 = until an event or a deadline"},
     {"callback_spin_us", "20",
      "microseconds the callback thread spins before blocking"},
     {"heartbeat_ms", "1000",

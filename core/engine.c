@@ -17,6 +17,7 @@
 #include "paths.h"
 #include "layout.h"
 #include "te_clock.h"
+#include "wait.h"
 #include "te_error.h"
 
 #define TE_MAX_PEERS_PER_GROUP 1024
@@ -113,12 +114,21 @@ static int read_settings(const te_config *cfg, struct te_settings *s)
     U32("imm_table_size", 16, 1u << 26, imm_table_size);
     U32("idle_spin_us", 0, 10000000, idle_spin_us);
     U32("idle_sleep_us", 0, 1000000, idle_sleep_us);
+    U32("idle_block_max_ms", 0, 3600000, idle_block_max_ms);
     U32("request_timeout_ms", 0, 1u << 31, request_timeout_ms);
     U32("peer_timeout_ms", 0, 1u << 31, peer_timeout_ms);
     U32("callback_spin_us", 0, 10000000, callback_spin_us);
     U32("log_level", 0, 3, log_level);
     U32("heartbeat_ms", 0, 1u << 31, heartbeat_ms);
 #undef U32
+    const char *iw = te_config_get_str(cfg, "engine", "idle_wait", "block");
+    if (strcmp(iw, "block") == 0)
+        s->idle_block = 1;
+    else if (strcmp(iw, "sleep") == 0)
+        s->idle_block = 0;
+    else
+        return te_fail(-EINVAL, "engine.idle_wait = \"%s\": must be block "
+                       "or sleep", iw);
     if ((rc = te_config_get_bool(cfg, "engine", "shard_by_speed", 1,
                                  &s->shard_by_speed)))
         return rc;
@@ -160,6 +170,7 @@ static int open_group(struct te_engine *e, struct te_group *g, int index,
     g->cpu = e->s.worker_cpu[index];
     g->nic_count = e->s.group_nic_count[index];
     g->inflight.next = g->inflight.prev = &g->inflight;
+    g->epfd = g->wake_fd = -1;
     pthread_mutex_init(&g->ctl_lock, NULL);
     te_cond_init_monotonic(&g->ctl_cond);
     pthread_mutex_init(&g->mr_lock, NULL);
@@ -256,7 +267,7 @@ static int open_group(struct te_engine *e, struct te_group *g, int index,
     }
     g->shard_weights = e->s.shard_by_speed && known && differ
                            ? g->shard_weight : NULL;
-    return 0;
+    return te_group_wait_open(e, g);
 }
 
 static void close_group(struct te_engine *e, struct te_group *g)
@@ -283,6 +294,7 @@ static void close_group(struct te_engine *e, struct te_group *g)
         free(n->recv_slots);
         free(n->recv_repost);
     }
+    te_group_wait_close(g);
     if (g->subq)
         te_mpsc_free(g->subq);
     free(g->peers);
@@ -442,6 +454,8 @@ TE_API int te_engine_create(const te_config *cfg, te_engine **out)
         goto fail_pool;
     }
     e->ngroups = e->s.groups;
+    for (uint32_t g = 0; g < e->ngroups; g++) /* close_group of any group */
+        e->groups[g].epfd = e->groups[g].wake_fd = -1;
     for (uint32_t g = 0; g < e->ngroups; g++) {
         if ((rc = open_group(e, &e->groups[g], (int)g, ndev)))
             goto fail_groups;
@@ -460,8 +474,10 @@ fail_groups: {
     char msg[512];
     snprintf(msg, sizeof(msg), "%s", te_last_error());
     atomic_store(&e->stopping, 1);
-    for (uint32_t g = 0; g < e->ngroups; g++)
+    for (uint32_t g = 0; g < e->ngroups; g++) {
+        te_group_wake(&e->groups[g]);
         te_worker_stop(&e->groups[g]);
+    }
     for (uint32_t g = 0; g < e->ngroups; g++)
         close_group(e, &e->groups[g]);
     free(e->groups);
@@ -498,8 +514,10 @@ TE_API void te_engine_destroy(te_engine *e)
         return;
     }
     atomic_store_explicit(&e->stopping, 1, memory_order_release);
-    for (uint32_t g = 0; g < e->ngroups; g++)
+    for (uint32_t g = 0; g < e->ngroups; g++) {
+        te_group_wake(&e->groups[g]);
         te_worker_stop(&e->groups[g]);
+    }
     /* Every request has completed (or failed) by now; run their callbacks
      * before the NICs and the plugin go away. */
     te_callbacks_stop(&e->cb);

@@ -29,6 +29,11 @@ struct te_link {
 };
 
 /** Settings read from [engine] once at create. */
+/** True when the plugin's table (struct_size) contains `field`. */
+#define TE_PLUGIN_HAS(P, field)                                                \
+    ((P)->struct_size >=                                                       \
+     offsetof(struct te_plugin_ops, field) + sizeof((P)->field))
+
 struct te_settings {
     char plugin[4096];
     char plugin_path[4096];
@@ -45,6 +50,8 @@ struct te_settings {
     uint32_t imm_table_size;
     uint32_t idle_spin_us;
     uint32_t idle_sleep_us;
+    int idle_block;                  /* engine.idle_wait = block */
+    uint32_t idle_block_max_ms;      /* longest block without a deadline */
     uint32_t request_timeout_ms;
     uint32_t peer_timeout_ms;
     uint32_t callback_spin_us;
@@ -207,8 +214,14 @@ struct te_group {
     pthread_mutex_t mr_lock;
     struct te_link mrs;
     struct te_recv_slot recv;   /* receive handler */
+    /* blocking when idle (wait.c) */
+    int epfd;                   /* NICs' wait objects + wake_fd, or -1 */
+    int wake_fd;                /* eventfd rung by te_group_wake() */
+    int can_block;              /* every NIC has a wait object */
+    _Atomic int sleeping;       /* worker is (about to be) in epoll_wait */
     /* worker-only state */
     uint64_t inflight_reqs;
+    uint64_t timed_reqs;        /* in flight with a deadline */
     struct te_link inflight;    /* list head of accepted, unfinished reqs */
 };
 

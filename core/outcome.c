@@ -55,6 +55,8 @@ void te_req_track(struct te_group *g, struct turn *t, struct te_req *q)
     if (ms == 0)
         ms = (int32_t)g->e->s.request_timeout_ms;
     q->deadline_ns = ms > 0 ? t->now_ns + (uint64_t)ms * 1000000ull : 0;
+    if (q->deadline_ns)
+        g->timed_reqs++;
 }
 
 void te_req_deliver(struct te_engine *e, struct turn *t, struct te_req *q)
@@ -91,6 +93,8 @@ void te_req_settle(struct te_engine *e, struct turn *t, struct te_req *q)
         return;
     te_req_deliver(e, t, q);
     q->g->inflight_reqs--;
+    if (q->deadline_ns)
+        q->g->timed_reqs--;
     q->link.prev->next = q->link.next;
     q->link.next->prev = q->link.prev;
     te_req_free(q);

@@ -14,6 +14,7 @@
 #include "request_abi.h"
 #include "shard.h"
 #include "te_error.h"
+#include "wait.h"
 
 static const char *op_name(uint32_t op)
 {
@@ -469,6 +470,7 @@ TE_API int64_t te_submit(te_engine *e, const te_request *r)
                        "(engine.submit_queue_depth = %u); retry later",
                        op_name(r->op), g->index, e->s.submit_queue_depth);
     }
+    te_group_wake(g);
     return id;
 }
 

@@ -17,6 +17,7 @@
 
 #include "te_clock.h"
 #include "te_error.h"
+#include "wait.h"
 #include "thread_setup.h"
 #include "worker.h"
 
@@ -88,6 +89,7 @@ int te_group_control(struct te_group *g, struct te_control *c, int timeout_ms)
     c->next = g->ctl_head;
     g->ctl_head = c;
     atomic_store_explicit(&g->ctl_pending, 1, memory_order_release);
+    te_group_wake(g);
     struct timespec ts = te_deadline_ms(timeout_ms);
     while (!c->done) {
         if (pthread_cond_timedwait(&g->ctl_cond, &g->ctl_lock, &ts) ==
@@ -272,8 +274,11 @@ static void *worker_main(void *arg)
         }
         if (!idle_since)
             idle_since = t->now_ns;
-        if (t->now_ns - idle_since >= (uint64_t)e->s.idle_spin_us * 1000u &&
-            e->s.idle_sleep_us) {
+        if (t->now_ns - idle_since < (uint64_t)e->s.idle_spin_us * 1000u)
+            continue;
+        if (g->can_block) {
+            te_group_block(e, g, t);
+        } else if (e->s.idle_sleep_us) {
             /* idle_sleep_us may be 1 s: tv_nsec must stay below 10^9 */
             struct timespec ts = {(time_t)(e->s.idle_sleep_us / 1000000u),
                                   (long)(e->s.idle_sleep_us % 1000000u) * 1000L};

@@ -47,7 +47,7 @@ extern "C" {
 /** ABI major version spoken by this header. */
 #define TE_PLUGIN_ABI_MAJOR 1
 /** ABI minor version spoken by this header. */
-#define TE_PLUGIN_ABI_MINOR 2
+#define TE_PLUGIN_ABI_MINOR 3
 
 /** Name of the single symbol every plugin exports. */
 #define TE_PLUGIN_ENTRY_SYMBOL "te_plugin_entry"
@@ -251,7 +251,7 @@ struct te_plugin_path {
 
 /**
  * The operations table. Fields up to and including poll form ABI 1.0;
- * describe_paths was appended in 1.1. Append-only within a major version:
+ * describe_paths was appended in 1.1, wait_fd and wait_arm in 1.3. Append-only within a major version:
  * the core reads a field only when struct_size covers it.
  */
 struct te_plugin_ops {
@@ -337,6 +337,34 @@ struct te_plugin_ops {
      */
     int (*describe_paths)(te_plugin_nic *nic, struct te_plugin_path *out,
                           int max);
+
+    /* ---- ABI 1.3: wait objects (docs/plugin-guide.md, "Waiting") ---- */
+    /**
+     * The NIC's wait object: a file descriptor that the core adds to an
+     * epoll set (EPOLLIN, level-triggered) and blocks on when the NIC is
+     * idle, instead of sleep-polling. Once wait_arm() has returned 0, the
+     * fd must become readable when poll() would have something to do: a
+     * completion, a remote operation to execute (manual progress), a peer
+     * going down, a new connection. Spurious readiness costs a wasted poll,
+     * missing readiness a hang until the core's next timed look (100 ms).
+     * Called once after nic_open() from the thread that opened the NIC;
+     * the fd stays valid until nic_close() (which may close it). NULL, or
+     * a negative errno (-EOPNOTSUPP), means none: the core then spins and
+     * sleeps (engine.idle_spin_us / idle_sleep_us) as with ABI < 1.3.
+     * Several NICs may return the same fd.
+     */
+    int (*wait_fd)(te_plugin_nic *nic);
+    /**
+     * Prepare to block (the worker, after a poll() that returned nothing):
+     * clear readiness left over from events already handled, then return 0
+     * if every later event will make wait_fd readable, or -EAGAIN if poll()
+     * has work now (then the core polls instead of blocking). Must not
+     * block. The armed state ends with the next poll(); an event between
+     * wait_arm() and the core's epoll_wait() must leave the fd readable
+     * (check for work after arming, like fi_trywait() or
+     * ibv_req_notify_cq() followed by one more poll).
+     */
+    int (*wait_arm)(te_plugin_nic *nic);
 };
 
 /**

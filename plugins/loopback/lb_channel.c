@@ -179,6 +179,13 @@ static int lb_peer_connect_local(lb_nic *nic, const struct lb_addr *a,
     }
     memset(shm, 0, size);
     lb_shm_init(shm, cap, size);
+    if (lb_shm_local_bells(shm) < 0) {
+        int e = errno;
+        pthread_mutex_unlock(&lb_registry_lock);
+        free(shm);
+        lb_err(nic, "cannot create the channel's doorbells: %s", strerror(e));
+        return -e;
+    }
     shm->init_pid = (uint32_t)getpid();
     shm->init_nic_index = nic->index;
     shm->init_nic_id = nic->id;
@@ -204,17 +211,24 @@ static int lb_peer_connect_local(lb_nic *nic, const struct lb_addr *a,
     if (rc == 0) {
         t->in_new[t->nin_new++] = shm;
         atomic_fetch_add_explicit(&t->in_gen, 1, memory_order_release);
+        uint64_t one = 1; /* wake its worker: t is alive under in_lock */
+        ssize_t wr = write(t->bell, &one, sizeof(one));
+        (void)wr;
     }
     pthread_mutex_unlock(&t->in_lock);
     pthread_mutex_unlock(&lb_registry_lock);
     if (rc < 0) {
-        free(shm);
+        atomic_store(&shm->refs, 1);
+        lb_shm_local_unref(shm);
         return rc;
     }
     p->shm = shm;
     p->cap = cap;
     p->map_len = 0;
     p->fd = -1;
+    p->bell = shm->bell_tgt;
+    p->wait = shm->bell_init;
+    lb_wait_add(nic, p->wait);
     return 0;
 }
 
@@ -313,6 +327,9 @@ static int lb_peer_connect_remote(lb_nic *nic, const struct lb_addr *a,
     p->cap = cap;
     p->map_len = size;
     p->fd = fd;
+    p->bell = p->wait = fd;
+    lb_wait_add(nic, fd);       /* responses' doorbells and the hang-up */
+    lb_wait_add(nic, p->pidfd); /* the target process's end */
     return 0;
 fail:
     if (fd >= 0)
@@ -393,14 +410,17 @@ static void lb_chan_quiesce(lb_nic *nic, struct lb_peer *p, uint32_t state)
     }
 }
 
-static void lb_chan_release(struct lb_peer *p)
+static void lb_chan_release(lb_nic *nic, struct lb_peer *p)
 {
     if (!p->shm)
         return;
     if (p->map_len) {
         munmap(p->shm, p->map_len);
-    } else if (atomic_fetch_sub(&p->shm->refs, 1) == 1) {
-        free(p->shm);
+    } else {
+        /* The eventfd outlives our use while the target holds it. */
+        lb_wait_del(nic, p->wait);
+        lb_bell_close(p->bell); /* its target sees init_state at once */
+        lb_shm_local_unref(p->shm);
     }
     if (p->fd >= 0)
         close(p->fd);
@@ -418,7 +438,7 @@ void lb_peer_detach(lb_nic *nic, struct lb_peer *p)
         return;
     if (!p->dead)
         lb_chan_quiesce(nic, p, LB_ST_CLOSED);
-    lb_chan_release(p);
+    lb_chan_release(nic, p);
 }
 
 int lb_peer_remove(te_plugin_nic *nic, te_plugin_peer h)
@@ -433,7 +453,7 @@ int lb_peer_remove(te_plugin_nic *nic, te_plugin_peer h)
         lb_chan_quiesce(nic, p, LB_ST_CLOSED);
     /* The target is quiet: what it finished is in the ring, the rest never ran. */
     lb_peer_fail(nic, p, -ECONNABORTED, true);
-    lb_chan_release(p);
+    lb_chan_release(nic, p);
     lb_peer_unlink(nic, p);
     free(p);
     return 0;
@@ -447,7 +467,7 @@ void lb_peer_down(lb_nic *nic, struct lb_peer *p, const char *why, bool orderly)
     if (p->shm)
         atomic_store(&p->shm->init_state, LB_ST_CLOSED);
     lb_peer_fail(nic, p, -ECONNRESET, true);
-    lb_chan_release(p);
+    lb_chan_release(nic, p);
     p->dead = true;
     nic->peers_gen++;
     lb_log(nic->ctx, orderly ? 2 : 1, "%s: peer lo%u of pid %u is down (%s)",
@@ -464,7 +484,7 @@ void lb_peer_kill(lb_nic *nic, struct lb_peer *p)
     if (p->shm && !p->dead)
         lb_chan_quiesce(nic, p, LB_ST_DEAD);
     lb_peer_fail(nic, p, -ENETDOWN, false);
-    lb_chan_release(p);
+    lb_chan_release(nic, p);
     p->dead = true;
 }
 

@@ -234,6 +234,7 @@ static void lb_busy_leave(struct lb_inbound *in)
     if (in->dirty) {
         lb_ring_prod_publish(&in->resp);
         in->dirty = false;
+        lb_bell_initiator(in);
     }
     atomic_store_explicit(&in->shm->tgt_busy, 0, memory_order_release);
 }

@@ -41,26 +41,31 @@ static int lb_inbound_new(lb_nic *nic, struct lb_shm *shm, uint32_t cap,
     in->nic_id = nic_id;
     in->local = local;
     in->peer_gen = nic->peers_gen - 1;
+    in->bell = local ? shm->bell_init : fd;
+    in->wait = local ? shm->bell_tgt : fd;
+    if (lb_wait_add(nic, in->wait) < 0) {
+        free(in);
+        return -ENOMEM;
+    }
     lb_shm_req_ring(shm, cap, &in->req, 0);
     lb_shm_resp_ring(shm, cap, &in->resp, 1);
     nic->in[nic->nin++] = in;
     return 0;
 }
 
-static void lb_shm_unref(struct lb_shm *shm)
-{
-    if (atomic_fetch_sub(&shm->refs, 1) == 1)
-        free(shm);
-}
-
-static void lb_inbound_release(struct lb_inbound *in, uint32_t state)
+static void lb_inbound_release(lb_nic *nic, struct lb_inbound *in,
+                               uint32_t state)
 {
     if (state != LB_ST_OK)
         atomic_store(&in->shm->tgt_state, state);
-    if (in->map_len)
+    if (in->map_len) {
         munmap(in->shm, in->map_len);
-    else
-        lb_shm_unref(in->shm);
+    } else {
+        /* The eventfd outlives our use while the initiator holds it. */
+        lb_wait_del(nic, in->wait);
+        lb_bell_close(in->bell); /* its initiator sees tgt_state at once */
+        lb_shm_local_unref(in->shm);
+    }
     if (in->fd >= 0)
         close(in->fd);
     free(in);
@@ -75,7 +80,7 @@ void lb_inbound_drop(lb_nic *nic, struct lb_inbound *in)
             break;
         }
     }
-    lb_inbound_release(in, LB_ST_CLOSED);
+    lb_inbound_release(nic, in, LB_ST_CLOSED);
 }
 
 void lb_inbound_refresh(lb_nic *nic)
@@ -91,7 +96,8 @@ void lb_inbound_refresh(lb_nic *nic)
                                    true) < 0) {
             /* The initiator sees the channel as down and fails its ops. */
             atomic_store(&shm->tgt_state, dead ? LB_ST_DEAD : LB_ST_CLOSED);
-            lb_shm_unref(shm);
+            lb_bell_close(shm->bell_init);
+            lb_shm_local_unref(shm);
         }
     }
     nic->nin_new = 0;
@@ -104,13 +110,13 @@ void lb_inbound_free_all(lb_nic *nic, uint32_t state)
     pthread_mutex_lock(&nic->in_lock);
     for (uint32_t i = 0; i < nic->nin_new; i++) {
         atomic_store(&nic->in_new[i]->tgt_state, state);
-        lb_shm_unref(nic->in_new[i]);
+        lb_shm_local_unref(nic->in_new[i]);
     }
     nic->nin_new = 0;
     pthread_mutex_unlock(&nic->in_lock);
     for (uint32_t i = 0; i < nic->nin; i++) {
         lb_pending_purge(nic, nic->in[i]);
-        lb_inbound_release(nic->in[i], state);
+        lb_inbound_release(nic, nic->in[i], state);
     }
     nic->nin = 0;
     for (uint32_t i = 0; i < nic->nhello; i++)
@@ -224,6 +230,7 @@ static void lb_hello_add(lb_nic *nic, int fd)
         nic->hello_cap = c;
     }
     nic->hello_fds[nic->nhello++] = fd;
+    lb_wait_add(nic, fd); /* its hello wakes the worker */
 }
 
 /* ------------------------------------------------------------ housekeeping */
@@ -265,7 +272,12 @@ void lb_housekeeping(lb_nic *nic)
         /* A target that closed its NIC in order said so in the channel
          * before its socket closed or its process ended. */
         bool closed = p->shm && atomic_load(&p->shm->tgt_state) == LB_ST_CLOSED;
-        if (pf[k].revents)
+        short rev = pf[k].revents;
+        /* POLLIN alone is doorbells (lb_wait.c), unless it is the EOF. */
+        if (rev && !(rev & (POLLHUP | POLLERR | POLLNVAL)) &&
+            lb_sock_drain(p->fd) == 0)
+            rev = 0;
+        if (rev)
             lb_peer_down(nic, p, closed ? "NIC closed, connection closed"
                                         : "connection closed", closed);
         else if (pf[k + 1].revents ||
@@ -285,9 +297,7 @@ void lb_housekeeping(lb_nic *nic)
         if (rev & (POLLHUP | POLLERR | POLLNVAL)) {
             in->gone = true;
         } else if (rev & POLLIN) {
-            char b;
-            ssize_t r = recv(in->fd, &b, 1, MSG_DONTWAIT);
-            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+            if (lb_sock_drain(in->fd) < 0)
                 in->gone = true;
         }
         if (atomic_load(&in->shm->init_state) != LB_ST_OK)

@@ -148,7 +148,7 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
          * the hot path of every benchmark. */
         if (nic->faults && !dead && lb_fault_kill_now(nic)) {
             if (last)
-                lb_ring_prod_publish(&last->req);
+                lb_peer_publish(last);
             last = NULL;
             lb_nic_kill(nic);
             dead = true;
@@ -195,12 +195,12 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
         p->outstanding++;
         if (p != last) {
             if (last)
-                lb_ring_prod_publish(&last->req);
+                lb_peer_publish(last);
             last = p;
         }
     }
     if (last)
-        lb_ring_prod_publish(&last->req);
+        lb_peer_publish(last);
     return (int)i;
 }
 

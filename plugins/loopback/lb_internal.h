@@ -93,6 +93,12 @@ struct lb_shm {
     uint64_t init_nic_id;
     /* Target is executing a batch of this channel (see lb_chan_quiesce). */
     _Alignas(64) _Atomic uint32_t tgt_busy;
+    /* Doorbells (lb_wait.c): a side about to block sets its flag; the other
+     * side, after publishing work for it, clears the flag and rings. */
+    _Alignas(64) _Atomic uint32_t tgt_armed;
+    _Atomic uint32_t init_armed;
+    int32_t bell_tgt;  /* in-process channels only: their two eventfds */
+    int32_t bell_init;
     _Alignas(64) struct lb_ring_ctl req;
     struct lb_ring_ctl resp;
 };
@@ -241,6 +247,8 @@ struct lb_peer {
     struct lb_ring resp; /* consumer view */
     uint32_t outstanding;
     bool dead;
+    int bell; /* rung after publishing requests (eventfd or the socket) */
+    int wait; /* in our epoll set: rung when responses are published */
 };
 
 /* A channel some initiator opened to this NIC. */
@@ -259,6 +267,8 @@ struct lb_inbound {
     struct lb_ring resp; /* producer view */
     te_plugin_peer peer; /* our handle for the initiator, see peer_gen */
     uint32_t peer_gen;
+    int bell; /* rung after publishing responses (eventfd or the socket) */
+    int wait; /* in our epoll set: rung when requests are published */
 };
 
 /* A posted receive buffer. */
@@ -334,6 +344,11 @@ struct te_plugin_nic {
     uint32_t pfds_cap;
     uint64_t hk_next_ns;
     uint32_t hk_polls;
+
+    /* ---- wait object (lb_wait.c) */
+    int epfd;   /* every fd whose readiness means poll() has work */
+    int bell;   /* eventfd: an in-process channel to this NIC was added */
+    bool armed; /* wait_arm() set the channels' armed flags */
 
     /* ---- faults */
     uint64_t link_gbps; /* this NIC's cap (loopback.link_gbps), 0 = none */
@@ -485,5 +500,31 @@ void lb_nic_kill(lb_nic *nic);
 bool lb_link_admit(lb_nic *nic, uint64_t len);
 /* Link speed (and cap) of virtual NIC idx, Gbit/s; 0 = uncapped. */
 uint64_t lb_link_gbps(const lb_ctx *ctx, int idx);
+
+/* ---------------------------------------------------------------- lb_wait.c */
+
+int lb_wait_open(lb_nic *nic);
+void lb_wait_close(lb_nic *nic);
+/* Add fd (ignored if < 0) to / remove it from the NIC's epoll set. */
+int lb_wait_add(lb_nic *nic, int fd);
+void lb_wait_del(lb_nic *nic, int fd);
+int lb_wait_fd(te_plugin_nic *nic);
+int lb_wait_arm(te_plugin_nic *nic);
+/* poll() of an armed NIC: clear the flags wait_arm() set. */
+void lb_wait_disarm(lb_nic *nic);
+/* Publish the requests pushed to p, ringing its target if it sleeps. */
+void lb_peer_publish(struct lb_peer *p);
+/* Responses of `in` were published: ring its initiator if it sleeps. */
+void lb_bell_initiator(struct lb_inbound *in);
+/* Ring an in-process channel's eventfd when its side leaves the channel
+ * (state already stored), so a sleeping other side looks at once. */
+void lb_bell_close(int fd);
+/* Read the doorbell bytes queued on a channel socket: 0, or -1 once the
+ * other side closed it (or it failed). */
+int lb_sock_drain(int fd);
+/* In-process channel memory: its eventfds (-1 on failure, errno set), and
+ * its release by the last of its two owners. */
+int lb_shm_local_bells(struct lb_shm *shm);
+void lb_shm_local_unref(struct lb_shm *shm);
 
 #endif

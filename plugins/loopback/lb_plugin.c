@@ -155,6 +155,7 @@ static void lb_nic_free(lb_nic *nic)
     free(nic->in_new);
     free(nic->batch);
     free(nic->pfds);
+    lb_wait_close(nic);
     pthread_mutex_destroy(&nic->exec_lock);
     pthread_mutex_destroy(&nic->in_lock);
     free(nic);
@@ -192,6 +193,7 @@ static int lb_nic_open(te_plugin_ctx *ctx, int idx,
     nic->qd = qd;
     nic->recv_cap = rd > qd ? rd : qd;
     nic->listen_fd = -1;
+    nic->epfd = nic->bell = -1;
     nic->mr_free = UINT32_MAX;
     nic->rkey_seq = lb_random64();
     pthread_mutex_init(&nic->exec_lock, NULL);
@@ -209,7 +211,8 @@ static int lb_nic_open(te_plugin_ctx *ctx, int idx,
         lb_fifo_init(&nic->recvq, sizeof(struct lb_recv), nic->recv_cap) < 0 ||
         lb_fifo_init(&nic->pending, sizeof(struct lb_pending), 64) < 0)
         goto fail;
-    if ((rc = lb_listen(nic)) < 0)
+    if ((rc = lb_wait_open(nic)) < 0 || (rc = lb_listen(nic)) < 0 ||
+        (rc = lb_wait_add(nic, nic->listen_fd)) < 0)
         goto fail;
     if ((rc = lb_registry_add(nic)) < 0)
         goto fail;
@@ -255,6 +258,8 @@ static int lb_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
 {
     if (!out || max < 0)
         return -EINVAL;
+    if (nic->armed)
+        lb_wait_disarm(nic);
     int n = 0;
     while (n < max && nic->cq.count) {
         struct te_plugin_cq_entry *e = lb_fifo_at(&nic->cq, 0);
@@ -329,6 +334,8 @@ static const struct te_plugin_ops lb_ops = {
     .post = lb_post,
     .poll = lb_poll,
     .describe_paths = lb_describe_paths,
+    .wait_fd = lb_wait_fd,
+    .wait_arm = lb_wait_arm,
 };
 
 __attribute__((visibility("default"))) const struct te_plugin_ops *

@@ -20,6 +20,7 @@ void lb_shm_init(struct lb_shm *shm, uint32_t cap, size_t size)
     shm->version = LB_SHM_VERSION;
     shm->cap = cap;
     shm->size = size;
+    shm->bell_tgt = shm->bell_init = -1; /* in-process channels set them */
 }
 
 int lb_shm_check(const struct lb_shm *shm, size_t size, uint32_t *cap_out)

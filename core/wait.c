@@ -1,0 +1,135 @@
+/* Blocking an idle worker on its NICs' wait objects (see wait.h). */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "te_error.h"
+#include "wait.h"
+#include "worker.h"
+
+int te_group_wait_open(struct te_engine *e, struct te_group *g)
+{
+    const struct te_plugin_ops *P = e->plugin.ops;
+    g->epfd = g->wake_fd = -1;
+    atomic_init(&g->sleeping, 0);
+    if (!e->s.idle_block || !TE_PLUGIN_HAS(P, wait_arm) || !P->wait_fd ||
+        !P->wait_arm)
+        return 0;
+    int fds[TE_MAX_NICS];
+    for (uint32_t i = 0; i < g->nic_count; i++) {
+        fds[i] = P->wait_fd(g->nics[i].pn);
+        if (fds[i] < 0) {
+            te_log(e, 2, "group %d: NIC %s has no wait object (%s): its "
+                   "worker sleep-polls when idle", g->index,
+                   g->nics[i].info.name, te_strerror(fds[i]));
+            return 0;
+        }
+    }
+    g->epfd = epoll_create1(EPOLL_CLOEXEC);
+    g->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (g->epfd < 0 || g->wake_fd < 0) {
+        int err = errno;
+        te_group_wait_close(g);
+        return te_fail(-err, "group %d: cannot create its wait set: %s",
+                       g->index, strerror(err));
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = g->wake_fd};
+    if (epoll_ctl(g->epfd, EPOLL_CTL_ADD, g->wake_fd, &ev) < 0)
+        goto fail;
+    for (uint32_t i = 0; i < g->nic_count; i++) {
+        ev.data.fd = fds[i];
+        /* Two NICs may share one object (EEXIST): fine. */
+        if (epoll_ctl(g->epfd, EPOLL_CTL_ADD, fds[i], &ev) < 0 &&
+            errno != EEXIST)
+            goto fail;
+    }
+    g->can_block = 1;
+    return 0;
+fail:;
+    int err = errno;
+    te_group_wait_close(g);
+    return te_fail(-err, "group %d: cannot add a wait object to its epoll "
+                   "set: %s", g->index, strerror(err));
+}
+
+void te_group_wait_close(struct te_group *g)
+{
+    if (g->epfd >= 0)
+        close(g->epfd);
+    if (g->wake_fd >= 0)
+        close(g->wake_fd);
+    g->epfd = g->wake_fd = -1;
+    g->can_block = 0;
+}
+
+void te_group_wake(struct te_group *g)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!atomic_load_explicit(&g->sleeping, memory_order_relaxed) ||
+        !atomic_exchange(&g->sleeping, 0))
+        return;
+    uint64_t one = 1;
+    /* Fails only when the counter would overflow: then it is readable. */
+    ssize_t rc = write(g->wake_fd, &one, sizeof(one));
+    (void)rc;
+}
+
+/* Until the next deadline scan when a request has a deadline or a peer's
+ * silence is timed, the next heartbeat scan when peers are probed, and at
+ * most engine.idle_block_max_ms (a safety net for plugins, also what
+ * looks at a loopback peer that has no pidfd); -1 = no limit. */
+static int block_timeout_ms(struct te_engine *e, struct te_group *g,
+                            struct turn *t)
+{
+    uint64_t until = UINT64_MAX;
+    if (e->s.idle_block_max_ms)
+        until = t->now_ns + (uint64_t)e->s.idle_block_max_ms * 1000000ull;
+    if ((g->timed_reqs || (e->s.peer_timeout_ms && g->inflight_reqs)) &&
+        t->next_check_ns < until)
+        until = t->next_check_ns;
+    if (e->s.heartbeat_ms && t->next_hb_ns < until)
+        until = t->next_hb_ns;
+    if (until == UINT64_MAX)
+        return -1;
+    uint64_t now = te_now_ns();
+    if (until <= now)
+        return 0;
+    uint64_t ms = (until - now + 999999u) / 1000000u;
+    return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t)
+{
+    const struct te_plugin_ops *P = e->plugin.ops;
+    atomic_store(&g->sleeping, 1);
+    atomic_thread_fence(memory_order_seq_cst);
+    int busy = te_mpsc_size(g->subq) ||
+               atomic_load_explicit(&g->ctl_pending, memory_order_relaxed) ||
+               atomic_load_explicit(&e->stopping, memory_order_relaxed);
+    for (uint32_t i = 0; i < g->nic_count && !busy; i++) {
+        if (g->nics[i].recv_to_post && !g->nics[i].recv_broken)
+            busy = 1;
+        else if ((busy = P->wait_arm(g->nics[i].pn)) != 0 && busy != -EAGAIN)
+            te_log(e, 1, "group %d: NIC %s: wait_arm failed (%s): polling "
+                   "instead", g->index, g->nics[i].info.name,
+                   te_strerror(busy));
+    }
+    if (busy) {
+        atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);
+        return;
+    }
+    int timeout = block_timeout_ms(e, g, t);
+    struct epoll_event ev[TE_MAX_NICS + 1];
+    int n = timeout ? epoll_wait(g->epfd, ev, TE_MAX_NICS + 1, timeout) : 0;
+    atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);
+    for (int i = 0; i < n; i++) {
+        if (ev[i].data.fd == g->wake_fd) {
+            uint64_t v;
+            ssize_t rc = read(g->wake_fd, &v, sizeof(v));
+            (void)rc;
+        }
+    }
+}

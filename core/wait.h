@@ -1,0 +1,33 @@
+/*
+ * An idle group's worker blocks instead of sleep-polling: in epoll on its
+ * NICs' wait objects (plugin ABI 1.3 wait_fd/wait_arm) plus an eventfd that
+ * te_submit(), control operations and engine shutdown ring. The ring costs
+ * a fence and a load unless the worker is actually asleep, and then one
+ * write: the worker announces `sleeping` before its last look at its queues
+ * and the NICs (wait_arm), a producer publishes its work before it looks at
+ * `sleeping` (both sequentially consistent), so one of them sees the other.
+ * Groups whose plugin offers no wait object keep spin-then-sleep
+ * (engine.idle_spin_us / idle_sleep_us).
+ */
+#ifndef TE_CORE_WAIT_H
+#define TE_CORE_WAIT_H
+
+#include <stdatomic.h>
+
+struct te_engine;
+struct te_group;
+struct turn;
+
+/** After the group's NICs are open: the epoll set and the wake eventfd.
+ *  A plugin without wait objects (or engine.idle_wait = sleep) leaves the
+ *  group sleep-polling; only a system error fails. */
+int te_group_wait_open(struct te_engine *e, struct te_group *g);
+/** Close what te_group_wait_open() made (NICs may be closed already). */
+void te_group_wait_close(struct te_group *g);
+/** Wake the group's worker if it is blocked (any thread, cheap if not). */
+void te_group_wake(struct te_group *g);
+/** Worker, idle: block until a NIC, a submitter or a deadline needs it.
+ *  Returns at once when some NIC or queue has work after all. */
+void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t);
+
+#endif
