@@ -3,9 +3,22 @@
 # and in child processes; with reordering and delay injected.
 set(TE_CONF_ENV "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}")
 
+# A cross build runs its tests under an emulator (cmake/toolchain-aarch64.cmake:
+# qemu-aarch64): the remote children are started through it too, since the
+# host cannot exec the target's binary by itself (docs/arm64.md).
+set(TE_CONF_REMOTE_WRAPPER)
+if(CMAKE_CROSSCOMPILING AND CMAKE_CROSSCOMPILING_EMULATOR)
+  list(JOIN CMAKE_CROSSCOMPILING_EMULATOR " " TE_CONF_EMULATOR_WORDS)
+  set(TE_CONF_REMOTE_WRAPPER --remote-wrapper "${TE_CONF_EMULATOR_WORDS}")
+endif()
+
 function(te_conformance name)
+  set(wrap)
+  if("--two-process" IN_LIST ARGN)
+    set(wrap ${TE_CONF_REMOTE_WRAPPER})
+  endif()
   add_test(NAME conformance_${name}
-           COMMAND te-conformance --plugin loopback ${ARGN})
+           COMMAND te-conformance --plugin loopback ${ARGN} ${wrap})
   set_tests_properties(conformance_${name} PROPERTIES
     ENVIRONMENT "${TE_CONF_ENV}" TIMEOUT 300 LABELS conformance)
 endfunction()
