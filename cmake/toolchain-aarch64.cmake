@@ -5,6 +5,8 @@
 # files: the :arm64 -dev packages in /usr/lib/aarch64-linux-gnu. Tests run
 # under qemu-user (qemu-aarch64) through CMAKE_CROSSCOMPILING_EMULATOR: ctest
 # prefixes every test whose command is a target of this build with it.
+# Two-process loopback tests also need the process_vm_* shim that
+# scripts/test-arm64.sh preloads (QEMU_SET_ENV; docs/arm64.md).
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
 

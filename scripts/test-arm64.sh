@@ -2,7 +2,7 @@
 # The aarch64 (arm64) build and test run (docs/arm64.md): installs the cross
 # toolchain, qemu-user and Debian's arm64 -dev packages (scripts/deps-arm64/
 # arm64.list, Debian multiarch), cross-builds the core, the plugins (loopback,
-# efa, mlx5), the tools and the apps into ./build-arm64 (BUILD_DIR overrides)
+# efa, mlx5), the tools and the apps into ./build-arm64 (ARM64_BUILD_DIR overrides)
 # with cmake/toolchain-aarch64.cmake (CUDA off), and runs the unit tests and
 # the loopback conformance suite under qemu-aarch64 (ctest's
 # CROSSCOMPILING_EMULATOR). Idempotent; run as root (or with sudo).
@@ -46,7 +46,8 @@ if [ "${TE_SKIP_ARM64:-0}" = 1 ]; then
   exit 0
 fi
 start=$(date +%s)
-BUILD_DIR=${BUILD_DIR:-build-arm64}
+BUILD_DIR=${ARM64_BUILD_DIR:-build-arm64}
+case $BUILD_DIR in /*) ;; *) BUILD_DIR=$PWD/$BUILD_DIR ;; esac
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
@@ -94,7 +95,7 @@ done
 # (lib/aarch64-linux-gnu in the guest): the guest loads the shim, while a
 # host program the guest execs (qemu-aarch64 itself) loads an empty library
 # instead of warning that it cannot preload an aarch64 one.
-SHIM="$PWD/$BUILD_DIR/qemu-shim"
+SHIM="$BUILD_DIR/qemu-shim"
 mkdir -p "$SHIM/lib/aarch64-linux-gnu"
 aarch64-linux-gnu-gcc -O2 -Wall -Wextra -Werror -shared -fPIC \
   -o "$SHIM/lib/aarch64-linux-gnu/libte-qemu-process-vm.so" tests/arm64/qemu_process_vm.c

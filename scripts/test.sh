@@ -7,3 +7,6 @@ scripts/install-deps.sh
 scripts/build.sh
 cd build
 ctest --output-on-failure -j"$(nproc)" --timeout 600 "$@"
+# The same tree cross-built for aarch64, its unit tests and loopback
+# conformance under qemu-user (docs/arm64.md; TE_SKIP_ARM64=1 skips it).
+../scripts/test-arm64.sh
