@@ -229,6 +229,44 @@ static bool inbound_pending(efa_nic *nic)
     return poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
 }
 
+/* ------------------------------------------------- wait object (ABI 1.3) */
+
+/* The CQ's wait fd, where the provider has one and the target's polls move
+ * the data (efa_wants_progress_fd: tcp;ofi_rxm). shm has none to offer:
+ * its peers copy into our memory and signal no fd, so its workers keep
+ * spinning and sleeping (engine.idle_sleep_us). */
+/* How long after a held-back post the NIC keeps its worker polling. */
+#define EFA_HELD_SPIN_NS 1000000ull
+
+int efa_wait_fd(te_plugin_nic *nic)
+{
+    return nic->progress_fd >= 0 ? nic->progress_fd : -EOPNOTSUPP;
+}
+
+int efa_wait_arm(te_plugin_nic *nic)
+{
+    if (nic->progress_fd < 0)
+        return -EOPNOTSUPP;
+    int rc = 0;
+    pthread_mutex_lock(&nic->lock);
+    /* A post held back recently: the provider may need polls to get on
+     * (tcp;ofi_rxm connects a new peer on the writability of a socket its
+     * CQ wait fd does not watch). The core retries it every turn, so the
+     * mark stays fresh while it lasts. */
+    if (nic->cq_fifo.count || nic->pending || nic->reposts_due ||
+        (nic->held_ns && efa_now_ns() - nic->held_ns < EFA_HELD_SPIN_NS)) {
+        rc = -EAGAIN;
+    } else {
+        /* Safe to block only when libfabric says so: it clears the fd's
+         * signal and reports what is already queued (-FI_EAGAIN). */
+        struct fid *cq = &nic->cq->fid;
+        int t = fi_trywait(nic->fabric, &cq, 1);
+        rc = t == 0 ? 0 : -EAGAIN;
+    }
+    pthread_mutex_unlock(&nic->lock);
+    return rc;
+}
+
 int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
 {
     if (!out || max < 0)

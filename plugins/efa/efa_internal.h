@@ -228,6 +228,7 @@ struct te_plugin_nic {
     bool source;
     bool prov_errno_is_errno; /* tcp family: prov_errno holds the cause */
     int progress_fd;          /* CQ wait fd: inbound bytes pending, or -1 */
+    uint64_t held_ns;         /* last post() held an op back then, or 0 */
 
     /* operation slots */
     struct efa_slot *slots;
@@ -360,6 +361,9 @@ int efa_recv_repost(efa_nic *nic, struct efa_slot *s);
 /* ----------------------------------------------------------- efa_cq.c */
 
 int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max);
+/* Wait object (plugin ABI 1.3): the CQ's wait fd where there is one. */
+int efa_wait_fd(te_plugin_nic *nic);
+int efa_wait_arm(te_plugin_nic *nic);
 /* efa_paths.c: plugin ABI 1.1 */
 int efa_describe_paths(te_plugin_nic *nic, struct te_plugin_path *out, int max);
 void efa_cq_push(efa_nic *nic, const struct te_plugin_cq_entry *e);

@@ -211,6 +211,8 @@ static const struct te_plugin_ops efa_ops = {
     .post = efa_post,
     .poll = efa_poll,
     .describe_paths = efa_describe_paths,
+    .wait_fd = efa_wait_fd,
+    .wait_arm = efa_wait_arm,
 };
 
 __attribute__((visibility("default"))) const struct te_plugin_ops *

@@ -334,6 +334,9 @@ int efa_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
         if (rc <= 0)
             break;
     }
+    /* Held back (queue full, or the provider's -FI_EAGAIN, e.g. while it
+     * connects): what frees it may signal no wait fd, see efa_wait_arm. */
+    nic->held_ns = i < n && rc == 0 ? efa_now_ns() : 0;
     pthread_mutex_unlock(&nic->lock);
     if (rc < 0 && i == 0)
         return rc;
