@@ -21,6 +21,29 @@ RUNS=${4:-5}
 PREFIX=${TB_PREFIX:-}
 export TE_BENCH_UCX="$UCX"
 mkdir -p "$OUT"
+
+# Idle share of the CPUs over 2 s (this script's own programs are not
+# running then): the load average would count our own spinning processes.
+idle_pct() {
+    a=$(awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
+    sleep 2
+    b=$(awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
+    echo "$a $b" | awk '{d=$4-$2; print (d > 0 ? int(100*($3-$1)/d) : 0)}'
+}
+# Wait (at most QUIET_WAIT_S, default 600) until others leave the CPUs
+# >= QUIET_PCT (default 80) % idle; the log says what it found.
+quiet() {
+    waited=0
+    while :; do
+        p=$(idle_pct)
+        if [ "$p" -ge "${QUIET_PCT:-80}" ] || [ "$waited" -ge "${QUIET_WAIT_S:-600}" ]; then
+            echo "  idle ${p}% (waited ${waited} s), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+            return
+        fi
+        sleep 8
+        waited=$((waited + 10))
+    done
+}
 i=1
 while [ "$i" -le "$RUNS" ]; do
     for plug in loopback efa; do
@@ -28,7 +51,8 @@ while [ "$i" -le "$RUNS" ]; do
         loopback) P="--plugin loopback" ;;
         efa) P="--plugin efa --set efa.provider=shm" ;;
         esac
-        echo "[run $i/$RUNS: $plug, load $(cut -d' ' -f1 /proc/loadavg)]" >&2
+        echo "[run $i/$RUNS: $plug]" >&2
+        quiet
         # shellcheck disable=SC2086
         $PREFIX "$BENCH" $P --two-process --test write --size 64K,1M,16M \
             --reference ucx,ucx-tcp --json --no-progress \
@@ -42,7 +66,8 @@ while [ "$i" -le "$RUNS" ]; do
             --reference ucx,ucx-tcp --json --no-progress \
             > "$OUT/te.$plug.send.$i.json" || echo "  (send failed)" >&2
     done
-    echo "[run $i/$RUNS: ucx-raw-bench alone, load $(cut -d' ' -f1 /proc/loadavg)]" >&2
+    echo "[run $i/$RUNS: ucx-raw-bench alone]" >&2
+    quiet
     for tls in shm tcp; do
         for s in 64K:64 1M:16 16M:2; do
             size=${s%:*} win=${s#*:}

@@ -47,6 +47,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -76,7 +77,7 @@ struct opts {
     const char *tls;
     uint64_t size, chunk, window, ms, region_mib, iters, warmup, min_iters;
     uint64_t timeout_s;
-    int no_imm, ucx_alloc;
+    int no_imm, ucx_alloc, pin;
 };
 
 static struct opts o;
@@ -723,8 +724,21 @@ static void target_send(void)
 
 /* ------------------------------------------------------------ target */
 
+static void pin_to(int last)
+{
+    if (!o.pin)
+        return;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(last && n > 1 ? (int)n - 1 : 0, &set);
+    if (sched_setaffinity(0, sizeof(set), &set))
+        die("--pin: sched_setaffinity: %s", strerror(errno));
+}
+
 static int run_target(void)
 {
+    pin_to(1);
     ucx_open();
     ucx_connect();
     ucx_wireup();
@@ -778,6 +792,8 @@ static void usage(FILE *f)
         "                     application memory (on shm UCX 1.13 then\n"
         "                     emulates puts with active messages)\n"
         "  --timeout S        bound of every wait, seconds (30)\n"
+        "  --pin              initiator on CPU 0, target on the last CPU (two\n"
+        "                     busy-polling processes never share a core)\n"
         "Bandwidth results end with \"X GB/s\"; latency results with a line\n"
         "that starts with the p50 in us (what te-bench --reference reads).\n");
 }
@@ -809,7 +825,7 @@ static void parse(int argc, char **argv)
         {"ms", 1, 0, 'T'},        {"min-iters", 1, 0, 'm'},
         {"iters", 1, 0, 'i'},     {"warmup", 1, 0, 'w'},
         {"no-imm", 0, 0, 'n'},    {"timeout", 1, 0, 'o'},
-        {"alloc", 1, 0, 'a'},
+        {"alloc", 1, 0, 'a'},     {"pin", 0, 0, 'P'},
         {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
     int size_set = 0, c;
     o.test = T_WRITE;
@@ -851,6 +867,7 @@ static void parse(int argc, char **argv)
         case 'i': o.iters = parse_size(optarg, "--iters"); break;
         case 'w': o.warmup = parse_size(optarg, "--warmup"); break;
         case 'n': o.no_imm = 1; break;
+        case 'P': o.pin = 1; break;
         case 'a':
             if (strcmp(optarg, "user") && strcmp(optarg, "ucx")) {
                 fprintf(stderr, "ucx-raw-bench: --alloc user or ucx\n");
@@ -920,6 +937,7 @@ int main(int argc, char **argv)
         _exit(run_target());
     }
     peer_pid = pid;
+    pin_to(0);
     close(sv[1]);
     ctl = sv[0];
     ucx_open();
