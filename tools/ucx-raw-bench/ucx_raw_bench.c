@@ -83,6 +83,8 @@ struct opts {
 static struct opts o;
 static pid_t peer_pid;      /* initiator: the child; target: the parent */
 static int is_child;
+static int reaped, reaped_status; /* initiator: the target has exited */
+static int ctl_readable(void);
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...)
@@ -93,7 +95,7 @@ static void die(const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
-    if (!is_child && peer_pid > 0)
+    if (!is_child && peer_pid > 0 && !reaped)
         kill(peer_pid, SIGKILL);
     _exit(1);
 }
@@ -119,13 +121,13 @@ static void check_alive(uint64_t deadline, const char *what)
     if (is_child) {
         if (getppid() != peer_pid)
             die("%s: the initiator exited", what);
-    } else if (peer_pid > 0) {
-        int st;
-        if (waitpid(peer_pid, &st, WNOHANG) == peer_pid) {
-            peer_pid = 0;
-            die("%s: the target process exited", what);
-        }
+    } else if (peer_pid > 0 && !reaped) {
+        if (waitpid(peer_pid, &reaped_status, WNOHANG) == peer_pid)
+            reaped = 1;
     }
+    /* Its last words may still be in the socket (the final barrier). */
+    if (reaped && !ctl_readable())
+        die("%s: the target process exited", what);
 }
 
 /* ------------------------------------------------------ control channel */
@@ -966,9 +968,9 @@ int main(int argc, char **argv)
     fflush(stdout);
     barrier();
     ucx_close();
-    int st = 0;
+    int st = reaped_status;
     uint64_t deadline = deadline_ns();
-    while (waitpid(pid, &st, WNOHANG) == 0) {
+    while (!reaped && waitpid(pid, &st, WNOHANG) == 0) {
         if (now_ns() > deadline) {
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
