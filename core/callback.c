@@ -182,6 +182,10 @@ void te_recv_slot_set(struct te_recv_slot *s, te_recv_fn fn, void *arg)
 
 #define TE_CB_BATCH 64
 
+/* The callbacks whose events this thread is running (caller-driven
+ * progress: te_callbacks_run), to refuse re-entry from a callback. */
+static _Thread_local const struct te_callbacks *running_here;
+
 /* Detach the timers due by now (all of them when `all`); lock held. */
 static struct te_timer *take_due(struct te_callbacks *cb, uint64_t now, int all)
 {
@@ -189,6 +193,7 @@ static struct te_timer *take_due(struct te_callbacks *cb, uint64_t now, int all)
     while (cb->timers && (all || cb->timers->deadline_ns <= now)) {
         struct te_timer *tm = cb->timers;
         cb->timers = tm->next;
+        __atomic_store_n(&cb->ntimers, cb->ntimers - 1, __ATOMIC_RELAXED);
         tm->next = NULL;
         *tail = tm;
         tail = &tm->next;
@@ -284,6 +289,7 @@ int te_callbacks_add_timer(struct te_callbacks *cb, uint64_t deadline_ns,
         p = &(*p)->next;
     tm->next = *p;
     *p = tm;
+    __atomic_store_n(&cb->ntimers, cb->ntimers + 1, __ATOMIC_RELAXED);
     if (cb->events.waiters)
         pthread_cond_signal(&cb->events.cond);
     pthread_mutex_unlock(&cb->events.lock);
@@ -291,7 +297,7 @@ int te_callbacks_add_timer(struct te_callbacks *cb, uint64_t deadline_ns,
 }
 
 int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us, int cpu,
-                       uint32_t cq_initial)
+                       uint32_t cq_initial, int threaded)
 {
     memset(cb, 0, sizeof(*cb));
     cb->spin_us = spin_us;
@@ -302,6 +308,10 @@ int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us, int cpu,
     if (rc) {
         fifo_destroy(&cb->events);
         return rc;
+    }
+    if (!threaded) {
+        cb->inline_only = 1;
+        return 0;
     }
     rc = pthread_create(&cb->thread, NULL, callback_main, cb);
     if (rc) {
@@ -322,6 +332,20 @@ int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us, int cpu,
 
 void te_callbacks_stop(struct te_callbacks *cb)
 {
+    if (cb->inline_only) {
+        /* Caller-driven: what is queued runs here, then the timers that
+         * have not expired, told so (at_stop). */
+        while (te_callbacks_run(cb, 0) > 0)
+            ;
+        pthread_mutex_lock(&cb->events.lock);
+        struct te_timer *due = take_due(cb, 0, 1);
+        pthread_mutex_unlock(&cb->events.lock);
+        run_timers(due, 1);
+        cb->inline_only = 0;
+        fifo_destroy(&cb->events);
+        fifo_destroy(&cb->cq);
+        return;
+    }
     if (!cb->started)
         return;
     pthread_mutex_lock(&cb->events.lock);
@@ -385,5 +409,50 @@ int te_cq_pop(struct te_callbacks *cb, te_completion *out, int max,
 
 int te_callbacks_on_thread(const struct te_callbacks *cb)
 {
-    return cb->started && pthread_equal(pthread_self(), cb->thread_id);
+    return running_here == cb ||
+           (cb->started && pthread_equal(pthread_self(), cb->thread_id));
+}
+
+int te_callbacks_run(struct te_callbacks *cb, int budget)
+{
+    struct te_cb_event batch[TE_CB_BATCH];
+    const struct te_callbacks *outer = running_here;
+    int ran = 0;
+    running_here = cb;
+    for (;;) {
+        size_t room = TE_CB_BATCH;
+        if (budget > 0 && (size_t)(budget - ran) < room)
+            room = (size_t)(budget - ran);
+        if (room == 0)
+            break;
+        /* Unlocked peek: the common case is an empty queue. */
+        if (!__atomic_load_n(&cb->events.count, __ATOMIC_ACQUIRE) &&
+            !__atomic_load_n(&cb->ntimers, __ATOMIC_RELAXED))
+            break;
+        pthread_mutex_lock(&cb->events.lock);
+        struct te_timer *due = take_due(cb, te_clock_ns(), 0);
+        size_t n = fifo_pop_locked(&cb->events, batch, room);
+        pthread_mutex_unlock(&cb->events.lock);
+        if (!n && !due)
+            break;
+        run_timers(due, 0);
+        for (size_t i = 0; i < n; i++)
+            run_event(&batch[i]);
+        ran += (int)n + (due != NULL);
+    }
+    running_here = outer;
+    return ran;
+}
+
+uint64_t te_callbacks_next_timer(struct te_callbacks *cb)
+{
+    pthread_mutex_lock(&cb->events.lock);
+    uint64_t d = cb->timers ? cb->timers->deadline_ns : 0;
+    pthread_mutex_unlock(&cb->events.lock);
+    return d;
+}
+
+size_t te_callbacks_queued(const struct te_callbacks *cb)
+{
+    return __atomic_load_n(&cb->events.count, __ATOMIC_ACQUIRE);
 }

@@ -87,6 +87,7 @@ struct te_timer {
 
 struct te_callbacks {
     struct te_timer *timers;   /* sorted by deadline, under events.lock */
+    size_t ntimers;            /* their number, stored atomically */
     struct te_fifo events;     /* struct te_cb_event */
     struct te_fifo cq;         /* te_completion */
     pthread_t thread;
@@ -95,14 +96,25 @@ struct te_callbacks {
     uint32_t spin_us;
     pthread_t thread_id;       /* to detect calls from a callback */
     int pin_error;             /* errno of pinning to the asked CPU, or 0 */
+    int inline_only;           /* no thread: te_callbacks_run() runs them */
 };
 
 /** Start the callback thread; cpu >= 0 pins it there (the engine logs
- *  and goes on unpinned where the CPU cannot be used). */
+ *  and goes on unpinned where the CPU cannot be used). threaded = 0: no
+ *  thread (engine.progress = caller); te_callbacks_run() runs the events
+ *  on the application's thread inside te_progress(). */
 int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us, int cpu,
-                       uint32_t cq_initial);
-/** Run every queued event, then stop the thread and free the queues. */
+                       uint32_t cq_initial, int threaded);
+/** Run every queued event, then stop the thread and free the queues (with
+ *  no thread: run them and the pending timers on the calling thread). */
 void te_callbacks_stop(struct te_callbacks *cb);
+/** Without a thread: run up to budget queued events and due timers (0 =
+ *  all) on the calling thread; returns how many ran. */
+int te_callbacks_run(struct te_callbacks *cb, int budget);
+/** Deadline of the earliest timer (monotonic ns), 0 when none. */
+uint64_t te_callbacks_next_timer(struct te_callbacks *cb);
+/** Events queued and not yet run (a hint: racy). */
+size_t te_callbacks_queued(const struct te_callbacks *cb);
 /** Queue n events (any thread). -ENOMEM only if the queue cannot grow. */
 int te_callbacks_push(struct te_callbacks *cb, const struct te_cb_event *ev,
                       size_t n);
@@ -114,7 +126,8 @@ int te_cq_pop(struct te_callbacks *cb, te_completion *out, int max,
 /** Run fn(arg, 0) on the callback thread at deadline_ns (monotonic). */
 int te_callbacks_add_timer(struct te_callbacks *cb, uint64_t deadline_ns,
                            void (*fn)(void *arg, int at_stop), void *arg);
-/** True when called from the callback thread. */
+/** True when called from the callback thread, or from a callback that
+ *  te_callbacks_run() is running on this thread. */
 int te_callbacks_on_thread(const struct te_callbacks *cb);
 
 #endif

@@ -50,6 +50,11 @@ const struct te_config_key te_engine_keys[] = {
      "while idle; falls back to sleep when the plugin has no wait objects); "
      "sleep = poll every idle_sleep_us (the behaviour before plugin ABI "
      "1.3)"},
+    {"progress", "thread",
+     "who moves the engine: thread = a worker thread per group and a "
+     "callback thread; caller = no engine threads, the application calls "
+     "te_progress()/te_progress_wait() and callbacks run inside them "
+     "(docs/progress.md)"},
     {"idle_block_max_ms", "100",
      "longest a blocked idle worker waits with no event and no deadline due "
      "(a safety net for a transport whose wait object misses an event); "

@@ -121,6 +121,14 @@ static int read_settings(const te_config *cfg, struct te_settings *s)
     U32("log_level", 0, 3, log_level);
     U32("heartbeat_ms", 0, 1u << 31, heartbeat_ms);
 #undef U32
+    const char *pm = te_config_get_str(cfg, "engine", "progress", "thread");
+    if (strcmp(pm, "thread") == 0)
+        s->caller_progress = 0;
+    else if (strcmp(pm, "caller") == 0)
+        s->caller_progress = 1;
+    else
+        return te_fail(-EINVAL, "engine.progress = \"%s\": must be thread "
+                       "or caller", pm);
     const char *iw = te_config_get_str(cfg, "engine", "idle_wait", "block");
     if (strcmp(iw, "block") == 0)
         s->idle_block = 1;
@@ -172,6 +180,7 @@ static int open_group(struct te_engine *e, struct te_group *g, int index,
     g->inflight.next = g->inflight.prev = &g->inflight;
     g->epfd = g->wake_fd = -1;
     pthread_mutex_init(&g->ctl_lock, NULL);
+    pthread_mutex_init(&g->progress_lock, NULL);
     te_cond_init_monotonic(&g->ctl_cond);
     pthread_mutex_init(&g->mr_lock, NULL);
     int src = te_recv_slot_init(&g->recv);
@@ -299,6 +308,7 @@ static void close_group(struct te_engine *e, struct te_group *g)
         te_mpsc_free(g->subq);
     free(g->peers);
     pthread_mutex_destroy(&g->ctl_lock);
+    pthread_mutex_destroy(&g->progress_lock);
     pthread_cond_destroy(&g->ctl_cond);
     te_recv_slot_destroy(&g->recv);
     pthread_mutex_destroy(&g->mr_lock);
@@ -434,7 +444,8 @@ TE_API int te_engine_create(const te_config *cfg, te_engine **out)
     te_imm_spaces_init(&e->spaces, e->imms, cancel_to_callbacks, e);
     if ((rc = te_callbacks_start(&e->cb, e->s.callback_spin_us,
                                  e->s.callback_cpu,
-                                 e->s.completion_queue_depth))) {
+                                 e->s.completion_queue_depth,
+                                 !e->s.caller_progress))) {
         rc = te_fail(rc, "cannot start the callback thread: %s",
                      te_strerror(rc));
         goto fail_imms;
@@ -454,6 +465,7 @@ TE_API int te_engine_create(const te_config *cfg, te_engine **out)
         goto fail_pool;
     }
     e->ngroups = e->s.groups;
+    e->epfd_all = -1;
     for (uint32_t g = 0; g < e->ngroups; g++) /* close_group of any group */
         e->groups[g].epfd = e->groups[g].wake_fd = -1;
     for (uint32_t g = 0; g < e->ngroups; g++) {
@@ -467,6 +479,8 @@ TE_API int te_engine_create(const te_config *cfg, te_engine **out)
             goto fail_groups;
         }
     }
+    if ((rc = te_progress_open(e)))
+        goto fail_groups;
     *out = e;
     return 0;
 
@@ -521,6 +535,7 @@ TE_API void te_engine_destroy(te_engine *e)
     /* Every request has completed (or failed) by now; run their callbacks
      * before the NICs and the plugin go away. */
     te_callbacks_stop(&e->cb);
+    te_progress_close(e);
     for (uint32_t g = 0; g < e->ngroups; g++)
         close_group(e, &e->groups[g]);
     free(e->groups);

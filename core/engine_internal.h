@@ -51,6 +51,7 @@ struct te_settings {
     uint32_t idle_spin_us;
     uint32_t idle_sleep_us;
     int idle_block;                  /* engine.idle_wait = block */
+    int caller_progress;             /* engine.progress = caller */
     uint32_t idle_block_max_ms;      /* longest block without a deadline */
     uint32_t request_timeout_ms;
     uint32_t peer_timeout_ms;
@@ -219,6 +220,9 @@ struct te_group {
     int wake_fd;                /* eventfd rung by te_group_wake() */
     int can_block;              /* every NIC has a wait object */
     _Atomic int sleeping;       /* worker is (about to be) in epoll_wait */
+    /* engine.progress = caller: held by the thread running the group's
+     * turn (te_progress, control operations, shutdown) */
+    pthread_mutex_t progress_lock;
     /* worker-only state */
     uint64_t inflight_reqs;
     uint64_t timed_reqs;        /* in flight with a deadline */
@@ -289,10 +293,18 @@ struct te_engine {
     /* Blocks of small requests, recycled between te_submit() and the
      * workers without malloc's arena lock (req_pool.h). */
     struct te_req_pool req_pool;
+    /* engine.progress = caller: every group's wait set, for
+     * te_progress_wait/te_progress_fd on all groups (-1 otherwise) */
+    int epfd_all;
 };
 
 /* worker.c */
+/* Starts the group's worker thread; with engine.progress = caller only
+ * prepares its loop state (te_progress runs the turns). */
 int te_worker_start(struct te_group *g);
+/* One loop turn (the worker's, or te_progress's under progress_lock):
+ * nonzero when it did work. */
+int te_worker_turn(struct te_engine *e, struct te_group *g, struct turn *t);
 /* Set by the plugin host's progressed() callback during a poll() on this
  * worker thread: the NIC did work that returned no entry. */
 extern _Thread_local int te_worker_progress;

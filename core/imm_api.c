@@ -6,6 +6,7 @@
 
 #include "engine_internal.h"
 #include "te_clock.h"
+#include "wait.h"
 #include "te_error.h"
 
 /* The space check and the arming are not one step: a retirement (or
@@ -150,6 +151,12 @@ TE_API int te_imm_wait(te_engine *e, uint32_t imm, uint64_t count,
                            "expectation armed", imm);
         if (rc < 0)
             return te_fail(rc, "te_imm_wait: %s", te_strerror(rc));
+        if (e->s.caller_progress && !te_callbacks_on_thread(&e->cb)) {
+            /* Nobody else moves a caller-driven engine. */
+            if (now_ms() < deadline)
+                te_progress_step(e, deadline * 1000000u);
+            spins = 0;
+        }
         if ((spins & 255) == 0 && now_ms() >= deadline) {
             uint64_t banked = 0;
             te_imm_table_poll(e->imms, imm, &banked, NULL);
@@ -198,7 +205,22 @@ TE_API int te_poll_completions(te_engine *e, te_completion *out, int max,
     te_error_clear();
     if (!e || (!out && max > 0) || max < 0)
         return te_fail(-EINVAL, "te_poll_completions: bad arguments");
-    return te_cq_pop(&e->cb, out, max, timeout_ms);
+    if (!e->s.caller_progress)
+        return te_cq_pop(&e->cb, out, max, timeout_ms);
+    /* Caller-driven: nobody else moves the engine while we wait (but
+     * never progress from inside one of its callbacks). */
+    uint64_t end = te_clock_ns() +
+                   (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
+    int inside = te_callbacks_on_thread(&e->cb);
+    for (;;) {
+        int n = te_cq_pop(&e->cb, out, max, 0);
+        if (n || max == 0 || te_clock_ns() >= end)
+            return n;
+        if (inside)
+            return te_cq_pop(&e->cb, out, max,
+                             (int)((end - te_clock_ns()) / 1000000u) + 1);
+        te_progress_step(e, end);
+    }
 }
 
 TE_API int te_set_recv_handler(te_engine *e, int group, te_recv_fn fn,

@@ -81,12 +81,13 @@ void te_group_wake(struct te_group *g)
  * silence is timed, the next heartbeat scan when peers are probed, and at
  * most engine.idle_block_max_ms (a safety net for plugins, also what
  * looks at a loopback peer that has no pidfd); -1 = no limit. */
-static int block_timeout_ms(struct te_engine *e, struct te_group *g,
-                            struct turn *t)
+int te_group_block_timeout_ms(struct te_engine *e, struct te_group *g,
+                              uint64_t now_ns)
 {
+    struct turn *t = g->turn;
     uint64_t until = UINT64_MAX;
     if (e->s.idle_block_max_ms)
-        until = t->now_ns + (uint64_t)e->s.idle_block_max_ms * 1000000ull;
+        until = now_ns + (uint64_t)e->s.idle_block_max_ms * 1000000ull;
     if ((g->timed_reqs || (e->s.peer_timeout_ms && g->inflight_reqs)) &&
         t->next_check_ns < until)
         until = t->next_check_ns;
@@ -121,7 +122,7 @@ void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t)
         atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);
         return;
     }
-    int timeout = block_timeout_ms(e, g, t);
+    int timeout = te_group_block_timeout_ms(e, g, t->now_ns);
     struct epoll_event ev[TE_MAX_NICS + 1];
     int n = timeout ? epoll_wait(g->epfd, ev, TE_MAX_NICS + 1, timeout) : 0;
     atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);

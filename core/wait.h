@@ -29,5 +29,17 @@ void te_group_wake(struct te_group *g);
 /** Worker, idle: block until a NIC, a submitter or a deadline needs it.
  *  Returns at once when some NIC or queue has work after all. */
 void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t);
+/** How long the group may block from now_ns: its deadlines that matter
+ *  and engine.idle_block_max_ms; -1 = no limit. */
+int te_group_block_timeout_ms(struct te_engine *e, struct te_group *g,
+                              uint64_t now_ns);
+
+/* progress.c (engine.progress = caller) */
+/** After the groups opened: the engine-wide wait set (every group's). */
+int te_progress_open(struct te_engine *e);
+void te_progress_close(struct te_engine *e);
+/** A blocking API call waiting in caller mode: progress every group once,
+ *  and wait briefly (at most 1 ms, not past end_ns) if nothing happened. */
+void te_progress_step(struct te_engine *e, uint64_t end_ns);
 
 #endif

@@ -85,6 +85,19 @@ static void drain_control(struct te_engine *e, struct te_group *g,
 
 int te_group_control(struct te_group *g, struct te_control *c, int timeout_ms)
 {
+    if (g->e->s.caller_progress) {
+        /* No worker: run it here, as te_progress() would, once no other
+         * thread is progressing the group. */
+        pthread_mutex_lock(&g->progress_lock);
+        struct turn *t = g->turn;
+        t->now_ns = te_now_ns();
+        c->next = NULL;
+        run_control(g->e, g, c, t);
+        c->done = 1;
+        te_turn_flush(g->e, t);
+        pthread_mutex_unlock(&g->progress_lock);
+        return 0;
+    }
     pthread_mutex_lock(&g->ctl_lock);
     c->next = g->ctl_head;
     g->ctl_head = c;
@@ -189,8 +202,7 @@ static void pin_worker(struct te_engine *e, struct te_group *g)
                g->cpu, strerror(rc));
 }
 
-static int worker_turn(struct te_engine *e, struct te_group *g,
-                       struct turn *t)
+int te_worker_turn(struct te_engine *e, struct te_group *g, struct turn *t)
 {
     t->did_work = 0;
     t->now_ns = te_now_ns();
@@ -268,7 +280,7 @@ static void *worker_main(void *arg)
         te_repost_recvs(e, &g->nics[i]);
     uint64_t idle_since = 0;
     while (!atomic_load_explicit(&e->stopping, memory_order_acquire)) {
-        if (worker_turn(e, g, t)) {
+        if (te_worker_turn(e, g, t)) {
             idle_since = 0;
             continue;
         }
@@ -305,6 +317,11 @@ int te_worker_start(struct te_group *g)
     g->turn = calloc(1, sizeof(*g->turn));
     if (!g->turn)
         return -ENOMEM;
+    if (g->e->s.caller_progress) { /* te_progress() runs the turns */
+        for (uint32_t i = 0; i < g->nic_count; i++)
+            te_repost_recvs(g->e, &g->nics[i]);
+        return 0;
+    }
     int rc = pthread_create(&g->worker, NULL, worker_main, g);
     if (rc) {
         free(g->turn);
@@ -320,6 +337,10 @@ void te_worker_stop(struct te_group *g)
     if (g->worker_started) {
         pthread_join(g->worker, NULL);
         g->worker_started = 0;
+    } else if (g->turn && g->e->s.caller_progress) {
+        pthread_mutex_lock(&g->progress_lock);
+        worker_shutdown(g->e, g, g->turn);
+        pthread_mutex_unlock(&g->progress_lock);
     }
     free(g->turn);
     g->turn = NULL;

@@ -696,6 +696,75 @@ TE_API int te_set_recv_handler(te_engine *e, int group, te_recv_fn fn, void *arg
 /** Value of `from` for a sender that is not a known peer. */
 #define TE_PEER_UNKNOWN 0xffffffffu
 
+/* ------------------------------------------------ caller-driven progress */
+
+/*
+ * Who moves the engine (engine.progress, docs/progress.md):
+ *
+ *  - `thread` (default): one worker thread per group posts, polls and runs
+ *    deadlines; one callback thread runs every callback. An idle worker
+ *    blocks on its NICs' wait objects (engine.idle_wait). Any thread may
+ *    call any function.
+ *  - `caller`: no engine threads at all. Nothing moves unless the
+ *    application calls te_progress() (or a blocking call below), like
+ *    libfabric's FI_PROGRESS_MANUAL or UCX's ucp_worker_progress(): for a
+ *    latency-bound single thread (a decode loop, a MoE proxy) or a small
+ *    machine, it saves the hand-offs between threads. Callbacks run inside
+ *    te_progress(), on the calling thread. Requests, peers, registrations,
+ *    expectations and messages behave as in thread mode; deadlines,
+ *    heartbeats and peer liveness are checked only while the engine is
+ *    progressed.
+ *
+ * Thread rules in caller mode: one thread at a time progresses a group
+ * (another gets -EBUSY, never a deadlock); any thread may submit, add and
+ * remove peers (run at once, waiting for a progress call of the group in
+ * progress, never from inside that group's turn) or register memory.
+ * te_poll_completions() with a timeout and te_imm_wait() progress the
+ * engine themselves while they wait; from inside a callback they only
+ * wait. A callback may submit, arm expectations and add peers, but not
+ * call te_progress() (-EDEADLK) or te_engine_destroy() (refused, logged).
+ * With several threads progressing different groups, callbacks run on
+ * those threads, concurrently.
+ */
+
+/**
+ * Caller mode: one turn of group `group` (-1: every group): take queued
+ * submissions, post, poll the NICs, handle completions and deadlines, then
+ * run queued callbacks (all of them when budget is 0, else at most
+ * budget). Never blocks. Returns > 0 when it did something (keep calling),
+ * 0 when there was nothing to do, or -EINVAL (thread mode, bad group or
+ * budget), -EBUSY (the group is being progressed by another thread),
+ * -EDEADLK (called from one of this engine's callbacks).
+ */
+TE_API int te_progress(te_engine *e, int group, int budget);
+
+/**
+ * Caller mode: te_progress() until it does something, blocking in between
+ * on the group's wait objects (a NIC's, or a submission from another
+ * thread) for at most timeout_ms in all. Returns te_progress()'s result:
+ * 0 when timeout_ms passed with nothing to do. Where the plugin offers no
+ * wait objects it naps engine.idle_sleep_us between tries.
+ */
+TE_API int te_progress_wait(te_engine *e, int group, int timeout_ms);
+
+/**
+ * Caller mode, for an application's own event loop: a file descriptor
+ * (epoll; `group` -1: every group's) that becomes readable when the group
+ * has work, once te_progress_arm() returned 0. Owned by the engine.
+ * -EOPNOTSUPP where the plugin offers no wait objects (efa over shm,
+ * mlx5 today): poll te_progress() instead.
+ */
+TE_API int te_progress_fd(te_engine *e, int group);
+
+/**
+ * Caller mode: prepare to block on te_progress_fd(): 0 when it is safe to
+ * (every later event makes the fd readable; the next te_progress() ends
+ * the armed state), -EAGAIN when there is work now (call te_progress()
+ * first), -EBUSY when another thread is progressing the group. Like
+ * ucp_worker_arm() or fi_trywait().
+ */
+TE_API int te_progress_arm(te_engine *e, int group);
+
 /* ------------------------------------------------------------------ CUDA
  * GPU memory and GPU-visible completion (docs/cuda.md). The library loads
  * the CUDA driver (libcuda.so.1) at run time: every call below works in any

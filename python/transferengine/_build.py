@@ -213,6 +213,10 @@ int te_imm_space_lookup(te_engine *e, uint32_t imm, const char **name,
                         uint32_t *index, uint32_t *life);
 int te_imm_space_destroy(te_imm_space *s);
 int te_set_recv_handler(te_engine *e, int group, te_recv_fn fn, void *arg);
+int te_progress(te_engine *e, int group, int budget);
+int te_progress_wait(te_engine *e, int group, int timeout_ms);
+int te_progress_fd(te_engine *e, int group);
+int te_progress_arm(te_engine *e, int group);
 
 /* CUDA (te.h's last section; python/transferengine/cuda.py) */
 #define TE_CUDA_PTR_HOST 0

@@ -312,5 +312,35 @@ class Engine:
         # handler (or runs inside it), so only the new one must stay alive.
         self._recv[group] = [(h, handle)]
 
+    # ------------------------------------------- caller-driven progress
+    # engine.progress = caller (docs/progress.md): no engine threads; these
+    # move the engine and run its callbacks on the calling thread.
+    def progress(self, group: int = -1, budget: int = 0) -> int:
+        """te_progress: one turn of `group` (-1: all), then the queued
+        callbacks (at most `budget`, 0 = all); > 0 when it did something."""
+        return check(lib.te_progress(self._cdata(), group, budget),
+                     "te_progress")
+
+    def progress_wait(self, timeout_ms: int, group: int = -1) -> int:
+        """te_progress_wait: progress, blocking (GIL released) on the wait
+        objects until something happens or timeout_ms; 0 on timeout."""
+        return check(lib.te_progress_wait(self._cdata(), group, timeout_ms),
+                     "te_progress_wait")
+
+    def progress_fd(self, group: int = -1) -> int:
+        """te_progress_fd: an fd for selectors/asyncio, readable when the
+        group has work once progress_arm() returned True."""
+        return check(lib.te_progress_fd(self._cdata(), group),
+                     "te_progress_fd")
+
+    def progress_arm(self, group: int = -1) -> bool:
+        """te_progress_arm: True when it is safe to wait on progress_fd(),
+        False when there is work now (call progress() first)."""
+        rc = lib.te_progress_arm(self._cdata(), group)
+        if rc == -errno.EAGAIN:
+            return False
+        check(rc, "te_progress_arm")
+        return True
+
 
 __all__ = ["Engine", "NicInfo", "PathInfo", "cap_names", "Request"]

@@ -141,7 +141,14 @@ int main(void)
     CHECK(wait_flag(&fb[2], 77, 10000) == 0, "flag not raised: %u", fb[2]);
     CHECK(memcmp(src, dst, N * CHUNK) == 0, "bytes differ");
     uint64_t sub, done;
+    /* The proxy counts a submission after te_submit returns, which can be
+     * after its write landed and the flag rose (a worker woken by the
+     * submission is that fast): wait for the count, bounded. */
     te_moe_proxy_counts(pa, &sub, &done);
+    for (int i = 0; i < 50000 && sub != N; i++) {
+        usleep(100);
+        te_moe_proxy_counts(pa, &sub, &done);
+    }
     CHECK(sub == N, "submitted %llu", (unsigned long long)sub);
 
     /* A watch nobody satisfies fails its flag at the deadline. */

@@ -1,0 +1,275 @@
+/*
+ * Caller-driven progress (engine.progress = caller): no worker and no
+ * callback thread; the application's te_progress() runs a group's loop
+ * turn (the worker's code, under the group's progress_lock) and then the
+ * queued callbacks, on its own thread. Blocking calls of the API
+ * (te_poll_completions with a timeout, te_imm_wait) progress the engine
+ * themselves while they wait. See te.h, "Caller-driven progress".
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "te_clock.h"
+#include "te_error.h"
+#include "wait.h"
+#include "worker.h"
+
+int te_progress_open(struct te_engine *e)
+{
+    e->epfd_all = -1;
+    if (!e->s.caller_progress)
+        return 0;
+    for (uint32_t i = 0; i < e->ngroups; i++)
+        if (!e->groups[i].can_block)
+            return 0; /* te_progress_wait polls; te_progress_fd refuses */
+    e->epfd_all = epoll_create1(EPOLL_CLOEXEC);
+    if (e->epfd_all < 0)
+        return te_fail(-errno, "cannot create the engine's wait set: %s",
+                       strerror(errno));
+    for (uint32_t i = 0; i < e->ngroups; i++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
+        if (epoll_ctl(e->epfd_all, EPOLL_CTL_ADD, e->groups[i].epfd, &ev)) {
+            int err = errno;
+            te_progress_close(e);
+            return te_fail(-err, "cannot build the engine's wait set: %s",
+                           strerror(err));
+        }
+    }
+    return 0;
+}
+
+void te_progress_close(struct te_engine *e)
+{
+    if (e->epfd_all >= 0)
+        close(e->epfd_all);
+    e->epfd_all = -1;
+}
+
+/* Which groups a call names: [*lo, *hi). */
+static int groups_of(te_engine *e, int group, const char *fn, uint32_t *lo,
+                     uint32_t *hi)
+{
+    if (!e)
+        return te_fail(-EINVAL, "%s: engine is NULL", fn);
+    if (!e->s.caller_progress)
+        return te_fail(-EINVAL, "%s: engine.progress = thread: the engine's "
+                       "own threads progress it (set engine.progress = "
+                       "caller to drive it from the application)", fn);
+    if (group == -1) {
+        *lo = 0;
+        *hi = e->ngroups;
+        return 0;
+    }
+    if (group < 0 || (uint32_t)group >= e->ngroups)
+        return te_fail(-EINVAL, "%s: group %d out of range (0..%u, or -1 "
+                       "for all)", fn, group, e->ngroups - 1);
+    *lo = (uint32_t)group;
+    *hi = *lo + 1;
+    return 0;
+}
+
+TE_API int te_progress(te_engine *e, int group, int budget)
+{
+    te_error_clear();
+    uint32_t lo = 0, hi = 0;
+    int rc = groups_of(e, group, "te_progress", &lo, &hi);
+    if (rc)
+        return rc;
+    if (budget < 0)
+        return te_fail(-EINVAL, "te_progress: budget %d (0 = every queued "
+                       "callback, > 0 = at most that many)", budget);
+    if (te_callbacks_on_thread(&e->cb))
+        return te_fail(-EDEADLK, "te_progress: called from one of the "
+                       "engine's callbacks (which te_progress is running): "
+                       "return from it instead");
+    int did = 0, busy = 0;
+    for (uint32_t i = lo; i < hi; i++) {
+        struct te_group *g = &e->groups[i];
+        if (pthread_mutex_trylock(&g->progress_lock)) {
+            busy++;
+            continue;
+        }
+        if (atomic_load_explicit(&g->sleeping, memory_order_relaxed)) {
+            /* after te_progress_arm: not sleeping any more */
+            atomic_store(&g->sleeping, 0);
+            uint64_t v;
+            ssize_t r = read(g->wake_fd, &v, sizeof(v));
+            (void)r;
+        }
+        did += te_worker_turn(e, g, g->turn) != 0;
+        pthread_mutex_unlock(&g->progress_lock);
+    }
+    if (busy == (int)(hi - lo))
+        return te_fail(-EBUSY, "te_progress: group %d is being progressed "
+                       "by another thread (one thread at a time per group)",
+                       group);
+    /* Outside the group locks: a callback may submit, add peers, or call
+     * te_progress for another engine. */
+    return did + te_callbacks_run(&e->cb, budget);
+}
+
+/* Sets every group's `sleeping` and arms its NICs: 0 when the caller may
+ * block on the wait sets, -EAGAIN when something is to be done now. The
+ * progress locks are held on return 0 (released by disarm). */
+static int arm_groups(te_engine *e, uint32_t lo, uint32_t hi)
+{
+    const struct te_plugin_ops *P = e->plugin.ops;
+    uint32_t i;
+    int rc = 0;
+    for (i = lo; i < hi; i++) {
+        struct te_group *g = &e->groups[i];
+        if (pthread_mutex_trylock(&g->progress_lock)) {
+            rc = -EBUSY;
+            break;
+        }
+        atomic_store(&g->sleeping, 1);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (te_mpsc_size(g->subq) || te_callbacks_queued(&e->cb))
+            rc = -EAGAIN;
+        for (uint32_t k = 0; k < g->nic_count && !rc; k++) {
+            if (g->nics[k].recv_to_post && !g->nics[k].recv_broken)
+                rc = -EAGAIN;
+            else if (P->wait_arm(g->nics[k].pn))
+                rc = -EAGAIN;
+        }
+        if (rc) {
+            atomic_store(&g->sleeping, 0);
+            pthread_mutex_unlock(&g->progress_lock);
+            break;
+        }
+    }
+    if (rc) { /* undo the groups armed before group i */
+        for (uint32_t j = lo; j < i; j++) {
+            atomic_store(&e->groups[j].sleeping, 0);
+            pthread_mutex_unlock(&e->groups[j].progress_lock);
+        }
+    }
+    return rc;
+}
+
+/* After the wait: awake again, the doorbell cleared (no lock needed). */
+static void disarm_groups(te_engine *e, uint32_t lo, uint32_t hi)
+{
+    for (uint32_t i = lo; i < hi; i++) {
+        struct te_group *g = &e->groups[i];
+        atomic_store(&g->sleeping, 0);
+        uint64_t v;
+        ssize_t r = read(g->wake_fd, &v, sizeof(v)); /* EAGAIN: not rung */
+        (void)r;
+    }
+}
+
+static void unlock_groups(te_engine *e, uint32_t lo, uint32_t hi)
+{
+    for (uint32_t i = lo; i < hi; i++)
+        pthread_mutex_unlock(&e->groups[i].progress_lock);
+}
+
+/* Milliseconds the wait may last: the caller's bound, the groups'
+ * deadlines (wait.c), the earliest callback timer. */
+static int wait_ms(te_engine *e, uint32_t lo, uint32_t hi, uint64_t end_ns)
+{
+    uint64_t now = te_clock_ns(), until = end_ns;
+    for (uint32_t i = lo; i < hi; i++) {
+        int ms = te_group_block_timeout_ms(e, &e->groups[i], now);
+        if (ms >= 0 && now + (uint64_t)ms * 1000000ull < until)
+            until = now + (uint64_t)ms * 1000000ull;
+    }
+    uint64_t tm = te_callbacks_next_timer(&e->cb);
+    if (tm && tm < until)
+        until = tm;
+    if (until <= now)
+        return 0;
+    uint64_t ms = (until - now + 999999u) / 1000000u;
+    return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+TE_API int te_progress_arm(te_engine *e, int group)
+{
+    te_error_clear();
+    uint32_t lo = 0, hi = 0;
+    int rc = groups_of(e, group, "te_progress_arm", &lo, &hi);
+    if (rc)
+        return rc;
+    if ((group == -1 ? e->epfd_all : e->groups[lo].epfd) < 0)
+        return te_fail(-EOPNOTSUPP, "te_progress_arm: the plugin offers no "
+                       "wait objects for these NICs: poll te_progress()");
+    rc = arm_groups(e, lo, hi);
+    if (rc == -EBUSY)
+        return te_fail(rc, "te_progress_arm: group being progressed by "
+                       "another thread");
+    if (rc)
+        return rc; /* -EAGAIN: progress first; not an error to name */
+    /* The locks go: another thread may progress while this one waits; a
+     * submission meanwhile still rings (sleeping stays set). */
+    unlock_groups(e, lo, hi);
+    return 0;
+}
+
+TE_API int te_progress_fd(te_engine *e, int group)
+{
+    te_error_clear();
+    uint32_t lo = 0, hi = 0;
+    int rc = groups_of(e, group, "te_progress_fd", &lo, &hi);
+    if (rc)
+        return rc;
+    int fd = group == -1 ? e->epfd_all : e->groups[lo].epfd;
+    if (fd < 0)
+        return te_fail(-EOPNOTSUPP, "te_progress_fd: the plugin offers no "
+                       "wait objects for these NICs: poll te_progress()");
+    return fd;
+}
+
+TE_API int te_progress_wait(te_engine *e, int group, int timeout_ms)
+{
+    te_error_clear();
+    uint32_t lo = 0, hi = 0;
+    int rc = groups_of(e, group, "te_progress_wait", &lo, &hi);
+    if (rc)
+        return rc;
+    uint64_t end = te_clock_ns() +
+                   (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
+    int fd = group == -1 ? e->epfd_all : e->groups[lo].epfd;
+    for (;;) {
+        rc = te_progress(e, group, 0);
+        if (rc != 0 || te_clock_ns() >= end)
+            return rc;
+        if (fd < 0) { /* no wait objects: nap as a sleep-polling worker */
+            uint32_t us = e->s.idle_sleep_us ? e->s.idle_sleep_us : 20;
+            struct timespec ts = {0, (long)us * 1000L};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        rc = arm_groups(e, lo, hi);
+        if (rc == -EAGAIN)
+            continue;
+        if (rc)
+            return te_fail(rc, "te_progress_wait: group being progressed "
+                           "by another thread");
+        int ms = wait_ms(e, lo, hi, end); /* reads the turns: locked */
+        /* Not locked while blocked: peer adds and removals of other
+         * threads run meanwhile (te_group_control takes the lock). */
+        unlock_groups(e, lo, hi);
+        struct epoll_event ev[8];
+        if (ms)
+            epoll_wait(fd, ev, 8, ms);
+        disarm_groups(e, lo, hi);
+    }
+}
+
+/* Used by the blocking calls of the API in caller mode: one progress step
+ * of every group (busy ones skipped), then a short wait if nothing
+ * happened. Never from a callback (the caller checks). */
+void te_progress_step(te_engine *e, uint64_t end_ns)
+{
+    if (te_progress(e, -1, 0) > 0)
+        return;
+    uint64_t now = te_clock_ns();
+    if (now >= end_ns)
+        return;
+    uint64_t left_ms = (end_ns - now) / 1000000u;
+    te_progress_wait(e, -1, left_ms > 1 ? 1 : (int)left_ms + 1);
+}

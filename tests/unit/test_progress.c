@@ -1,0 +1,379 @@
+/*
+ * Caller-driven progress (engine.progress = caller; core/progress.c):
+ * no engine threads, te_progress() runs the group's turn and the
+ * callbacks on the calling thread, blocking calls progress themselves.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "te_test.h"
+
+#define CALLER "[engine]\nprogress = caller\n"
+
+enum { WAIT_MS = 20000 };
+
+static int progress_until(te_engine **es, int n, atomic_int *v, int want)
+{
+    int64_t end = te_test_now_ms() + WAIT_MS;
+    while (atomic_load(v) < want && te_test_now_ms() < end)
+        for (int i = 0; i < n; i++)
+            ck_assert_int_ge(te_progress(es[i], -1, 0), 0);
+    return atomic_load(v);
+}
+
+static atomic_int done_count, imm_count;
+static pthread_t cb_thread;
+static int cb_status;
+
+static void on_done(const te_completion *c, void *arg)
+{
+    (void)arg;
+    cb_thread = pthread_self();
+    cb_status = c->status;
+    atomic_fetch_add(&done_count, 1);
+}
+
+static void on_imm(uint32_t imm, int status, void *arg)
+{
+    (void)imm, (void)arg;
+    ck_assert_int_eq(status, 0);
+    atomic_fetch_add(&imm_count, 1);
+}
+
+START_TEST(thread_mode_refuses)
+{
+    te_engine *e = te_test_engine("");
+    ck_assert_int_eq(te_progress(e, 0, 0), -EINVAL);
+    ck_assert_msg(strstr(te_last_error(), "engine.progress"), "%s",
+                  te_last_error());
+    ck_assert_int_eq(te_progress_wait(e, 0, 1), -EINVAL);
+    ck_assert_int_eq(te_progress_fd(e, 0), -EINVAL);
+    ck_assert_int_eq(te_progress_arm(e, 0), -EINVAL);
+    te_engine_destroy(e);
+    ck_assert_int_eq(te_test_engine_try("[engine]\nprogress = spin\n", &e),
+                     -EINVAL);
+    ck_assert_msg(strstr(te_last_error(), "spin"), "%s", te_last_error());
+}
+END_TEST
+
+START_TEST(bad_arguments_are_named)
+{
+    te_engine *e = te_test_engine(CALLER);
+    ck_assert_int_eq(te_progress(NULL, 0, 0), -EINVAL);
+    ck_assert_int_eq(te_progress(e, 1, 0), -EINVAL);
+    ck_assert_msg(strstr(te_last_error(), "group 1"), "%s", te_last_error());
+    ck_assert_int_eq(te_progress(e, -2, 0), -EINVAL);
+    ck_assert_int_eq(te_progress(e, 0, -1), -EINVAL);
+    ck_assert_msg(strstr(te_last_error(), "budget"), "%s", te_last_error());
+    /* Nothing to do: 0, not an error. */
+    ck_assert_int_eq(te_progress(e, 0, 0), 0);
+    ck_assert_int_eq(te_progress_wait(e, 0, 10), 0);
+    te_engine_destroy(e);
+}
+END_TEST
+
+/* Two caller-driven engines moved by this thread alone: the write lands,
+ * the completion and the imm callback run here, inside te_progress. */
+START_TEST(one_thread_moves_two_engines)
+{
+    te_test_pair x;
+    te_test_pair_open(&x, CALLER, CALLER, 4096);
+    atomic_store(&done_count, 0);
+    atomic_store(&imm_count, 0);
+    ck_assert_int_eq(te_imm_expect(x.b, 3, 100, on_imm, NULL), 0);
+    for (int k = 0; k < 100; k++) {
+        te_request r = te_test_pair_write(&x, 64, 0);
+        r.flags = TE_F_IMM;
+        r.imm = 3;
+        r.done = on_done;
+        x.src[0] = (uint8_t)(k + 1);
+        ck_assert_int_ge(te_submit(x.a, &r), 0);
+        te_engine *es[2] = {x.a, x.b};
+        ck_assert_int_eq(progress_until(es, 2, &done_count, k + 1), k + 1);
+        ck_assert_int_eq(cb_status, 0);
+        ck_assert(pthread_equal(cb_thread, pthread_self()));
+        ck_assert_uint_eq(x.dst[0], (uint8_t)(k + 1));
+    }
+    te_engine *es[2] = {x.a, x.b};
+    ck_assert_int_eq(progress_until(es, 2, &imm_count, 1), 1);
+    te_test_pair_close(&x);
+}
+END_TEST
+
+/* Blocking calls progress the engine themselves (here an engine that is
+ * its own peer: nobody else would). */
+START_TEST(blocking_calls_progress)
+{
+    uint8_t *buf = calloc(1, 8192);
+    te_test_self s;
+    te_test_self_open(&s, CALLER, buf, 8192);
+    te_mr *src = te_test_reg(s.e, buf + 4096, 4096, 0, NULL);
+    for (int k = 0; k < 50; k++) {
+        te_request r;
+        te_request_init(&r, TE_OP_WRITE);
+        r.flags = TE_F_IMM;
+        r.imm = 9;
+        r.u.xfer.peer = s.peer;
+        r.u.xfer.local = src;
+        r.u.xfer.remote = &s.desc;
+        r.u.xfer.len = 128;
+        ck_assert_int_ge(te_submit(s.e, &r), 0);
+        te_completion c = te_test_completion(s.e, WAIT_MS);
+        ck_assert_msg(c.status == 0, "%s", c.reason);
+        ck_assert_int_eq(te_imm_wait(s.e, 9, 1, WAIT_MS), 0);
+    }
+    te_mr_dereg(s.e, src);
+    te_test_self_close(&s);
+    free(buf);
+}
+END_TEST
+
+static te_engine *reentry_engine;
+static int reentry_rc;
+static void on_done_reenter(const te_completion *c, void *arg)
+{
+    (void)c, (void)arg;
+    reentry_rc = te_progress(reentry_engine, -1, 0);
+    te_engine_destroy(reentry_engine); /* refused: logged, no effect */
+    atomic_fetch_add(&done_count, 1);
+}
+
+START_TEST(callbacks_cannot_reenter)
+{
+    te_test_pair x;
+    te_test_pair_open(&x, CALLER, CALLER, 4096);
+    atomic_store(&done_count, 0);
+    reentry_engine = x.a;
+    te_request r = te_test_pair_write(&x, 64, 0);
+    r.done = on_done_reenter;
+    ck_assert_int_ge(te_submit(x.a, &r), 0);
+    te_engine *es[2] = {x.a, x.b};
+    ck_assert_int_eq(progress_until(es, 2, &done_count, 1), 1);
+    ck_assert_int_eq(reentry_rc, -EDEADLK);
+    /* Still alive and usable. */
+    r.done = on_done;
+    ck_assert_int_ge(te_submit(x.a, &r), 0);
+    ck_assert_int_eq(progress_until(es, 2, &done_count, 2), 2);
+    te_test_pair_close(&x);
+}
+END_TEST
+
+/* Callbacks of requests nobody progressed run at destroy, once. */
+START_TEST(destroy_runs_what_is_left)
+{
+    te_test_pair x;
+    te_test_pair_open(&x, CALLER, "", 4096); /* b moves by itself */
+    atomic_store(&done_count, 0);
+    for (int k = 0; k < 8; k++) {
+        te_request r = te_test_pair_write(&x, 64, 0);
+        r.done = on_done;
+        ck_assert_int_ge(te_submit(x.a, &r), 0);
+    }
+    te_mr_dereg(x.b, x.dmr);
+    te_engine_destroy(x.a); /* never progressed */
+    ck_assert_int_eq(atomic_load(&done_count), 8);
+    te_engine_destroy(x.b);
+    free(x.src);
+    free(x.dst);
+}
+END_TEST
+
+/* Several threads progress one group while another submits: every
+ * request completes exactly once; a busy group answers -EBUSY, never
+ * blocks. */
+static te_engine *shared_engine;
+static atomic_int stop_progress;
+static atomic_int busy_seen;
+static void *progress_loop(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&stop_progress)) {
+        int rc = te_progress(shared_engine, 0, 0);
+        if (rc == -EBUSY)
+            atomic_fetch_add(&busy_seen, 1);
+        else
+            ck_assert_int_ge(rc, 0);
+    }
+    return NULL;
+}
+
+START_TEST(many_threads_one_group)
+{
+    te_test_pair x;
+    te_test_pair_open(&x, CALLER, "", 4096);
+    shared_engine = x.a;
+    atomic_store(&stop_progress, 0);
+    atomic_store(&done_count, 0);
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, progress_loop, NULL), 0);
+    enum { N = 2000 };
+    for (int k = 0; k < N; k++) {
+        te_request r = te_test_pair_write(&x, 64, 0);
+        r.done = on_done;
+        int64_t id;
+        while ((id = te_submit(x.a, &r)) == -EAGAIN)
+            ;
+        ck_assert_int_ge(id, 0);
+    }
+    ck_assert_int_eq(te_test_wait_int(&done_count, N, WAIT_MS), N);
+    atomic_store(&stop_progress, 1);
+    for (int i = 0; i < 3; i++)
+        pthread_join(t[i], NULL);
+    ck_assert_int_eq(atomic_load(&done_count), N);
+    te_test_pair_close(&x);
+}
+END_TEST
+
+/* An application's own event loop: arm, poll(2) the fd, progress. The
+ * other side is a thread-mode engine, so only the fd can wake us. */
+START_TEST(own_event_loop_on_the_fd)
+{
+    te_test_pair x;
+    te_test_pair_open(&x, "", CALLER, 4096); /* b: caller-driven target */
+    int fd = te_progress_fd(x.b, -1);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(te_progress_fd(x.b, 0) >= 0, 1);
+    atomic_store(&imm_count, 0);
+    ck_assert_int_eq(te_imm_expect(x.b, 5, 1, on_imm, NULL), 0);
+    te_request r = te_test_pair_write(&x, 256, 0);
+    r.flags = TE_F_IMM;
+    r.imm = 5;
+    x.src[10] = 0x5a;
+    ck_assert_int_ge(te_submit(x.a, &r), 0);
+    int64_t end = te_test_now_ms() + WAIT_MS;
+    int waits = 0;
+    while (atomic_load(&imm_count) < 1 && te_test_now_ms() < end) {
+        int rc = te_progress_arm(x.b, -1);
+        if (rc == 0) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            poll(&p, 1, 1000);
+            waits++;
+        } else {
+            ck_assert_int_eq(rc, -EAGAIN);
+        }
+        ck_assert_int_ge(te_progress(x.b, -1, 0), 0);
+    }
+    ck_assert_int_eq(atomic_load(&imm_count), 1);
+    ck_assert_uint_eq(x.dst[10], 0x5a);
+    te_test_complete(x.a, 1, WAIT_MS);
+    te_test_pair_close(&x);
+}
+END_TEST
+
+/* Across processes: the child is a thread-mode target, the parent drives
+ * its caller-mode initiator with te_progress_wait alone. */
+START_TEST(progress_wait_two_processes)
+{
+    int down[2], up[2];
+    ck_assert_int_eq(pipe(down), 0);
+    ck_assert_int_eq(pipe(up), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        te_engine *e;
+        uint8_t *buf = calloc(1, 4096);
+        te_mr *mr = NULL;
+        te_mr_desc d;
+        if (te_test_engine_try("", &e) ||
+            te_mr_reg(e, 0, buf, 4096, TE_MR_REMOTE_WRITE, TE_MEM_HOST,
+                      &mr) ||
+            te_mr_describe(mr, &d) || te_test_send_endpoint(up[1], e, &d))
+            _exit(2);
+        int rc = te_imm_wait(e, 13, 200, WAIT_MS);
+        char b;
+        te_test_read_all(down[0], &b, 1);
+        te_mr_dereg(e, mr);
+        te_engine_destroy(e);
+        _exit(rc ? 3 : 0);
+    }
+    uint8_t addr[TE_ADDR_MAX];
+    size_t alen;
+    te_mr_desc d;
+    ck_assert_int_eq(te_test_recv_endpoint(up[0], addr, &alen, &d), 0);
+    te_engine *e = te_test_engine(CALLER);
+    uint8_t *src = calloc(1, 4096);
+    te_mr *mr = te_test_reg(e, src, 4096, 0, NULL);
+    te_peer p;
+    ck_assert_msg(te_peer_add(e, 0, addr, alen, &p) == 0, "%s",
+                  te_last_error());
+    atomic_store(&done_count, 0);
+    for (int k = 0; k < 200; k++) {
+        te_request r;
+        te_request_init(&r, TE_OP_WRITE);
+        r.flags = TE_F_IMM;
+        r.imm = 13;
+        r.u.xfer.peer = p;
+        r.u.xfer.local = mr;
+        r.u.xfer.remote = &d;
+        r.u.xfer.len = 64;
+        r.done = on_done;
+        ck_assert_int_ge(te_submit(e, &r), 0);
+        int64_t end = te_test_now_ms() + WAIT_MS;
+        while (atomic_load(&done_count) < k + 1 && te_test_now_ms() < end)
+            ck_assert_int_ge(te_progress_wait(e, 0, 1000), 0);
+        ck_assert_int_eq(atomic_load(&done_count), k + 1);
+        ck_assert_int_eq(cb_status, 0);
+    }
+    char b = 1;
+    ck_assert_int_eq(te_test_write_all(down[1], &b, 1), 0);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d", st);
+    te_mr_dereg(e, mr);
+    te_engine_destroy(e);
+    free(src);
+}
+END_TEST
+
+/* Messages and peer removal in caller mode. */
+static atomic_int msgs;
+static void on_msg(int group, te_peer from, const void *data, size_t len,
+                   void *arg)
+{
+    (void)group, (void)from, (void)data, (void)len, (void)arg;
+    atomic_fetch_add(&msgs, 1);
+}
+
+START_TEST(messages_and_peer_removal)
+{
+    te_test_pair x;
+    te_test_pair_open(&x, CALLER, CALLER, 4096);
+    atomic_store(&msgs, 0);
+    ck_assert_int_eq(te_set_recv_handler(x.b, 0, on_msg, NULL), 0);
+    te_engine *es[2] = {x.a, x.b};
+    for (int k = 0; k < 20; k++) {
+        te_request r;
+        te_request_init(&r, TE_OP_SEND);
+        r.u.send.peer = x.p;
+        r.u.send.buf = &k;
+        r.u.send.len = sizeof(k);
+        ck_assert_int_ge(te_submit(x.a, &r), 0);
+    }
+    ck_assert_int_eq(progress_until(es, 2, &msgs, 20), 20);
+    te_test_complete(x.a, 20, WAIT_MS);
+    ck_assert_int_eq(te_peer_remove(x.a, 0, x.p), 0);
+    ck_assert_int_eq(te_peer_status(x.a, 0, x.p), -ENOENT);
+    x.p = te_test_peer(x.a, x.b);
+    ck_assert_int_eq(te_set_recv_handler(x.b, 0, NULL, NULL), 0);
+    te_test_pair_close(&x);
+}
+END_TEST
+
+TE_TEST_MAIN("progress",
+             TE_TCASE_FULL("api", 120, NULL, NULL, thread_mode_refuses,
+                           bad_arguments_are_named,
+                           one_thread_moves_two_engines,
+                           blocking_calls_progress, callbacks_cannot_reenter,
+                           destroy_runs_what_is_left,
+                           messages_and_peer_removal),
+             TE_TCASE_FULL("threads", 240, NULL, NULL,
+                           many_threads_one_group, own_event_loop_on_the_fd,
+                           progress_wait_two_processes))
