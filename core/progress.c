@@ -265,8 +265,14 @@ TE_API int te_progress_wait(te_engine *e, int group, int timeout_ms)
  * happened. Never from a callback (the caller checks). */
 void te_progress_step(te_engine *e, uint64_t end_ns)
 {
-    if (te_progress(e, -1, 0) > 0)
+    int rc = te_progress(e, -1, 0);
+    if (rc > 0)
         return;
+    if (rc == -EBUSY) { /* another thread progresses it: let it */
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+        return;
+    }
     uint64_t now = te_clock_ns();
     if (now >= end_ns)
         return;

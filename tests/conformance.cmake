@@ -50,6 +50,19 @@ te_conformance(loopback_4nic_twoproc_weighted_whole --two-process
 te_conformance(loopback_2nic_twoproc_heartbeat --two-process
   --set engine.nics_per_group=2 --set engine.heartbeat_ms=20)
 
+# Caller-driven progress (engine.progress = caller, docs/progress.md): no
+# engine threads; the suite gives each engine an application thread that
+# calls te_progress_wait (tools/te-conformance/pump.c). Also with blocking
+# idle workers switched off the other way (idle_wait = sleep).
+te_conformance(loopback_1nic_inproc_caller --set engine.progress=caller)
+te_conformance(loopback_4nic_twoproc_caller --two-process
+  --set engine.nics_per_group=4 --set engine.progress=caller)
+te_conformance(loopback_2nic_inproc_caller_reorder_delay
+  --set engine.nics_per_group=2 --set engine.progress=caller
+  --set loopback.fault_reorder=true --set loopback.fault_delay_us=30)
+te_conformance(loopback_2nic_twoproc_sleep --two-process
+  --set engine.nics_per_group=2 --set engine.idle_wait=sleep)
+
 # The main job and the tools run and say what they should.
 add_test(NAME demo_inproc COMMAND te-demo --layers 4 --pages 64 --page-kib 16)
 add_test(NAME demo_twoproc COMMAND te-demo --two-process --layers 4 --pages 64

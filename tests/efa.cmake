@@ -90,6 +90,13 @@ te_efa_conformance(tcp_1nic_twoproc_nowatch --two-process ${TE_EFA_TCP}
   --set efa.watch_peers=false --set efa.stall_timeout_ms=1000
   --set efa.av_insert=at_add)
 
+# Caller-driven progress (docs/progress.md): over shm (no wait object: the
+# progress thread naps) and over tcp (the CQ wait fd).
+te_efa_conformance(shm_1nic_twoproc_caller --two-process ${TE_EFA_SHM}
+  --set engine.progress=caller)
+te_efa_conformance(tcp_1nic_twoproc_caller --two-process ${TE_EFA_TCP}
+  --set engine.progress=caller)
+
 # Two hosts: network namespaces joined by a veth pair (root needed; the
 # script exits 77 = skipped, with the reason, where they cannot be made).
 add_test(NAME efa_netns_tcp

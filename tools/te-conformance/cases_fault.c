@@ -23,12 +23,12 @@ static void pair_close(struct pair *p)
     if (p->a) {
         if (p->amr)
             te_mr_dereg(p->a, p->amr);
-        te_engine_destroy(p->a);
+        conf_engine_destroy(p->a);
     }
     if (p->b) {
         if (p->bmr)
             te_mr_dereg(p->b, p->bmr);
-        te_engine_destroy(p->b);
+        conf_engine_destroy(p->b);
     }
     free(p->abuf);
     free(p->bbuf);
@@ -44,7 +44,7 @@ static int pair_open(struct conf *c, struct pair *p, const char *const *a_sets,
     int rc = -EINVAL;
     if (!ca || !cb)
         goto out;
-    if ((rc = te_engine_create(ca, &p->a)) || (rc = te_engine_create(cb, &p->b)))
+    if ((rc = conf_engine_create(ca, &p->a)) || (rc = conf_engine_create(cb, &p->b)))
         goto out;
     p->abuf = calloc(1, 1u << 20);
     p->bbuf = calloc(1, 1u << 20);

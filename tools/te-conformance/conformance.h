@@ -129,6 +129,11 @@ int conf_expect_remote(struct remote *r, uint64_t off, uint64_t len,
 te_request conf_req(uint32_t op);
 /* Monotonic milliseconds. */
 uint64_t conf_now_ms(void);
+
+/* te_engine_create/destroy; for an engine in caller-driven progress
+ * (engine.progress = caller) with a thread that progresses it (pump.c). */
+int conf_engine_create(const te_config *cfg, te_engine **out);
+void conf_engine_destroy(te_engine *e);
 /* A fresh imm value per call (distinct across cases). */
 uint32_t conf_imm(void);
 /* Build the suite's configuration plus extra "section.key=value" settings

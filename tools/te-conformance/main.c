@@ -155,7 +155,7 @@ int main(int argc, char **argv)
     if (serve_fd >= 0)
         return side_serve(c.cfg, serve_fd);
 
-    int rc = te_engine_create(c.cfg, &c.e);
+    int rc = conf_engine_create(c.cfg, &c.e);
     if (rc) {
         fprintf(stderr, "te-conformance: cannot create engine: %s\n",
                 te_last_error());
@@ -168,7 +168,7 @@ int main(int argc, char **argv)
         !(rc = conf_mem_alloc(&probe, 4096, 1))) /* remotes: ask now */
         conf_mem_free(&probe);
     if (rc) {
-        te_engine_destroy(c.e);
+        conf_engine_destroy(c.e);
         conf_mem_free(&c.src_mem);
         te_config_free(c.cfg);
         return rc == -ENOTSUP ? 77 : 1; /* 77: ctest's "skipped" */
@@ -213,7 +213,7 @@ int main(int argc, char **argv)
         if (c.rem[i].ops)
             c.rem[i].ops->close(&c.rem[i]);
     te_mr_dereg(c.e, c.src);
-    te_engine_destroy(c.e);
+    conf_engine_destroy(c.e);
     conf_mem_free(&c.src_mem);
     te_config_free(c.cfg);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);

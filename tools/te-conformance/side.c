@@ -44,7 +44,7 @@ int side_open(struct side *s, const te_config *cfg)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->cond, &ca);
     pthread_condattr_destroy(&ca);
-    int rc = te_engine_create(cfg, &s->e);
+    int rc = conf_engine_create(cfg, &s->e);
     if (rc)
         return rc;
     if ((rc = conf_mem_alloc(&s->mem, CONF_REGION, conf_mem_dst_cuda)))
@@ -66,7 +66,7 @@ void side_close(struct side *s)
     if (s->e) {
         if (s->mr)
             te_mr_dereg(s->e, s->mr);
-        te_engine_destroy(s->e);
+        conf_engine_destroy(s->e);
     }
     conf_mem_free(&s->mem);
     while (s->head) {
