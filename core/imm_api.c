@@ -211,14 +211,26 @@ TE_API int te_poll_completions(te_engine *e, te_completion *out, int max,
      * never progress from inside one of its callbacks). */
     uint64_t end = te_clock_ns() +
                    (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
-    int inside = te_callbacks_on_thread(&e->cb);
-    for (;;) {
+    if (te_callbacks_on_thread(&e->cb)) /* from a callback: only wait */
+        return te_cq_pop(&e->cb, out, max, timeout_ms);
+    for (int turn = 0;; turn++) {
         int n = te_cq_pop(&e->cb, out, max, 0);
-        if (n || max == 0 || te_clock_ns() >= end)
+        if (n || max == 0)
             return n;
-        if (inside)
-            return te_cq_pop(&e->cb, out, max,
-                             (int)((end - te_clock_ns()) / 1000000u) + 1);
+        if (timeout_ms <= 0) {
+            /* A non-blocking poll still moves the engine once: a loop of
+             * them is the application's progress loop. */
+            if (turn) {
+                te_error_clear(); /* a busy group is not this call's error */
+                return 0;
+            }
+            te_progress(e, -1, 0);
+            continue;
+        }
+        if (te_clock_ns() >= end) {
+            te_error_clear();
+            return 0;
+        }
         te_progress_step(e, end);
     }
 }

@@ -719,9 +719,10 @@ TE_API int te_set_recv_handler(te_engine *e, int group, te_recv_fn fn, void *arg
  * (another gets -EBUSY, never a deadlock); any thread may submit, add and
  * remove peers (run at once, waiting for a progress call of the group in
  * progress, never from inside that group's turn) or register memory.
- * te_poll_completions() with a timeout and te_imm_wait() progress the
- * engine themselves while they wait; from inside a callback they only
- * wait. A callback may submit, arm expectations and add peers, but not
+ * te_poll_completions() and te_imm_wait() progress the engine themselves
+ * (te_poll_completions with timeout 0: one te_progress of every group when
+ * no completion is queued; with a timeout: until one comes); from inside a
+ * callback they only wait. A callback may submit, arm expectations and add peers, but not
  * call te_progress() (-EDEADLK) or te_engine_destroy() (refused, logged).
  * With several threads progressing different groups, callbacks run on
  * those threads, concurrently.
