@@ -108,6 +108,7 @@ const struct te_config_key te_engine_keys[] = {
      "device_direct, hardware, auto_progress (docs/paths.md); degraded "
      "paths are logged once either way"},
     {"log_level", "1",
-     "0 errors, 1 warnings, 2 info, 3 debug; messages go to stderr"},
+     "0 errors, 1 warnings, 2 info, 3 debug; messages go to the log sink "
+     "(te_set_log_fn, default stderr; docs/logging.md)"},
     {NULL, NULL, NULL},
 };

@@ -22,20 +22,6 @@
 
 #define TE_MAX_PEERS_PER_GROUP 1024
 
-void te_log(const struct te_engine *e, int level, const char *fmt, ...)
-{
-    if (e && level > e->s.log_level)
-        return;
-    static const char *names[] = {"error", "warning", "info", "debug"};
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "transferengine %s: %s\n",
-            names[level < 0 ? 0 : level > 3 ? 3 : level], buf);
-}
-
 struct te_peer_entry *te_group_peer(struct te_group *g, te_peer p)
 {
     uint32_t slot = p & TE_PEER_SLOT_MASK;
@@ -69,17 +55,22 @@ static void host_set_error(void *ctx, const char *fmt, ...)
 static void host_log(void *ctx, int level, const char *fmt, ...)
 {
     struct te_engine *e = ctx;
+    if (!te_log_enabled(e, level))
+        return;
     char buf[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    /* Plugins often name themselves already; do not say it twice. */
-    size_t nl = strlen(e->plugin.ops->name);
-    if (strncmp(buf, e->plugin.ops->name, nl) == 0 && buf[nl] == ':')
-        te_log(e, level, "%s", buf);
-    else
-        te_log(e, level, "%s: %s", e->plugin.ops->name, buf);
+    /* The sink gets the plugin's name as the origin (core/log.c). Plugins
+     * often name themselves already ("loopback: ..."): do not say it twice
+     * (the stderr line stays "transferengine <level>: loopback: ..."). */
+    const char *name = e->plugin.ops->name;
+    size_t nl = strlen(name);
+    const char *msg = buf;
+    if (strncmp(buf, name, nl) == 0 && buf[nl] == ':' && buf[nl + 1] == ' ')
+        msg = buf + nl + 2;
+    te_log_emit(level, name, msg);
 }
 
 /* ------------------------------------------------------- settings */

@@ -319,9 +319,16 @@ void te_req_free(struct te_req *q);
 /* mr.c: deregister on every NIC and free (already unlinked). */
 int te_mr_release(struct te_mr *mr);
 
-/* engine.c */
+/* log.c: te_log formats a core message (origin "core") when level passes
+ * the process threshold and, with an engine, its engine.log_level;
+ * te_log_enabled is that test; te_log_emit hands a formatted message to
+ * the sink (te_set_log_fn) or the default stderr output. */
 void te_log(const struct te_engine *e, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+int te_log_enabled(const struct te_engine *e, int level);
+void te_log_emit(int level, const char *origin, const char *msg);
+
+/* engine.c */
 struct te_peer_entry *te_group_peer(struct te_group *g, te_peer p);
 
 #endif

@@ -84,6 +84,81 @@ TE_API const char *te_last_error(void);
 /** Library version string, e.g. "0.1.0". */
 TE_API const char *te_version(void);
 
+/* --------------------------------------------------------------- logging
+ * One process-wide sink and threshold for everything the libraries log:
+ * the core, the transport plugins (through the plugin host table), and the
+ * apps' libraries (libte-kv, libte-weights, libte-moe, through
+ * te_log_printf). By default each message is one line on stderr:
+ *     transferengine <level>: <message>             (origin "core")
+ *     transferengine <level>: <origin>: <message>   (anyone else)
+ * with <level> one of error, warning, info, debug. docs/logging.md.
+ */
+
+/** Message levels; lower is more severe (engine.log_level uses the same
+ *  numbers: 0 errors .. 3 debug). */
+enum te_log_level {
+    TE_LOG_ERROR = 0,
+    TE_LOG_WARN = 1,
+    TE_LOG_INFO = 2,
+    TE_LOG_DEBUG = 3,
+};
+
+/**
+ * A log sink. `level` is a te_log_level (0..3); `origin` says who logs,
+ * never NULL: "core" (the engine itself), the plugin's name ("loopback",
+ * "efa", "mlx5"), "te-kv", "te-weights", "te-moe", or what the caller of
+ * te_log_printf() passed ("" for NULL); `msg` is one line without a
+ * trailing newline and without the origin (the default output adds it).
+ * Both strings are valid only during the call. `arg` is te_set_log_fn()'s.
+ *
+ * Called on whatever thread logs: an engine's worker or callback thread,
+ * an application thread inside a te_* call, possibly several at once, and
+ * possibly while the engine holds internal locks. So the sink must be
+ * thread-safe, return promptly, and must not call into the engine other
+ * than te_log_printf(), te_set_log_level() and te_set_log_fn() (a message
+ * the sink logs itself, on its own thread, goes to the default stderr
+ * output instead of back into the sink). errno is preserved around it.
+ */
+typedef void (*te_log_fn)(int level, const char *origin, const char *msg,
+                          void *arg);
+
+/**
+ * Route every message to fn(level, origin, msg, arg); NULL restores the
+ * default stderr output (the same bytes as ever). Process-wide, any
+ * thread, any time, engines existing or not. Guarantee: when this returns,
+ * no thread is still inside the previous sink and none will call it again,
+ * so its `arg` may be freed; the price is that it waits for sink calls in
+ * flight on other threads (so do not call it while holding a lock your
+ * sink takes). Called from inside the sink itself it cannot wait for
+ * itself: the change is applied when that sink call returns, on the same
+ * thread.
+ */
+TE_API void te_set_log_fn(te_log_fn fn, void *arg);
+
+/**
+ * Process-wide threshold: messages with a level above it are dropped
+ * before they are formatted; -1 drops everything; default TE_LOG_DEBUG
+ * (drop nothing). It combines with each engine's engine.log_level
+ * (default 1, warnings) as two ceilings: a message of an engine (the core
+ * and its plugin) is delivered when its level is <= both, a message with
+ * no engine (te_log_printf) when it is <= this one. So to see an engine's
+ * info and debug messages raise engine.log_level (TE_ENGINE_LOG_LEVEL=3);
+ * to quiet every engine and app at once lower this.
+ */
+TE_API void te_set_log_level(int level);
+
+/**
+ * Log a message (printf format) through the sink, from `origin` (e.g.
+ * "te-kv"; NULL is ""), subject to te_set_log_level(). For applications
+ * and the apps' libraries, so their messages go where the engine's go.
+ * Messages longer than 1023 bytes are truncated.
+ */
+TE_API void te_log_printf(int level, const char *origin, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 /* ---------------------------------------------------------------- config */
 
 /** Create an empty configuration (defaults apply to unset keys). */

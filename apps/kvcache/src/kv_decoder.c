@@ -122,8 +122,9 @@ static void on_msg(int group, te_peer from, const void *data, size_t len,
     te_kv_msg *m = malloc(sizeof(*m));
     if (!v || !m || te_kv_msg_parse(data, len, m)) {
         if (v && m)
-            fprintf(stderr, "te-kv decoder: dropped a message from peer %u: "
-                    "%s\n", from, te_kv_last_error());
+            te_log_printf(TE_LOG_WARN, "te-kv",
+                    "decoder: dropped a message from peer %u: "
+                    "%s", from, te_kv_last_error());
         free(v);
         free(m);
         return;
@@ -167,8 +168,9 @@ static void on_imm(uint32_t imm, int status, void *arg)
     struct ev *v = calloc(1, sizeof(*v));
     if (!v) {
         /* check_deadlines() still fails it at the request's deadline. */
-        fprintf(stderr, "te-kv decoder: imm %u ended (%s) with no memory to "
-                "queue it\n", imm, te_strerror(status));
+        te_log_printf(TE_LOG_ERROR, "te-kv",
+                "decoder: imm %u ended (%s) with no memory to "
+                "queue it", imm, te_strerror(status));
     } else {
         v->kind = EV_IMM;
         v->imm = imm;
@@ -208,8 +210,9 @@ static void on_send_done(const te_completion *c, void *arg)
             push(d, v);
         } else {
             /* The deadlines (accept, cancel, request) still fence it. */
-            fprintf(stderr, "te-kv decoder: message to prefiller %u failed "
-                    "(%s) and no memory to handle it now\n",
+            te_log_printf(TE_LOG_ERROR, "te-kv",
+                    "decoder: message to prefiller %u failed "
+                    "(%s) and no memory to handle it now",
                     (uint32_t)c->user_data, c->reason);
         }
     }
@@ -379,7 +382,7 @@ static void fence_prefiller(te_kv_decoder *d, uint32_t pf, int status,
         snprintf(msg, sizeof(msg), "prefiller %u fenced (%s) but revoking "
                  "its keys failed (%s): its requests' pages are quarantined "
                  "(never reused)", pf, why, te_last_error());
-        fprintf(stderr, "te-kv decoder: %s\n", msg);
+        te_log_printf(TE_LOG_ERROR, "te-kv", "decoder: %s", msg);
     } else {
         snprintf(msg, sizeof(msg), "prefiller %u fenced (%s): its keys "
                  "revoked, no write can land", pf, why);
@@ -401,8 +404,9 @@ static void handle_msg(te_kv_decoder *d, te_peer from, const te_kv_msg *m)
     struct kv_req *q = find(d, m->request_id);
     (void)from; /* request ids are unique among our requests in flight */
     if (!q) {
-        fprintf(stderr, "te-kv decoder: message type %u for unknown request "
-                "%" PRIu64 ": ignored\n", m->type, m->request_id);
+        te_log_printf(TE_LOG_WARN, "te-kv",
+                "decoder: message type %u for unknown request "
+                "%" PRIu64 ": ignored", m->type, m->request_id);
         return;
     }
     char why[160];
@@ -903,8 +907,9 @@ static int dereg_all(te_kv_decoder *d)
         if (!d->pf[pf].mr)
             continue;
         if (te_mr_dereg(d->e, d->pf[pf].mr) || d->pf[pf].quarantined) {
-            fprintf(stderr, "te-kv decoder: free: prefiller %u's "
-                    "registration: %s\n", pf, d->pf[pf].quarantined ?
+            te_log_printf(TE_LOG_ERROR, "te-kv",
+                    "decoder: free: prefiller %u's "
+                    "registration: %s", pf, d->pf[pf].quarantined ?
                     "an old key was never revoked" : te_last_error());
             rc = -EIO;
         }
@@ -935,8 +940,9 @@ void te_kv_decoder_free(te_kv_decoder *d)
     te_imm_space_destroy(d->space);
     if (wait_callbacks(d) || dereg_all(d)) {
         /* A remote write or a message callback may still reach them. */
-        fprintf(stderr, "te-kv decoder: free: the decoder's state and its "
-                "%" PRIu64 "-byte pool are kept (leaked)\n", d->region);
+        te_log_printf(TE_LOG_ERROR, "te-kv",
+                "decoder: free: the decoder's state and its "
+                "%" PRIu64 "-byte pool are kept (leaked)", d->region);
         return;
     }
     while (d->head) { /* events queued after the service thread quit */

@@ -87,8 +87,9 @@ static void on_reply_done(const te_completion *c, void *arg)
 {
     te_kv_prefiller *p = arg;
     if (c->status)
-        fprintf(stderr, "te-kv prefiller: reply about request %" PRIu64
-                " failed: %s (the decoder fences us by its deadline)\n",
+        te_log_printf(TE_LOG_WARN, "te-kv",
+                "prefiller: reply about request %" PRIu64
+                " failed: %s (the decoder fences us by its deadline)",
                 c->user_data, c->reason);
     atomic_fetch_sub(&p->outstanding, 1);
 }
@@ -100,8 +101,9 @@ static void on_accept_done(const te_completion *c, void *arg)
     te_kv_prefiller *p = arg;
     if (c->status) {
         atomic_store(&p->write_failed, c->status);
-        fprintf(stderr, "te-kv prefiller: ACCEPT of request %" PRIu64
-                " failed: %s\n", c->user_data, c->reason);
+        te_log_printf(TE_LOG_WARN, "te-kv",
+                "prefiller: ACCEPT of request %" PRIu64
+                " failed: %s", c->user_data, c->reason);
     }
     atomic_fetch_sub(&p->outstanding, 1);
 }
@@ -131,8 +133,9 @@ static int send_msg(te_kv_prefiller *p, te_peer to, const te_kv_msg *m,
     if (id > 0)
         return 0;
     atomic_fetch_sub(&p->outstanding, 1);
-    fprintf(stderr, "te-kv prefiller: message type %u about request %" PRIu64
-            " to peer %u: %s\n", m->type, m->request_id, to,
+    te_log_printf(TE_LOG_WARN, "te-kv",
+            "prefiller: message type %u about request %" PRIu64
+            " to peer %u: %s", m->type, m->request_id, to,
             id == -EAGAIN ? "submission queue full for 100 ms"
                           : te_last_error());
     return (int)id;
@@ -161,8 +164,9 @@ static void on_msg(int group, te_peer from, const void *data, size_t len,
     if (!j)
         return;
     if (te_kv_msg_parse(data, len, &j->m)) {
-        fprintf(stderr, "te-kv prefiller: dropped a message from peer %u: "
-                "%s\n", from, te_kv_last_error());
+        te_log_printf(TE_LOG_WARN, "te-kv",
+                "prefiller: dropped a message from peer %u: "
+                "%s", from, te_kv_last_error());
         free(j);
         return;
     }
@@ -170,7 +174,8 @@ static void on_msg(int group, te_peer from, const void *data, size_t len,
     if (j->m.type == TE_KV_MSG_HELLO) {
         te_peer peer;
         if (te_peer_add(p->e, p->o.group, j->m.addr, j->m.addr_len, &peer)) {
-            fprintf(stderr, "te-kv prefiller: hello: %s\n", te_last_error());
+            te_log_printf(TE_LOG_WARN, "te-kv",
+                    "prefiller: hello: %s", te_last_error());
         } else {
             pthread_mutex_lock(&p->lock);
             uint32_t i = 0;
@@ -232,8 +237,9 @@ static void on_msg(int group, te_peer from, const void *data, size_t len,
             return;
         }
         pthread_mutex_unlock(&p->lock);
-        fprintf(stderr, "te-kv prefiller: message from unknown decoder %016llx "
-                "(no HELLO, %d already waiting for theirs): dropped\n",
+        te_log_printf(TE_LOG_WARN, "te-kv",
+                "prefiller: message from unknown decoder %016llx "
+                "(no HELLO, %d already waiting for theirs): dropped",
                 (unsigned long long)j->m.sender, MAX_PARKED);
         free(j);
         return;
@@ -313,7 +319,8 @@ static void on_write_done(const te_completion *c, void *arg)
     te_kv_prefiller *p = arg;
     if (c->status) {
         atomic_store(&p->write_failed, c->status);
-        fprintf(stderr, "te-kv prefiller: write failed: %s\n", c->reason);
+        te_log_printf(TE_LOG_ERROR, "te-kv",
+                "prefiller: write failed: %s", c->reason);
     }
     atomic_fetch_sub(&p->outstanding, 1);
 }
@@ -486,7 +493,8 @@ static void stat_add(te_kv_prefiller *p, uint64_t *field, uint64_t n)
 static void reject(te_kv_prefiller *p, const struct job *j, uint32_t err,
                    const char *why)
 {
-    fprintf(stderr, "te-kv prefiller: request %" PRIu64 " rejected: %s\n",
+    te_log_printf(TE_LOG_WARN, "te-kv",
+            "prefiller: request %" PRIu64 " rejected: %s",
             j->m.request_id, why);
     stat_add(p, &p->st.rejected, 1);
     reply(p, j->from, TE_KV_MSG_REJECT, j->m.request_id, err);
@@ -553,8 +561,9 @@ static int push_layers(te_kv_prefiller *p, const struct job *j,
             break;
         }
         if (rc) {
-            fprintf(stderr, "te-kv prefiller: layer %u of request %" PRIu64
-                    ": %s\n", l, j->m.request_id, rc == -ETIMEDOUT ?
+            te_log_printf(TE_LOG_ERROR, "te-kv",
+                    "prefiller: layer %u of request %" PRIu64
+                    ": %s", l, j->m.request_id, rc == -ETIMEDOUT ?
                     te_kv_last_error() : te_last_error());
             /* Refused at submission (the peer is already known down, or
              * the queue stayed full up to the deadline): as much a
@@ -600,8 +609,9 @@ static void end_request(te_kv_prefiller *p, const struct job *j,
     if (quiet) {
         /* A write may still land: no CANCELLED (the decoder fences us by
          * its deadline, which holds even then). */
-        fprintf(stderr, "te-kv prefiller: request %" PRIu64 ": writes still "
-                "outstanding 10 s past their deadline: counted failed\n",
+        te_log_printf(TE_LOG_ERROR, "te-kv",
+                "prefiller: request %" PRIu64 ": writes still "
+                "outstanding 10 s past their deadline: counted failed",
                 j->m.request_id);
         stat_add(p, &p->st.failed, 1);
     } else if (atomic_load(&p->write_failed)) {
@@ -784,8 +794,9 @@ void te_kv_prefiller_free(te_kv_prefiller *p)
     if (rc) {
         /* A transfer may still read the source or run a callback with p:
          * keep both (leaked) rather than free what it touches. */
-        fprintf(stderr, "te-kv prefiller: free: %s: its state and %" PRIu64
-                " bytes of source memory are kept (leaked)\n",
+        te_log_printf(TE_LOG_ERROR, "te-kv",
+                "prefiller: free: %s: its state and %" PRIu64
+                " bytes of source memory are kept (leaked)",
                 rc == -ETIMEDOUT ? "writes still outstanding past their "
                 "deadline" : te_last_error(),
                 p->o.shape.layers * p->layer_span + p->hidden_bytes);

@@ -186,7 +186,8 @@ static int dir_list(te_kv_store *s, const char *role, te_kv_member *out,
         uint64_t expires;
         char why[160];
         if (parse_record(text, len, &m, &expires, why, sizeof(why))) {
-            fprintf(stderr, "te-kv store: member %s skipped: %s\n", m.name,
+            te_log_printf(TE_LOG_WARN, "te-kv",
+                    "store: member %s skipped: %s", m.name,
                     why);
             continue;
         }
@@ -356,8 +357,9 @@ static int etcd_list(te_kv_store *s, const char *role, te_kv_member *out,
         long kl = ks ? unb64(ks, key, sizeof(key) - 1) : -1;
         long vl = vs ? unb64(vs, val, sizeof(val) - 1) : -1;
         if (kl <= (long)pl || vl < 0) {
-            fprintf(stderr, "te-kv store: an etcd entry under %s does not "
-                    "decode: skipped\n", s->prefix);
+            te_log_printf(TE_LOG_WARN, "te-kv",
+                    "store: an etcd entry under %s does not "
+                    "decode: skipped", s->prefix);
             continue;
         }
         key[kl] = 0;
@@ -368,7 +370,8 @@ static int etcd_list(te_kv_store *s, const char *role, te_kv_member *out,
         char why[160];
         if (parse_record((char *)val, (size_t)vl, &m, &expires, why,
                          sizeof(why))) {
-            fprintf(stderr, "te-kv store: member %s skipped: %s\n", m.name,
+            te_log_printf(TE_LOG_WARN, "te-kv",
+                    "store: member %s skipped: %s", m.name,
                     why);
             continue;
         }

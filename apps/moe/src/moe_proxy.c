@@ -297,8 +297,9 @@ void te_moe_proxy_destroy(te_moe_proxy *p)
         usleep(500);
     uint64_t left = proxy_in_flight(p);
     if (left)
-        fprintf(stderr, "te-moe proxy: %llu writes still in flight after %d ms: "
-                "the proxy's memory stays until their callbacks have run\n",
+        te_log_printf(TE_LOG_ERROR, "te-moe",
+                "proxy: %llu writes still in flight after %d ms: "
+                "the proxy's memory stays until their callbacks have run",
                 (unsigned long long)left, PROXY_DESTROY_WAIT_MS);
     /* Watches still armed: take them away, or they would linger in the
      * engine and consume arrivals of their imm meant for a later user.

@@ -280,9 +280,10 @@ void te_moe_rank_free(te_moe_rank *r)
     uint64_t left = 0;
     if (moe_wait_inflight(r, moe_now_ns() + (uint64_t)r->c.timeout_ms *
                                                 1000000ull, &left)) {
-        fprintf(stderr, "te-moe: rank %u: %" PRIu64 " writes still in flight "
+        te_log_printf(TE_LOG_ERROR, "te-moe",
+                "rank %u: %" PRIu64 " writes still in flight "
                 "after %d ms: leaking the rank (%zu bytes) rather than "
-                "freeing what they use\n", r->rank, left, r->c.timeout_ms,
+                "freeing what they use", r->rank, left, r->c.timeout_ms,
                 r->mem_len);
         return;
     }
@@ -290,8 +291,9 @@ void te_moe_rank_free(te_moe_rank *r)
     int rc = te_mr_dereg(r->e, r->mr);
     if (rc)
         /* Still registered: a peer may still write into it. */
-        fprintf(stderr, "te-moe: rank %u: deregistration failed (%s: %s): "
-                "leaking its %zu bytes\n", r->rank, te_strerror(rc),
+        te_log_printf(TE_LOG_ERROR, "te-moe",
+                "rank %u: deregistration failed (%s: %s): "
+                "leaking its %zu bytes", r->rank, te_strerror(rc),
                 te_last_error(), r->mem_len);
     else
         free(r->mem);
