@@ -186,6 +186,13 @@ struct mx_pending {
     te_plugin_peer peer;
 };
 
+/* Completions polled by wait_arm, returned first by mx_cq_poll. */
+#define MX_STASH 16
+struct mx_stash {
+    struct ibv_wc wc[MX_STASH];
+    int head, count;
+};
+
 struct te_plugin_nic {
     mx_ctx *ctx;
     int index;
@@ -195,6 +202,8 @@ struct te_plugin_nic {
     struct ibv_cq *scq;  /* RC send completions */
     struct ibv_cq *rcq;  /* SRQ completions: immediates and messages */
     struct ibv_cq *ucq;  /* handshake UD QP, both directions */
+    struct ibv_comp_channel *chan; /* the three CQs' events (mx_wait.c) */
+    struct mx_stash stash[3];      /* scq, rcq, ucq */
     struct ibv_srq *srq;
     struct ibv_qp *ud;
     /* port and addressing */
@@ -392,5 +401,14 @@ int mx_recv_post(mx_nic *nic, const struct te_plugin_op *op);
 
 /* mx_paths.c: plugin ABI 1.1 describe_paths. */
 int mx_describe_paths(te_plugin_nic *nic, struct te_plugin_path *out, int max);
+
+/* ---------------------------------------------------------------- mx_wait.c */
+/* Wait objects (plugin ABI 1.3): the NIC's completion channel. */
+int mx_wait_open(mx_nic *nic);
+void mx_wait_close(mx_nic *nic);
+int mx_wait_fd(te_plugin_nic *nic);
+int mx_wait_arm(te_plugin_nic *nic);
+/* ibv_poll_cq, first returning what wait_arm stashed for this CQ. */
+int mx_cq_poll(mx_nic *nic, struct ibv_cq *cq, int n, struct ibv_wc *wc);
 
 #endif

@@ -21,6 +21,7 @@ static void mx_nic_free(mx_nic *nic)
         ibv_destroy_cq(nic->rcq);
     if (nic->ucq)
         ibv_destroy_cq(nic->ucq);
+    mx_wait_close(nic);
     mx_mr_free_all(nic);
     if (nic->pd) {
         int rc = ibv_dealloc_pd(nic->pd);
@@ -42,7 +43,7 @@ static void mx_nic_free(mx_nic *nic)
 
 static struct ibv_cq *mx_cq(mx_nic *nic, int cqe, const char *what)
 {
-    struct ibv_cq *cq = ibv_create_cq(nic->vctx, cqe, NULL, NULL, 0);
+    struct ibv_cq *cq = ibv_create_cq(nic->vctx, cqe, NULL, nic->chan, 0);
     if (!cq) {
         int e = errno;
         mx_err(nic, "ibv_create_cq(%s, %d entries) failed: %s (errno %d)",
@@ -141,6 +142,8 @@ int mx_nic_open(te_plugin_ctx *ctx, int idx,
         mx_err(nic, "ibv_alloc_pd failed: %s (errno %d)", strerror(-rc), -rc);
         goto fail;
     }
+    if ((rc = mx_wait_open(nic)))
+        goto fail;
     if (!(nic->scq = mx_cq(nic, (int)(2 * qd + 64), "send")) ||
         !(nic->rcq = mx_cq(nic, (int)(nic->srq_depth + 64), "receive")) ||
         !(nic->ucq = mx_cq(nic, MX_UD_RECVS + MX_UD_SENDS + 16, "handshake"))) {

@@ -216,7 +216,7 @@ void mx_oob_progress(mx_nic *nic)
     struct ibv_wc wc[16];
     /* Bounded: at most the CQ's size per call. */
     for (int round = 0; round < (MX_UD_RECVS + MX_UD_SENDS) / 16 + 1; round++) {
-        int got = ibv_poll_cq(nic->ucq, 16, wc);
+        int got = mx_cq_poll(nic, nic->ucq, 16, wc);
         if (got < 0) {
             mx_log(nic->ctx, 0, "%s: ibv_poll_cq(handshake) failed: %d",
                    nic->name, got);

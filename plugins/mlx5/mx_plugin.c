@@ -205,6 +205,8 @@ static const struct te_plugin_ops mx_ops = {
     .post = mx_post,
     .poll = mx_poll,
     .describe_paths = mx_describe_paths,
+    .wait_fd = mx_wait_fd,
+    .wait_arm = mx_wait_arm,
 };
 
 __attribute__((visibility("default"))) const struct te_plugin_ops *

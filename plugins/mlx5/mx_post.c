@@ -414,7 +414,7 @@ int mx_send_progress(mx_nic *nic, struct te_plugin_cq_entry *out, int n,
     /* Bounded: a few batches per call, or the whole CQ when draining. */
     uint32_t rounds = all ? (2 * nic->qd + 64) / MX_POLL_BATCH + 1 : 4;
     for (uint32_t r = 0; r < rounds; r++) {
-        int got = ibv_poll_cq(nic->scq, MX_POLL_BATCH, wc);
+        int got = mx_cq_poll(nic, nic->scq, MX_POLL_BATCH, wc);
         if (got < 0) {
             mx_log(nic->ctx, 0, "%s: ibv_poll_cq(send) failed: %d", nic->name,
                    got);

@@ -168,7 +168,7 @@ int mx_recv_progress(mx_nic *nic, struct te_plugin_cq_entry *out, int n,
         return n;
     struct ibv_wc wc[MX_POLL_BATCH];
     int room = max - n < MX_POLL_BATCH ? max - n : MX_POLL_BATCH;
-    int got = ibv_poll_cq(nic->rcq, room, wc);
+    int got = mx_cq_poll(nic, nic->rcq, room, wc);
     if (got < 0) {
         mx_log(nic->ctx, 0, "%s: ibv_poll_cq(receive) failed: %d", nic->name,
                got);

@@ -13,8 +13,9 @@
 #      datagrams lost and half duplicated (netem-ud.sh, 3 runs); and with
 #      all of them lost, where a write must fail at the connect deadline.
 #
-# Engine workers sleep when idle (engine.idle_spin_us) so the processes and
-# the guest kernel share the two emulated CPUs instead of spinning.
+# Engine workers block when idle (engine.idle_spin_us, then the completion
+# channel) so the processes and the guest kernel share the two emulated
+# CPUs instead of spinning.
 # usage: guest-mlx5.sh BUILD_DIR
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -43,6 +44,17 @@ times=()
 step "conformance (rxe0+rxe1, 1 remote process, heartbeats)" \
   timeout 240 "$conf" "${common[@]}" --remotes 1 --set engine.nics_per_group=2 \
   --set engine.heartbeat_ms=50
+# Idle workers block on the completion channel (plugin ABI 1.3) with every
+# timed wake-up off: a missed completion event would be a hang.
+step "conformance, workers blocking with no timed wake-up (rxe0, 1 remote)" \
+  timeout 240 "$conf" "${common[@]}" --remotes 1 \
+  --set engine.idle_spin_us=0 --set engine.idle_block_max_ms=0 \
+  --set engine.heartbeat_ms=0 --set engine.peer_timeout_ms=0 \
+  --set engine.request_timeout_ms=0
+# Caller-driven progress (docs/progress.md) on verbs.
+step "conformance, caller-driven progress (rxe0+rxe1, 1 remote)" \
+  timeout 240 "$conf" "${common[@]}" --remotes 1 \
+  --set engine.nics_per_group=2 --set engine.progress=caller
 step "conformance remote_killed (2 remote processes)" \
   timeout 120 "$conf" "${common[@]}" --remotes 2 --case remote_killed
 # No silent degradation: rxe is a software device; te-info --paths says so
