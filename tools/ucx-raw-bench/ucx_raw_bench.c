@@ -33,6 +33,11 @@
  *           (ucp_tag_send_nbx / ucp_tag_recv_nbx of --size bytes; half the
  *           round trip).
  *
+ * Buffers: allocated by ucp_mem_map (--alloc ucx, default; on shm a put is
+ * then one copy into the peer's shared mapping), or application memory
+ * registered with ucp_mem_map as te-bench's (--alloc user; on shm UCX 1.13
+ * then emulates puts with active messages).
+ *
  * Both sides busy-poll ucp_worker_progress() (UCX's own mode, as
  * ucx_perftest). Transport: --tls shm (UCX_TLS=posix,sysv,cma,self) or tcp
  * (UCX_TLS=tcp, UCX_NET_DEVICES=lo); UCX_TLS / UCX_NET_DEVICES in the
@@ -792,7 +797,8 @@ static void usage(FILE *f)
         "                     (shared memory on shm: a put is one copy into\n"
         "                     the peer's mapping); user: registered\n"
         "                     application memory (on shm UCX 1.13 then\n"
-        "                     emulates puts with active messages)\n"
+        "                     emulates puts with active messages: two\n"
+        "                     copies and the target's CPU)\n"
         "  --timeout S        bound of every wait, seconds (30)\n"
         "  --pin              initiator on CPU 0, target on the last CPU (two\n"
         "                     busy-polling processes never share a core)\n"
