@@ -167,6 +167,21 @@ START_TEST(every_truncation_and_corruption_is_refused)
 }
 END_TEST
 
+/* A log sink keeping the last message (te.h "logging"). */
+struct kv_log_rec {
+    int calls, level;
+    char origin[32], msg[256];
+};
+static void kv_log_keep(int level, const char *origin, const char *msg,
+                        void *arg)
+{
+    struct kv_log_rec *r = arg;
+    r->calls++;
+    r->level = level;
+    snprintf(r->origin, sizeof(r->origin), "%s", origin);
+    snprintf(r->msg, sizeof(r->msg), "%s", msg);
+}
+
 START_TEST(embedded_store_lists_live_members_and_skips_bad_ones)
 {
     char dir[] = "/tmp/te-kv-test-XXXXXX";
@@ -192,7 +207,16 @@ START_TEST(embedded_store_lists_live_members_and_skips_bad_ones)
     FILE *f = fopen(path, "w");
     fputs("role=prefill\naddr=zz\n", f);
     fclose(f);
+    /* ... and said so through the log sink (te_set_log_fn), not stderr. */
+    struct kv_log_rec rec = {0};
+    te_set_log_fn(kv_log_keep, &rec);
     ck_assert_int_eq(te_kv_store_list(a, "prefill", m, 4), 1);
+    te_set_log_fn(NULL, NULL);
+    ck_assert_int_eq(rec.calls, 1);
+    ck_assert_int_eq(rec.level, TE_LOG_WARN);
+    ck_assert_str_eq(rec.origin, "te-kv");
+    ck_assert_msg(!strncmp(rec.msg, "store: member evil skipped: ", 28), "%s",
+                  rec.msg);
     /* A member that stops keeping its record alive disappears. */
     sleep(2);
     ck_assert_int_eq(te_kv_store_list(a, "decode", m, 4), 0);

@@ -347,7 +347,8 @@ int te_kv_store_unregister(te_kv_store *s);
 /**
  * Live members of `role` (NULL: all) into out[0..max): returns how many
  * (possibly more than max). Records that do not parse are skipped with a
- * message on stderr naming them; the others are returned.
+ * warning naming them (the log sink, te_set_log_fn; origin "te-kv"); the
+ * others are returned.
  */
 int te_kv_store_list(te_kv_store *s, const char *role, te_kv_member *out,
                      int max);

@@ -148,7 +148,8 @@ int te_moe_rank_disconnect(te_moe_rank *r);
 /** Free the rank's buffers, registration and immediate space (the
  * engine's peers stay: te_moe_rank_disconnect). NULL is allowed. Writes
  * still in flight after timeout_ms, or a failed deregistration, leave the
- * memory they use allocated (a line on stderr says so). */
+ * memory they use allocated (an error logged through te_set_log_fn's sink,
+ * origin "te-moe", says so). */
 void te_moe_rank_free(te_moe_rank *r);
 
 /**
