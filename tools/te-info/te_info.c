@@ -10,12 +10,19 @@
 #include <string.h>
 #include <strings.h>
 
-#include "config.h"
-#include "layout.h"
-#include "topology.h"
-#include "loader.h"
+/* The public API, and the unstable introspection header installed for this
+ * tool (plugins found, documented keys, topology report): no private core
+ * header. */
 #include "te/te.h"
-#include "te_error.h"
+#include "te/te_introspect.h"
+
+/* A key's effective value, or def when it is not set. */
+static const char *config_str(const te_config *cfg, const char *section,
+                              const char *key, const char *def)
+{
+    const char *v = te_config_get(cfg, section, key);
+    return v ? v : def;
+}
 
 static void usage(FILE *f)
 {
@@ -43,9 +50,9 @@ static void usage(FILE *f)
 
 static void list_plugins(const te_config *cfg)
 {
-    const char *path = te_config_get_str(cfg, "engine", "plugin_path", "");
-    struct te_plugin_candidate c[64];
-    int n = te_plugin_scan(path, c, 64);
+    const char *path = config_str(cfg, "engine", "plugin_path", "");
+    static te_plugin_found c[64];
+    int n = te_introspect_plugins(cfg, c, 64);
     printf("Plugins (search: TE_PLUGIN_PATH=\"%s\", engine.plugin_path=\"%s\","
            " install dir %s)\n",
            getenv("TE_PLUGIN_PATH") ? getenv("TE_PLUGIN_PATH") : "", path,
@@ -64,8 +71,9 @@ static void list_plugins(const te_config *cfg)
             printf("  %-10s REFUSED  %s\n             %s\n",
                    c[i].name[0] ? c[i].name : "?", c[i].path, c[i].why);
     }
-    printf("Core speaks plugin ABI %d.%d\n\n", TE_PLUGIN_ABI_MAJOR,
-           TE_PLUGIN_ABI_MINOR);
+    unsigned abi_major, abi_minor;
+    te_introspect_plugin_abi(&abi_major, &abi_minor);
+    printf("Core speaks plugin ABI %u.%u\n\n", abi_major, abi_minor);
 }
 
 static int list_groups(const te_config *cfg)
@@ -173,55 +181,39 @@ static int show_topology(const te_config *cfg)
         return rc;
     }
     printf("Topology\n");
-    te_layout_describe(e, stdout);
+    te_introspect_topology(e, stdout);
     printf("\n");
     te_engine_destroy(e);
     return 0;
 }
 
-static void print_keys(const te_config *cfg, const char *section,
-                       const char *const *names, const char *const *defs,
-                       const char *const *docs, size_t n)
+/* Keys are printed section by section, in the order they are visited. */
+struct key_printer {
+    const te_config *cfg;
+    char section[64];
+};
+
+static void print_key(void *arg, const char *section, const char *name,
+                      const char *def, const char *doc)
 {
-    printf("[%s]\n", section);
-    for (size_t i = 0; i < n; i++) {
-        const char *v = te_config_get(cfg, section, names[i]);
-        printf("  %-24s = %-12s (default %s)\n      %s\n", names[i],
-               v ? v : (defs[i] ? defs[i] : ""),
-               defs[i] && defs[i][0] ? defs[i] : "\"\"", docs[i]);
+    struct key_printer *kp = arg;
+    if (strcmp(kp->section, section)) {
+        snprintf(kp->section, sizeof(kp->section), "%s", section);
+        printf("[%s]\n", section);
     }
+    const char *v = te_config_get(kp->cfg, section, name);
+    printf("  %-24s = %-12s (default %s)\n      %s\n", name,
+           v ? v : (def ? def : ""), def && def[0] ? def : "\"\"", doc);
 }
 
 static void show_config(const te_config *cfg)
 {
     printf("Effective configuration (file < te_config_set < environment "
            "TE_<SECTION>_<KEY>)\n");
-    const char *names[128], *defs[128], *docs[128];
-    size_t n = 0;
-    for (const struct te_config_key *k = te_engine_keys; k->name && n < 128;
-         k++, n++) {
-        names[n] = k->name;
-        defs[n] = k->default_value;
-        docs[n] = k->doc;
-    }
-    print_keys(cfg, "engine", names, defs, docs, n);
-    const char *plugin = te_config_get_str(cfg, "engine", "plugin", "loopback");
-    struct te_loaded_plugin p;
-    if (te_plugin_load(plugin,
-                       te_config_get_str(cfg, "engine", "plugin_path", ""),
-                       &p) == 0) {
-        n = 0;
-        for (const struct te_plugin_config_key *k = p.ops->config_keys;
-             k && k->name && n < 128; k++, n++) {
-            names[n] = k->name;
-            defs[n] = k->default_value;
-            docs[n] = k->doc;
-        }
-        print_keys(cfg, p.ops->name, names, defs, docs, n);
-        te_plugin_unload(&p);
-    } else {
+    struct key_printer kp = {.cfg = cfg};
+    const char *plugin = config_str(cfg, "engine", "plugin", "loopback");
+    if (te_introspect_config_keys(cfg, plugin, print_key, &kp))
         printf("[%s]\n  (plugin not loadable: %s)\n", plugin, te_last_error());
-    }
 }
 
 int main(int argc, char **argv)

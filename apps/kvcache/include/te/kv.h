@@ -53,23 +53,23 @@ typedef struct te_kv_shape {
  * the paper's); tokens_per_page is the most tokens that fit (at least 1).
  * -ENOENT (message lists the presets) for an unknown name.
  */
-int te_kv_shape_preset(const char *name, uint32_t page_bytes, te_kv_shape *out);
+TE_API int te_kv_shape_preset(const char *name, uint32_t page_bytes, te_kv_shape *out);
 
 /** Validate a custom shape and derive tokens_per_page from page_bytes. */
-int te_kv_shape_custom(uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
-                       uint32_t elem_bytes, uint32_t kv_factor,
-                       uint32_t hidden, uint32_t page_bytes, te_kv_shape *out);
+TE_API int te_kv_shape_custom(uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
+                              uint32_t elem_bytes, uint32_t kv_factor,
+                              uint32_t hidden, uint32_t page_bytes, te_kv_shape *out);
 
 /** Bytes of one token in one layer (K and V of every head). */
-uint64_t te_kv_token_bytes(const te_kv_shape *s);
+TE_API uint64_t te_kv_token_bytes(const te_kv_shape *s);
 /**
  * Bytes of one page of one layer. Heads before pages: a page holds
  * tokens_per_page tokens of every head ([kv][head][token][dim]), so a page
  * of one layer is one contiguous write.
  */
-uint64_t te_kv_page_bytes(const te_kv_shape *s);
+TE_API uint64_t te_kv_page_bytes(const te_kv_shape *s);
 /** Pages a prompt of `tokens` tokens needs. */
-uint32_t te_kv_pages_for(const te_kv_shape *s, uint32_t tokens);
+TE_API uint32_t te_kv_pages_for(const te_kv_shape *s, uint32_t tokens);
 
 /* ------------------------------------------------------------ page pool */
 
@@ -82,22 +82,22 @@ uint32_t te_kv_pages_for(const te_kv_shape *s, uint32_t tokens);
  */
 typedef struct te_kv_pool te_kv_pool;
 
-int te_kv_pool_new(uint32_t pages, te_kv_pool **out);
-void te_kv_pool_free(te_kv_pool *p);
+TE_API int te_kv_pool_new(uint32_t pages, te_kv_pool **out);
+TE_API void te_kv_pool_free(te_kv_pool *p);
 /** Take n free pages into idx[]: -ENOSPC (nothing taken) if fewer are free. */
-int te_kv_pool_alloc(te_kv_pool *p, uint32_t n, uint32_t *idx);
+TE_API int te_kv_pool_alloc(te_kv_pool *p, uint32_t n, uint32_t *idx);
 /** USED -> FENCING (a cancel or a failure is in progress; for good when a
  *  fence's revocation failed: quarantined pages). */
-int te_kv_pool_fence(te_kv_pool *p, uint32_t n, const uint32_t *idx);
+TE_API int te_kv_pool_fence(te_kv_pool *p, uint32_t n, const uint32_t *idx);
 /**
  * Return pages to FREE: from USED (the request finished normally: every
  * write landed and was counted) or FENCING (confirmed: nothing can land).
  * -EINVAL naming the page if one is FREE already (a double free).
  */
-int te_kv_pool_release(te_kv_pool *p, uint32_t n, const uint32_t *idx);
+TE_API int te_kv_pool_release(te_kv_pool *p, uint32_t n, const uint32_t *idx);
 /** Counts of pages in each state. */
-void te_kv_pool_counts(const te_kv_pool *p, uint32_t *free_pages,
-                       uint32_t *used, uint32_t *fencing);
+TE_API void te_kv_pool_counts(const te_kv_pool *p, uint32_t *free_pages,
+                              uint32_t *used, uint32_t *fencing);
 
 /* ------------------------------------------------------------- messages */
 
@@ -147,16 +147,16 @@ typedef struct te_kv_msg {
  * Encode m into buf (at most cap bytes); returns the length or -ENOSPC.
  * Versioned, little-endian, length-checked: see docs/kvcache.md.
  */
-int te_kv_msg_encode(const te_kv_msg *m, void *buf, size_t cap);
+TE_API int te_kv_msg_encode(const te_kv_msg *m, void *buf, size_t cap);
 
 /**
  * Parse untrusted bytes. Never reads outside buf[0..len); -EBADMSG /
  * -EPROTO with a message naming the field (te_kv_last_error()).
  */
-int te_kv_msg_parse(const void *buf, size_t len, te_kv_msg *out);
+TE_API int te_kv_msg_parse(const void *buf, size_t len, te_kv_msg *out);
 
 /** The message of the last te_kv_* failure of this thread ("" if none). */
-const char *te_kv_last_error(void);
+TE_API const char *te_kv_last_error(void);
 
 /* ------------------------------------------------------------ prefiller */
 
@@ -181,8 +181,8 @@ typedef struct te_kv_prefiller_opts {
  * handler; one worker thread). e must allow messages of TE_KV_MSG_MAX
  * bytes (engine.max_msg_size).
  */
-int te_kv_prefiller_new(te_engine *e, const te_kv_prefiller_opts *o,
-                        te_kv_prefiller **out);
+TE_API int te_kv_prefiller_new(te_engine *e, const te_kv_prefiller_opts *o,
+                               te_kv_prefiller **out);
 
 /** Counters of a prefiller. */
 typedef struct te_kv_prefiller_stats {
@@ -191,19 +191,19 @@ typedef struct te_kv_prefiller_stats {
     uint64_t bytes;            /**< payload submitted */
 } te_kv_prefiller_stats;
 
-void te_kv_prefiller_stats_get(te_kv_prefiller *p, te_kv_prefiller_stats *out);
+TE_API void te_kv_prefiller_stats_get(te_kv_prefiller *p, te_kv_prefiller_stats *out);
 
 /**
  * CLOCK_MONOTONIC time (ns) at which the last layer of request `id` was
  * computed and its write submitted (of the last 256 requests), or 0: what
  * te-kv bench measures the decoder's notification against.
  */
-uint64_t te_kv_prefiller_last_layer_ns(te_kv_prefiller *p, uint64_t id);
+TE_API uint64_t te_kv_prefiller_last_layer_ns(te_kv_prefiller *p, uint64_t id);
 
 /** Stop serving (in-flight requests finish or fail first) and free. If
  *  writes are still outstanding past their deadline (+10 s) or the source
  *  cannot be deregistered, its memory is kept (leaked, logged). */
-void te_kv_prefiller_free(te_kv_prefiller *p);
+TE_API void te_kv_prefiller_free(te_kv_prefiller *p);
 
 /* -------------------------------------------------------------- decoder */
 
@@ -245,16 +245,16 @@ typedef struct te_kv_decoder_opts {
 /** The byte freed pages hold under te_kv_decoder_opts.poison_freed. */
 #define TE_KV_POISON 0xA5u
 
-int te_kv_decoder_new(te_engine *e, const te_kv_decoder_opts *o,
-                      te_kv_decoder **out);
+TE_API int te_kv_decoder_new(te_engine *e, const te_kv_decoder_opts *o,
+                             te_kv_decoder **out);
 
 /**
  * Add a prefiller by its engine address: the pool is registered once more
  * for it (so that it can be fenced alone) and a HELLO carries our address.
  * *id: the prefiller's index for te_kv_decoder_submit().
  */
-int te_kv_decoder_add_prefiller(te_kv_decoder *d, const void *addr,
-                                size_t len, uint32_t *id);
+TE_API int te_kv_decoder_add_prefiller(te_kv_decoder *d, const void *addr,
+                                       size_t len, uint32_t *id);
 
 /**
  * Ask prefiller `pf` for the KV of a `tokens`-token prompt as request `id`
@@ -264,47 +264,47 @@ int te_kv_decoder_add_prefiller(te_kv_decoder *d, const void *addr,
  * whole transfer (0: 60 s): past it the request fails and its prefiller is
  * fenced.
  */
-int te_kv_decoder_submit(te_kv_decoder *d, uint32_t pf, uint64_t id,
-                         uint32_t tokens, int timeout_ms, te_kv_done_fn cb,
-                         void *arg);
+TE_API int te_kv_decoder_submit(te_kv_decoder *d, uint32_t pf, uint64_t id,
+                                uint32_t tokens, int timeout_ms, te_kv_done_fn cb,
+                                void *arg);
 
 /** Cancel a request: cb gets -ECANCELED once its prefiller confirmed that no
  * write can land (or, silent, was fenced). -ENOENT for an unknown id. */
-int te_kv_decoder_cancel(te_kv_decoder *d, uint64_t id);
+TE_API int te_kv_decoder_cancel(te_kv_decoder *d, uint64_t id);
 
 /** Give back the pages of a completed request. -ENOENT if unknown, -EBUSY
  * while it is still in flight. */
-int te_kv_decoder_release(te_kv_decoder *d, uint64_t id);
+TE_API int te_kv_decoder_release(te_kv_decoder *d, uint64_t id);
 
 /** Pages of a completed request (n in/out) and the pool's memory. */
-int te_kv_decoder_pages(te_kv_decoder *d, uint64_t id, uint32_t *idx,
-                        uint32_t *n);
+TE_API int te_kv_decoder_pages(te_kv_decoder *d, uint64_t id, uint32_t *idx,
+                               uint32_t *n);
 
 /**
  * Check every byte a completed request's prefiller wrote (the pattern the
  * prefillers of this library write): 0, or -EIO naming the first wrong
  * layer/page/byte.
  */
-int te_kv_decoder_verify(te_kv_decoder *d, uint64_t id);
+TE_API int te_kv_decoder_verify(te_kv_decoder *d, uint64_t id);
 
 /** The pool (for counts). */
-te_kv_pool *te_kv_decoder_pool(te_kv_decoder *d);
+TE_API te_kv_pool *te_kv_decoder_pool(te_kv_decoder *d);
 
 /** Requests still in flight. */
-uint32_t te_kv_decoder_inflight(te_kv_decoder *d);
+TE_API uint32_t te_kv_decoder_inflight(te_kv_decoder *d);
 
 /**
  * Pages and hidden slots found overwritten while free (poison_freed): a
  * write that landed after its request's pages were returned. Must be 0.
  */
-uint64_t te_kv_decoder_late_writes(te_kv_decoder *d);
+TE_API uint64_t te_kv_decoder_late_writes(te_kv_decoder *d);
 
 /** Stop: every request in flight is cancelled or fenced first. After a
  *  failed revocation (pages quarantined) the pool memory is kept (leaked,
  *  logged): an old key may still write into it. It returns once no
  *  engine callback can reach the decoder any more; so it must not be
  *  called from a te_kv_done_fn (it would wait for itself). */
-void te_kv_decoder_free(te_kv_decoder *d);
+TE_API void te_kv_decoder_free(te_kv_decoder *d);
 
 /* ----------------------------------------------------------- membership */
 
@@ -328,31 +328,31 @@ typedef struct te_kv_member {
     uint8_t addr[TE_ADDR_MAX];
 } te_kv_member;
 
-int te_kv_store_open(const char *url, const char *cluster, te_kv_store **out);
+TE_API int te_kv_store_open(const char *url, const char *cluster, te_kv_store **out);
 /** Publish (or refresh) a record valid for ttl_s seconds. */
-int te_kv_store_register(te_kv_store *s, const char *name, const char *role,
-                         const void *addr, size_t len, uint32_t capacity,
-                         int ttl_s);
+TE_API int te_kv_store_register(te_kv_store *s, const char *name, const char *role,
+                                const void *addr, size_t len, uint32_t capacity,
+                                int ttl_s);
 /** Keep this member's record alive another ttl. A record that expired
  *  meanwhile (a process stopped or starved past its ttl: its etcd lease
  *  is gone, or its file record is past its expiry) is published again,
  *  so a member that was dropped from the list comes back while it lives.
  *  0: refreshed; 1: it had expired and was published again; <0: error
  *  (te_kv_last_error()). */
-int te_kv_store_keepalive(te_kv_store *s);
+TE_API int te_kv_store_keepalive(te_kv_store *s);
 /** Remove this member's record. <0 (te_kv_last_error()) when it could not
  *  be removed (etcd unreachable, the file not unlinked): it then stays
  *  listed until its ttl runs out; the call may be repeated. */
-int te_kv_store_unregister(te_kv_store *s);
+TE_API int te_kv_store_unregister(te_kv_store *s);
 /**
  * Live members of `role` (NULL: all) into out[0..max): returns how many
  * (possibly more than max). Records that do not parse are skipped with a
  * warning naming them (the log sink, te_set_log_fn; origin "te-kv"); the
  * others are returned.
  */
-int te_kv_store_list(te_kv_store *s, const char *role, te_kv_member *out,
-                     int max);
-void te_kv_store_close(te_kv_store *s);
+TE_API int te_kv_store_list(te_kv_store *s, const char *role, te_kv_member *out,
+                            int max);
+TE_API void te_kv_store_close(te_kv_store *s);
 
 #ifdef __cplusplus
 }

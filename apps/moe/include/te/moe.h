@@ -67,32 +67,32 @@ typedef struct te_moe_rank te_moe_rank;
  * descriptor (te_moe_rank_blob) and its config are exchanged by the
  * application (te_moe_rank_connect).
  */
-int te_moe_rank_new(te_engine *e, const te_moe_config *c, uint32_t rank,
-                    te_moe_rank **out);
+TE_API int te_moe_rank_new(te_engine *e, const te_moe_config *c, uint32_t rank,
+                           te_moe_rank **out);
 
 /**
  * What peers need to reach this rank: bytes (engine address, descriptor,
  * config and NIC count) to hand to every other rank's te_moe_rank_connect.
  * *len: buffer size in, bytes out.
  */
-int te_moe_rank_blob(te_moe_rank *r, void *buf, size_t *len);
+TE_API int te_moe_rank_blob(te_moe_rank *r, void *buf, size_t *len);
 
 /**
  * Connect to rank `peer` from its blob: refuses (-EINVAL naming the field)
  * a peer whose config (ranks, experts, topk, hidden, dtype, max_tokens,
  * private_rows) or NIC count differs.
  */
-int te_moe_rank_connect(te_moe_rank *r, uint32_t peer, const void *blob,
-                        size_t len);
+TE_API int te_moe_rank_connect(te_moe_rank *r, uint32_t peer, const void *blob,
+                               size_t len);
 
 /**
  * Routing of a batch on this rank: for token t, experts[t*k + j] and
  * weights[t*k + j] (j < k, distinct experts). The application (or
  * te_moe_route_random) decides.
  */
-int te_moe_route_random(const te_moe_config *c, uint32_t tokens,
-                        uint64_t seed, uint32_t skew, uint16_t *experts,
-                        float *weights);
+TE_API int te_moe_route_random(const te_moe_config *c, uint32_t tokens,
+                               uint64_t seed, uint32_t skew, uint16_t *experts,
+                               float *weights);
 
 /**
  * Run one batch: dispatch `tokens` tokens (fp32: tokens * hidden floats;
@@ -106,9 +106,9 @@ int te_moe_route_random(const te_moe_config *c, uint32_t tokens,
  * writes have ended (waiting up to timeout_ms more after a failure); if
  * they have not, later batches are refused with -EBUSY until they have.
  */
-int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
-                 const void *x, const uint16_t *experts, const float *weights,
-                 float *out);
+TE_API int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
+                        const void *x, const uint16_t *experts, const float *weights,
+                        float *out);
 
 /**
  * What this rank did in the last batch: writes submitted to each peer per
@@ -128,10 +128,10 @@ typedef struct te_moe_stats {
     double pack_us, post_us, experts_us;      /**< parts of the above */
 } te_moe_stats;
 
-void te_moe_rank_stats(te_moe_rank *r, te_moe_stats *out);
+TE_API void te_moe_rank_stats(te_moe_rank *r, te_moe_stats *out);
 
 /** The message of the last te_moe_* failure of this thread. */
-const char *te_moe_last_error(void);
+TE_API const char *te_moe_last_error(void);
 
 /**
  * Remove from the engine the peers te_moe_rank_connect() added (the
@@ -143,22 +143,22 @@ const char *te_moe_last_error(void);
  * batches fail with -ENOTCONN until the peers are connected again.
  * Returns 0 or the first te_peer_remove error.
  */
-int te_moe_rank_disconnect(te_moe_rank *r);
+TE_API int te_moe_rank_disconnect(te_moe_rank *r);
 
 /** Free the rank's buffers, registration and immediate space (the
  * engine's peers stay: te_moe_rank_disconnect). NULL is allowed. Writes
  * still in flight after timeout_ms, or a failed deregistration, leave the
  * memory they use allocated (an error logged through te_set_log_fn's sink,
  * origin "te-moe", says so). */
-void te_moe_rank_free(te_moe_rank *r);
+TE_API void te_moe_rank_free(te_moe_rank *r);
 
 /**
  * The dense single-process reference: the same result for all ranks'
  * tokens with no network (for tests and te-moe run).
  */
-int te_moe_reference(const te_moe_config *c, uint32_t rank, uint32_t tokens,
-                     const void *x, const uint16_t *experts,
-                     const float *weights, float *out);
+TE_API int te_moe_reference(const te_moe_config *c, uint32_t rank, uint32_t tokens,
+                            const void *x, const uint16_t *experts,
+                            const float *weights, float *out);
 
 #ifdef __cplusplus
 }

@@ -20,10 +20,10 @@ extern "C" {
 
 /** Devices visible to the CUDA runtime (0 when none or no driver; reason
  *  in te_moe_gpu_last_error()). */
-int te_moe_gpu_device_count(void);
+TE_API int te_moe_gpu_device_count(void);
 
 /** Message of the last failure of this header's functions. */
-const char *te_moe_gpu_last_error(void);
+TE_API const char *te_moe_gpu_last_error(void);
 
 /**
  * Route: for every destination rank d (one GPU thread each, tokens in
@@ -31,9 +31,9 @@ const char *te_moe_gpu_last_error(void);
  * t in d's dispatch slot, or UINT32_MAX when none of t's top-k experts
  * lives on d; rows[d] = rows for d. experts: [tokens][topk] ids.
  */
-int te_moe_gpu_route(const uint16_t *experts, uint32_t tokens, uint32_t topk,
-                     uint32_t ranks, uint32_t experts_per_rank, uint32_t *pos,
-                     uint32_t *rows, void *stream);
+TE_API int te_moe_gpu_route(const uint16_t *experts, uint32_t tokens, uint32_t topk,
+                            uint32_t ranks, uint32_t experts_per_rank, uint32_t *pos,
+                            uint32_t *rows, void *stream);
 
 /**
  * Pack the dispatch rows in libte-moe's layout: row pos[t*ranks+d] of
@@ -41,19 +41,19 @@ int te_moe_gpu_route(const uint16_t *experts, uint32_t tokens, uint32_t topk,
  * {token, nexp, experts[8] (u16), weights[8]} (the experts of t that live
  * on d, in top-k order) then the token's x_row_bytes.
  */
-int te_moe_gpu_pack(const void *x, uint32_t x_row_bytes, const uint16_t *experts,
-                    const float *weights, const uint32_t *pos, uint32_t tokens,
-                    uint32_t topk, uint32_t ranks, uint32_t experts_per_rank,
-                    uint64_t slot, uint64_t row_bytes, void *send, void *stream);
+TE_API int te_moe_gpu_pack(const void *x, uint32_t x_row_bytes, const uint16_t *experts,
+                           const float *weights, const uint32_t *pos, uint32_t tokens,
+                           uint32_t topk, uint32_t ranks, uint32_t experts_per_rank,
+                           uint64_t slot, uint64_t row_bytes, void *send, void *stream);
 
 /**
  * Combine: out[t] = 0 + partial of rank 0 + partial of rank 1 + ... (ranks
  * ascending, float32, the CPU path's order), the partial of rank d for
  * token t at comb + d*cslot + pos[t*ranks+d]*crow_bytes + 16.
  */
-int te_moe_gpu_combine(const void *comb, const uint32_t *pos, uint32_t tokens,
-                       uint32_t ranks, uint32_t hidden, uint64_t cslot,
-                       uint64_t crow_bytes, float *out, void *stream);
+TE_API int te_moe_gpu_combine(const void *comb, const uint32_t *pos, uint32_t tokens,
+                              uint32_t ranks, uint32_t hidden, uint64_t cslot,
+                              uint64_t crow_bytes, float *out, void *stream);
 
 /**
  * Post `count` entries to a proxy ring from the GPU (one thread, in
@@ -62,14 +62,14 @@ int te_moe_gpu_combine(const void *comb, const uint32_t *pos, uint32_t tokens,
  * timeout_cycles of clock64) for room; *status (device) gets -1 if it
  * gave up or the ring reported an error.
  */
-int te_moe_gpu_post(te_moe_ring *ring, unsigned long long *posted,
-                    const te_moe_ring_entry *entries, uint32_t count,
-                    long long timeout_cycles, int *status, void *stream);
+TE_API int te_moe_gpu_post(te_moe_ring *ring, unsigned long long *posted,
+                           const te_moe_ring_entry *entries, uint32_t count,
+                           long long timeout_cycles, int *status, void *stream);
 
 /** Spin on the GPU until flag == value (bounded); *status = 0, -1 on
  *  timeout, -2 if the flag reads TE_MOE_FLAG_FAILED. */
-int te_moe_gpu_wait_flag(const volatile uint32_t *flag, uint32_t value,
-                         long long timeout_cycles, int *status, void *stream);
+TE_API int te_moe_gpu_wait_flag(const volatile uint32_t *flag, uint32_t value,
+                                long long timeout_cycles, int *status, void *stream);
 
 #ifdef __cplusplus
 }

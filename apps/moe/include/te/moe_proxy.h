@@ -44,11 +44,11 @@ typedef struct te_moe_ring {
 } te_moe_ring;
 
 /** Bytes of shared memory for a ring of `entries` entries and `flags` flags. */
-size_t te_moe_ring_bytes(uint32_t entries, uint32_t flags);
+TE_API size_t te_moe_ring_bytes(uint32_t entries, uint32_t flags);
 
 /** The entry array and the flag array of a ring. */
-te_moe_ring_entry *te_moe_ring_entries(te_moe_ring *r);
-volatile uint32_t *te_moe_ring_flags(te_moe_ring *r);
+TE_API te_moe_ring_entry *te_moe_ring_entries(te_moe_ring *r);
+TE_API volatile uint32_t *te_moe_ring_flags(te_moe_ring *r);
 
 /** Flag value written when a watched expectation fails (timeout, cancel). */
 #define TE_MOE_FLAG_FAILED 0xffffffffu
@@ -59,12 +59,12 @@ typedef struct te_moe_proxy te_moe_proxy; /**< the proxy (opaque) */
  * Initialise the ring in `mem` (te_moe_ring_bytes() bytes, zeroed here) and
  * start the proxy thread on engine e (group 0). entries: a power of two.
  */
-int te_moe_proxy_create(te_engine *e, void *mem, uint32_t entries, uint32_t flags,
-                        te_moe_proxy **out);
+TE_API int te_moe_proxy_create(te_engine *e, void *mem, uint32_t entries, uint32_t flags,
+                               te_moe_proxy **out);
 
 /** Declare target `index` (< 64): writes go from `local` to `remote` of `peer`. */
-int te_moe_proxy_target(te_moe_proxy *p, uint32_t index, te_peer peer, te_mr *local,
-                        const te_mr_desc *remote);
+TE_API int te_moe_proxy_target(te_moe_proxy *p, uint32_t index, te_peer peer, te_mr *local,
+                               const te_mr_desc *remote);
 
 /**
  * Raise flag `flag` to `value` once `count` arrivals of imm are counted (or
@@ -73,23 +73,23 @@ int te_moe_proxy_target(te_moe_proxy *p, uint32_t index, te_peer peer, te_mr *lo
  * (te_imm_disarm: later arrivals of their imm stay banked for the next
  * user); one met just before destroy never writes its flag after it.
  */
-int te_moe_proxy_watch(te_moe_proxy *p, uint32_t imm, uint64_t count, uint32_t flag,
-                       uint32_t value, int timeout_ms);
+TE_API int te_moe_proxy_watch(te_moe_proxy *p, uint32_t imm, uint64_t count, uint32_t flag,
+                              uint32_t value, int timeout_ms);
 
 /** Counters: entries submitted, writes completed successfully. */
-void te_moe_proxy_counts(const te_moe_proxy *p, uint64_t *submitted, uint64_t *completed);
+TE_API void te_moe_proxy_counts(const te_moe_proxy *p, uint64_t *submitted, uint64_t *completed);
 
 /** Writes that failed (each also sets ring->error, first one's reason in
  *  te_moe_proxy_error()). Writes time out after 5 s in the engine. */
-uint64_t te_moe_proxy_failed(const te_moe_proxy *p);
+TE_API uint64_t te_moe_proxy_failed(const te_moe_proxy *p);
 
 /** The reason of the ring's error ("" while healthy). */
-const char *te_moe_proxy_error(const te_moe_proxy *p);
+TE_API const char *te_moe_proxy_error(const te_moe_proxy *p);
 
 /** Stop the thread, wait (at most 10 s) for the callbacks of writes in
  *  flight, and free; memory that late callbacks use is freed by the last
  *  of them. The ring memory may be freed once this returns. */
-void te_moe_proxy_destroy(te_moe_proxy *p);
+TE_API void te_moe_proxy_destroy(te_moe_proxy *p);
 
 #ifdef __cplusplus
 }

@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "te/te.h" /* TE_API, and the runtime part below */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -39,7 +41,7 @@ extern "C" {
 #define TE_WT_MAX_HEADER (100u << 20)
 
 /** Message of the most recent failure of a te_wt_* call on this thread. */
-const char *te_wt_last_error(void);
+TE_API const char *te_wt_last_error(void);
 
 /* ---------------------------------------------------------------- dtypes */
 
@@ -52,11 +54,11 @@ typedef enum te_wt_dtype {
 } te_wt_dtype;
 
 /** Bytes per element of a dtype (0 if out of range). */
-unsigned te_wt_dtype_size(te_wt_dtype d);
+TE_API unsigned te_wt_dtype_size(te_wt_dtype d);
 /** safetensors name of a dtype ("BF16"), "?" if out of range. */
-const char *te_wt_dtype_name(te_wt_dtype d);
+TE_API const char *te_wt_dtype_name(te_wt_dtype d);
 /** Parse a safetensors dtype name; -EINVAL for an unknown one. */
-int te_wt_dtype_parse(const char *name, te_wt_dtype *out);
+TE_API int te_wt_dtype_parse(const char *name, te_wt_dtype *out);
 
 /* -------------------------------------------------------------- metadata */
 
@@ -98,18 +100,18 @@ typedef struct te_wt_model {
  * __metadata__ (an object of strings). Never reads outside buf. Errors
  * (-EBADMSG, -EINVAL, -ERANGE, -E2BIG) name the tensor and the field.
  */
-int te_wt_safetensors_parse(const void *buf, size_t len, int data_size_known,
-                            te_wt_model **out);
+TE_API int te_wt_safetensors_parse(const void *buf, size_t len, int data_size_known,
+                                   te_wt_model **out);
 
 /** Read the header of a safetensors file (validated against the file size). */
-int te_wt_safetensors_load(const char *path, te_wt_model **out);
+TE_API int te_wt_safetensors_load(const char *path, te_wt_model **out);
 
 /**
  * Write a safetensors file for `m` whose data section is `data`
  * (m->data_bytes bytes, tensors at their offsets).
  */
-int te_wt_safetensors_write(const char *path, const te_wt_model *m,
-                            const void *data);
+TE_API int te_wt_safetensors_write(const char *path, const te_wt_model *m,
+                                   const void *data);
 
 /** Presets generated from published configs. */
 typedef enum te_wt_preset {
@@ -119,24 +121,24 @@ typedef enum te_wt_preset {
 } te_wt_preset;
 
 /** Build the tensor table of a preset (bf16 weights, contiguous offsets). */
-int te_wt_preset_model(te_wt_preset p, te_wt_model **out);
+TE_API int te_wt_preset_model(te_wt_preset p, te_wt_model **out);
 /** Find a preset by name ("kimi-k2", "deepseek-v3", "qwen3-235b", "small",
  *  "medium"). */
-int te_wt_preset_parse(const char *name, te_wt_preset *out);
+TE_API int te_wt_preset_parse(const char *name, te_wt_preset *out);
 /** Name of a preset. */
-const char *te_wt_preset_name(te_wt_preset p);
+TE_API const char *te_wt_preset_name(te_wt_preset p);
 
 /** Total parameters (elements) of a model. */
-uint64_t te_wt_model_params(const te_wt_model *m);
+TE_API uint64_t te_wt_model_params(const te_wt_model *m);
 /** Index of a tensor by name, or -ENOENT. */
-int64_t te_wt_model_find(const te_wt_model *m, const char *name);
+TE_API int64_t te_wt_model_find(const te_wt_model *m, const char *name);
 /**
  * Fingerprint of a model: FNV-1a over names, dtypes and shapes. Schedules
  * carry it so a schedule of another model is refused.
  */
-uint64_t te_wt_model_fingerprint(const te_wt_model *m);
+TE_API uint64_t te_wt_model_fingerprint(const te_wt_model *m);
 /** Free a model (NULL allowed). */
-void te_wt_model_free(te_wt_model *m);
+TE_API void te_wt_model_free(te_wt_model *m);
 
 /* ------------------------------------------------------------------ fp8 */
 
@@ -145,17 +147,17 @@ void te_wt_model_free(te_wt_model *m);
  * NaN, largest finite 448): round to nearest, ties to even; values beyond
  * 448 saturate to +-448; NaN stays NaN (0x7f with the sign).
  */
-uint8_t te_wt_fp8_e4m3_from_float(float x);
+TE_API uint8_t te_wt_fp8_e4m3_from_float(float x);
 /** Exact value of an fp8 E4M3 byte. */
-float te_wt_fp8_e4m3_to_float(uint8_t v);
+TE_API float te_wt_fp8_e4m3_to_float(uint8_t v);
 /** bf16 bits to float (exact). */
-float te_wt_bf16_to_float(uint16_t v);
+TE_API float te_wt_bf16_to_float(uint16_t v);
 
 /** fp8 block edge (DeepSeek-V3 / Kimi-K2 weight_scale_inv layout). */
 #define TE_WT_FP8_BLOCK 128
 
 /** Number of float scales of a rows x cols matrix quantised by blocks. */
-uint64_t te_wt_fp8_scale_count(uint64_t rows, uint64_t cols);
+TE_API uint64_t te_wt_fp8_scale_count(uint64_t rows, uint64_t cols);
 
 /**
  * Quantise a rows x cols row-major bf16 matrix: for each 128x128 block
@@ -163,8 +165,8 @@ uint64_t te_wt_fp8_scale_count(uint64_t rows, uint64_t cols);
  * out[i] = e4m3(x[i] / scale); scales row-major by block. Exactly what
  * the inference side dequantises with out * scale.
  */
-void te_wt_fp8_quantise_bf16(const uint16_t *in, uint64_t rows, uint64_t cols,
-                             uint8_t *out, float *scales);
+TE_API void te_wt_fp8_quantise_bf16(const uint16_t *in, uint64_t rows, uint64_t cols,
+                                    uint8_t *out, float *scales);
 
 /* ------------------------------------------------------------- sharding */
 
@@ -225,19 +227,19 @@ typedef struct te_wt_sharding {
  * a shape does not split (e.g. "tensor 'model.layers.0.self_attn.o_proj
  * .weight': dim 1 = 100 does not split over tp 8").
  */
-int te_wt_sharding_build(const te_wt_model *m, const te_wt_infer_layout *l,
-                         te_wt_sharding **out);
-void te_wt_sharding_free(te_wt_sharding *s);
+TE_API int te_wt_sharding_build(const te_wt_model *m, const te_wt_infer_layout *l,
+                                te_wt_sharding **out);
+TE_API void te_wt_sharding_free(te_wt_sharding *s);
 
 /**
  * Rows x cols of param p's part on a rank (before quantisation; elements of
  * the checkpoint dtype). Sets *rows0_of_member (array of p->members) to
  * the first row taken from each member and *mrows to each member's rows.
  */
-void te_wt_slice_geometry(const te_wt_model *m, const te_wt_sharding *s,
-                          uint32_t param, uint32_t rank, uint64_t *rows,
-                          uint64_t *cols, uint64_t *col0, uint64_t *mrow0,
-                          uint64_t *mrows);
+TE_API void te_wt_slice_geometry(const te_wt_model *m, const te_wt_sharding *s,
+                                 uint32_t param, uint32_t rank, uint64_t *rows,
+                                 uint64_t *cols, uint64_t *col0, uint64_t *mrow0,
+                                 uint64_t *mrows);
 
 /**
  * Produce the bytes an inference rank holds for param p from the full
@@ -245,18 +247,18 @@ void te_wt_slice_geometry(const te_wt_model *m, const te_wt_sharding *s,
  * fuse, and quantise when the param is fp8. `out` receives slice.bytes.
  */
 typedef const void *(*te_wt_tensor_data_fn)(uint32_t tensor, void *arg);
-int te_wt_slice_produce(const te_wt_model *m, const te_wt_sharding *s,
-                        const te_wt_slice *sl, te_wt_tensor_data_fn data,
-                        void *arg, void *out);
+TE_API int te_wt_slice_produce(const te_wt_model *m, const te_wt_sharding *s,
+                               const te_wt_slice *sl, te_wt_tensor_data_fn data,
+                               void *arg, void *out);
 
 /** FSDP: training rank r's part of tensor t, in elements -> bytes. */
-void te_wt_fsdp_range(const te_wt_tensor *t, uint32_t trainers, uint32_t rank,
-                      uint64_t *begin, uint64_t *end);
+TE_API void te_wt_fsdp_range(const te_wt_tensor *t, uint32_t trainers, uint32_t rank,
+                             uint64_t *begin, uint64_t *end);
 /** Bytes of training rank r's FSDP buffer (its parts, in tensor order). */
-uint64_t te_wt_fsdp_bytes(const te_wt_model *m, uint32_t trainers, uint32_t rank);
+TE_API uint64_t te_wt_fsdp_bytes(const te_wt_model *m, uint32_t trainers, uint32_t rank);
 /** Offset of tensor t's part within rank r's FSDP buffer. */
-uint64_t te_wt_fsdp_offset(const te_wt_model *m, uint32_t trainers,
-                           uint32_t rank, uint32_t tensor);
+TE_API uint64_t te_wt_fsdp_offset(const te_wt_model *m, uint32_t trainers,
+                                  uint32_t rank, uint32_t tensor);
 
 /* ------------------------------------------------------------- schedule */
 
@@ -292,10 +294,10 @@ typedef struct te_wt_schedule {
  * assigned in a ring of staging_bytes (0 = 1 GiB) per trainer.
  * Deterministic.
  */
-int te_wt_schedule_build(const te_wt_model *m, const te_wt_sharding *s,
-                         uint32_t trainers, uint32_t nics,
-                         uint64_t staging_bytes, te_wt_schedule **out);
-void te_wt_schedule_free(te_wt_schedule *s);
+TE_API int te_wt_schedule_build(const te_wt_model *m, const te_wt_sharding *s,
+                                uint32_t trainers, uint32_t nics,
+                                uint64_t staging_bytes, te_wt_schedule **out);
+TE_API void te_wt_schedule_free(te_wt_schedule *s);
 
 /** Summary of a schedule (te-weights plan). */
 typedef struct te_wt_summary {
@@ -306,21 +308,21 @@ typedef struct te_wt_summary {
     uint64_t rx_min, rx_max;               /**< bytes received per inference rank */
     double trainer_imbalance, receiver_imbalance; /**< max / mean */
 } te_wt_summary;
-void te_wt_schedule_summary(const te_wt_model *m, const te_wt_sharding *sh,
-                            const te_wt_schedule *s, te_wt_summary *out);
+TE_API void te_wt_schedule_summary(const te_wt_model *m, const te_wt_sharding *sh,
+                                   const te_wt_schedule *s, te_wt_summary *out);
 
 /** Serialised schedule format version. */
 #define TE_WT_SCHEDULE_VERSION 1
 /** Serialise (malloc'd buffer in *buf, its length in *len). */
-int te_wt_schedule_serialize(const te_wt_schedule *s, void **buf, size_t *len);
+TE_API int te_wt_schedule_serialize(const te_wt_schedule *s, void **buf, size_t *len);
 /**
  * Parse untrusted bytes. With m and sh given, the schedule must be of that
  * model (fingerprint) and layout and every slice, trainer and staging range
  * must be in bounds; errors name the field ("schedule is of model
  * fingerprint 0x.., this model is 0x..").
  */
-int te_wt_schedule_parse(const void *buf, size_t len, const te_wt_model *m,
-                         const te_wt_sharding *sh, te_wt_schedule **out);
+TE_API int te_wt_schedule_parse(const void *buf, size_t len, const te_wt_model *m,
+                                const te_wt_sharding *sh, te_wt_schedule **out);
 
 /* ------------------------------------------------------------ simulator */
 
@@ -344,9 +346,9 @@ typedef struct te_wt_sim_result {
     const char *bound;        /**< which term bounds it */
 } te_wt_sim_result;
 
-int te_wt_simulate(const te_wt_model *m, const te_wt_sharding *sh,
-                   const te_wt_schedule *s, const te_wt_sim_params *p,
-                   te_wt_sim_result *out);
+TE_API int te_wt_simulate(const te_wt_model *m, const te_wt_sharding *sh,
+                          const te_wt_schedule *s, const te_wt_sim_params *p,
+                          te_wt_sim_result *out);
 
 /* -------------------------------------------------------------- runtime */
 /*
@@ -364,7 +366,6 @@ int te_wt_simulate(const te_wt_model *m, const te_wt_sharding *sh,
  * (retired after the version, complete or not), so a late write of an
  * abandoned version is counted as stale, never for the next one.
  */
-#include "te/te.h"
 
 /** Most slices one inference rank may hold (the size of an imm space). */
 #define TE_WT_MAX_RANK_SLICES (1u << 24)
@@ -380,15 +381,15 @@ typedef struct te_wt_receiver te_wt_receiver; /**< an inference rank (opaque) */
  * buffers (the next param is gathered while the current one is written).
  * The engine's group 0 must have s->nics NICs.
  */
-int te_wt_trainer_create(te_engine *e, const te_wt_model *m,
-                         const te_wt_sharding *sh, const te_wt_schedule *s,
-                         uint32_t rank, te_wt_trainer **out);
+TE_API int te_wt_trainer_create(te_engine *e, const te_wt_model *m,
+                                const te_wt_sharding *sh, const te_wt_schedule *s,
+                                uint32_t rank, te_wt_trainer **out);
 /** Fill the FSDP buffer with this rank's parts of a safetensors checkpoint
  *  of the same model (only those bytes are read). */
-int te_wt_trainer_load(te_wt_trainer *t, const char *checkpoint);
+TE_API int te_wt_trainer_load(te_wt_trainer *t, const char *checkpoint);
 /** Publish <dir>/train-<rank> and connect to every other trainer's record
  *  (waiting at most timeout_ms for them to appear). */
-int te_wt_trainer_connect(te_wt_trainer *t, const char *dir, int timeout_ms);
+TE_API int te_wt_trainer_connect(te_wt_trainer *t, const char *dir, int timeout_ms);
 
 /** What one push did. */
 typedef struct te_wt_push_stats {
@@ -412,8 +413,8 @@ typedef struct te_wt_push_stats {
  * reusing the buffers. Requests complete through te_request.done: the
  * engine's completion queue is left to its other users.
  */
-int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
-                       int timeout_ms, te_wt_push_stats *st);
+TE_API int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
+                              int timeout_ms, te_wt_push_stats *st);
 /**
  * Progress of a push, called on the pushing thread after each param's
  * writes were submitted: writes and bytes submitted so far of the
@@ -423,24 +424,24 @@ typedef void (*te_wt_progress_fn)(uint64_t writes, uint64_t total_writes,
                                   uint64_t bytes, uint64_t total_bytes,
                                   uint64_t inflight, void *arg);
 /** Install (or clear, fn = NULL) the progress callback of a trainer. */
-void te_wt_trainer_set_progress(te_wt_trainer *t, te_wt_progress_fn fn, void *arg);
+TE_API void te_wt_trainer_set_progress(te_wt_trainer *t, te_wt_progress_fn fn, void *arg);
 
 /**
  * Wait (<= timeout_ms) until every other trainer has finished pushing
  * `version` (no one gathers that version from this rank's shard any more):
  * call it before te_wt_trainer_load() of the next version.
  */
-int te_wt_trainer_wait_done(te_wt_trainer *t, const char *dir, uint32_t version,
-                            int timeout_ms);
-void te_wt_trainer_destroy(te_wt_trainer *t);
+TE_API int te_wt_trainer_wait_done(te_wt_trainer *t, const char *dir, uint32_t version,
+                                   int timeout_ms);
+TE_API void te_wt_trainer_destroy(te_wt_trainer *t);
 
 /**
  * An inference rank: two weight buffers of sh->rank_bytes[rank] (live and
  * standby), registered remote-writable on group 0 of e.
  */
-int te_wt_receiver_create(te_engine *e, const te_wt_model *m,
-                          const te_wt_sharding *sh, const te_wt_schedule *s,
-                          uint32_t rank, te_wt_receiver **out);
+TE_API int te_wt_receiver_create(te_engine *e, const te_wt_model *m,
+                                 const te_wt_sharding *sh, const te_wt_schedule *s,
+                                 uint32_t rank, te_wt_receiver **out);
 
 /** Outcome of one version at a receiver. */
 typedef struct te_wt_update_report {
@@ -460,20 +461,20 @@ typedef struct te_wt_update_report {
  * write can land in it) and -ETIMEDOUT is returned with the missing
  * tensors in the report. Never half-applies a version.
  */
-int te_wt_receiver_update(te_wt_receiver *r, const char *dir, uint32_t version,
-                          int timeout_ms, te_wt_update_report *rep);
+TE_API int te_wt_receiver_update(te_wt_receiver *r, const char *dir, uint32_t version,
+                                 int timeout_ms, te_wt_update_report *rep);
 /**
  * Wait (<= timeout_ms) until every trainer has finished its push of
  * `version` (all its operations completed). A receiver has every byte of a
  * complete version before the writers have their completions: call this
  * before shutting the engine down, or a trainer sees its last writes fail.
  */
-int te_wt_receiver_wait_trainers(te_wt_receiver *r, const char *dir,
-                                 uint32_t version, int timeout_ms);
+TE_API int te_wt_receiver_wait_trainers(te_wt_receiver *r, const char *dir,
+                                        uint32_t version, int timeout_ms);
 
 /** The live buffer (NULL before the first version) and its version. */
-const uint8_t *te_wt_receiver_live(const te_wt_receiver *r, uint32_t *version);
-void te_wt_receiver_destroy(te_wt_receiver *r);
+TE_API const uint8_t *te_wt_receiver_live(const te_wt_receiver *r, uint32_t *version);
+TE_API void te_wt_receiver_destroy(te_wt_receiver *r);
 
 #ifdef __cplusplus
 }
