@@ -20,7 +20,52 @@ struct srv_engine {
     te_engine *e;
     uint8_t *buf;
     te_mr *mr;
+    /* engine.progress = caller: the server's application thread that
+     * progresses it (spinning, then te_progress_wait when idle) */
+    pthread_t pump;
+    int pumping;
+    atomic_int pump_stop;
 };
+
+/* A caller-driven engine has no threads: the server gives it one, as a
+ * latency-bound application would (busy while there is work, blocking on
+ * the engine's wait objects after 200 us without any). */
+static void *pump_main(void *arg)
+{
+    struct srv_engine *x = arg;
+    uint64_t idle_since = 0;
+    while (!atomic_load_explicit(&x->pump_stop, memory_order_relaxed)) {
+        if (te_progress(x->e, -1, 0) > 0) {
+            idle_since = 0;
+            continue;
+        }
+        uint64_t now = tb_now_ns();
+        if (!idle_since)
+            idle_since = now;
+        else if (now - idle_since > 200000)
+            te_progress_wait(x->e, -1, 5);
+    }
+    return NULL;
+}
+
+static int pump_start(struct srv_engine *x)
+{
+    if (te_progress(x->e, -1, 0) == -EINVAL) /* thread mode */
+        return 0;
+    atomic_store(&x->pump_stop, 0);
+    int rc = pthread_create(&x->pump, NULL, pump_main, x);
+    x->pumping = rc == 0;
+    return -rc;
+}
+
+static void pump_stop(struct srv_engine *x)
+{
+    if (!x->pumping)
+        return;
+    atomic_store(&x->pump_stop, 1);
+    pthread_join(x->pump, NULL);
+    x->pumping = 0;
+}
 
 /* Latency stamps of one TB_ARM_LAT window. */
 struct lat_slot {
@@ -104,6 +149,7 @@ static void teardown(struct srv *s)
     for (uint32_t i = 0; i < s->nengines; i++) {
         struct srv_engine *x = &s->eng[i];
         if (x->e) {
+            pump_stop(x);
             if (x->mr)
                 te_mr_dereg(x->e, x->mr);
             te_engine_destroy(x->e);
@@ -182,6 +228,10 @@ static int do_setup(struct srv *s, const void *msg, size_t len)
                               s->probe, &x->e, err, sizeof(err));
         if (rc)
             break;
+        if ((rc = pump_start(x))) {
+            snprintf(err, sizeof(err), "progress thread: %s", strerror(-rc));
+            break;
+        }
         x->buf = tb_alloc(s->region);
         if (!x->buf) {
             rc = -ENOMEM;
