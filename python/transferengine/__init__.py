@@ -7,10 +7,12 @@ NIC (te/te.h), zero-copy with numpy arrays and torch tensors.
         ...
         e.submit(te.write(peer, mr, remote_desc, n, imm=7)).result()
 
-Every te.h function is reachable: the classes below wrap them, and
-``transferengine.lib`` / ``transferengine.ffi`` expose the raw cffi ones.
+The library's log goes to the logger "transferengine" (transferengine.log,
+docs/logging.md). Every te.h function is reachable: the classes below wrap
+them, and ``transferengine.lib`` / ``transferengine.ffi`` expose the raw cffi ones.
 docs/python.md has the guide."""
 from ._lib import TEError, ffi, lib, last_error
+from . import log  # noqa: F401  (first: routes the library's log to logging)
 from .buffers import aligned_empty
 from .config import Config
 from .engine import Engine, NicInfo, PathInfo, cap_names
@@ -39,4 +41,4 @@ __all__ = ["Engine", "Config", "aligned_empty", "TEError", "MemoryRegion", "Desc
            "SpaceStats", "NicInfo", "PathInfo", "write", "read", "paged",
            "scatter", "barrier", "send", "version", "strerror", "cap_names",
            "last_error", "REMOTE_READ", "REMOTE_WRITE", "LOCAL", "MEM_HOST",
-           "MEM_CUDA", "ffi", "lib"]
+           "MEM_CUDA", "ffi", "lib", "log"]

@@ -159,6 +159,13 @@ typedef struct te_request {
 const char *te_strerror(int err);
 const char *te_last_error(void);
 const char *te_version(void);
+enum te_log_level { TE_LOG_ERROR = 0, TE_LOG_WARN = 1, TE_LOG_INFO = 2,
+                    TE_LOG_DEBUG = 3 };
+typedef void (*te_log_fn)(int level, const char *origin, const char *msg,
+                          void *arg);
+void te_set_log_fn(te_log_fn fn, void *arg);
+void te_set_log_level(int level);
+void te_log_printf(int level, const char *origin, const char *fmt, ...);
 te_config *te_config_new(void);
 void te_config_free(te_config *cfg);
 int te_config_load_file(te_config *cfg, const char *path);
@@ -283,6 +290,8 @@ extern "Python" void tepy_on_done(const te_completion *c, void *arg);
 extern "Python" void tepy_on_imm(uint32_t imm, int status, void *arg);
 extern "Python" void tepy_on_recv(int group, te_peer from, const void *data,
                                   size_t len, void *arg);
+extern "Python" void tepy_on_log(int level, const char *origin,
+                                 const char *msg, void *arg);
 """
 
 # The union's members as named structs of the same layout; the static
