@@ -81,7 +81,10 @@ struct te_plugin_host {
      */
     void (*set_error)(void *host_ctx, const char *fmt, ...)
         __attribute__((format(printf, 2, 3)));
-    /** Log a message at the given level (0 error .. 3 debug). */
+    /** Log a message at the given level (0 error .. 3 debug): filtered by
+     *  engine.log_level and te_set_log_level(), handed to the application's
+     *  sink (te_set_log_fn) with the plugin's name as origin (a leading
+     *  "<name>: " is dropped there). Safe to call from any thread. */
     void (*log)(void *host_ctx, int level, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
     /*
