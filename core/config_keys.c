@@ -55,6 +55,12 @@ const struct te_config_key te_engine_keys[] = {
      "callback thread; caller = no engine threads, the application calls "
      "te_progress()/te_progress_wait() and callbacks run inside them "
      "(docs/progress.md)"},
+    {"busy_wait", "nap",
+     "idle_wait = block, with requests of the group in flight: nap = sleep "
+     "idle_sleep_us between polls (a submission still wakes the worker at "
+     "once; completions are taken in batches, and peers need not ring it); "
+     "block = block on the NICs' wait objects as when nothing is in flight "
+     "(docs/progress.md)"},
     {"idle_block_max_ms", "100",
      "longest a blocked idle worker waits with no event and no deadline due "
      "(a safety net for a transport whose wait object misses an event); "

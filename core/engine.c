@@ -120,6 +120,14 @@ static int read_settings(const te_config *cfg, struct te_settings *s)
     else
         return te_fail(-EINVAL, "engine.progress = \"%s\": must be thread "
                        "or caller", pm);
+    const char *bw = te_config_get_str(cfg, "engine", "busy_wait", "nap");
+    if (strcmp(bw, "nap") == 0)
+        s->busy_nap = 1;
+    else if (strcmp(bw, "block") == 0)
+        s->busy_nap = 0;
+    else
+        return te_fail(-EINVAL, "engine.busy_wait = \"%s\": must be nap or "
+                       "block", bw);
     const char *iw = te_config_get_str(cfg, "engine", "idle_wait", "block");
     if (strcmp(iw, "block") == 0)
         s->idle_block = 1;

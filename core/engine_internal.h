@@ -51,6 +51,7 @@ struct te_settings {
     uint32_t idle_spin_us;
     uint32_t idle_sleep_us;
     int idle_block;                  /* engine.idle_wait = block */
+    int busy_nap;                    /* engine.busy_wait = nap */
     int caller_progress;             /* engine.progress = caller */
     uint32_t idle_block_max_ms;      /* longest block without a deadline */
     uint32_t request_timeout_ms;

@@ -1,7 +1,9 @@
+#define _GNU_SOURCE /* ppoll */
 /* Blocking an idle worker on its NICs' wait objects (see wait.h). */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -102,6 +104,24 @@ int te_group_block_timeout_ms(struct te_engine *e, struct te_group *g,
     return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
 
+/* Requests in flight (engine.busy_wait = nap): sleep idle_sleep_us, as a
+ * sleep-polling worker does, but on the wake eventfd, so a submission still
+ * ends it at once. The NICs are not armed: their completions are taken in
+ * batches when the nap ends, and peers need not ring us. */
+static void nap(struct te_engine *e, struct te_group *g)
+{
+    struct pollfd p = {.fd = g->wake_fd, .events = POLLIN};
+    struct timespec ts = {(time_t)(e->s.idle_sleep_us / 1000000u),
+                          (long)(e->s.idle_sleep_us % 1000000u) * 1000L};
+    int n = ppoll(&p, 1, &ts, NULL);
+    atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);
+    if (n > 0) {
+        uint64_t v;
+        ssize_t rc = read(g->wake_fd, &v, sizeof(v));
+        (void)rc;
+    }
+}
+
 void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t)
 {
     const struct te_plugin_ops *P = e->plugin.ops;
@@ -110,6 +130,10 @@ void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t)
     int busy = te_mpsc_size(g->subq) ||
                atomic_load_explicit(&g->ctl_pending, memory_order_relaxed) ||
                atomic_load_explicit(&e->stopping, memory_order_relaxed);
+    if (!busy && g->inflight_reqs && e->s.busy_nap && e->s.idle_sleep_us) {
+        nap(e, g);
+        return;
+    }
     for (uint32_t i = 0; i < g->nic_count && !busy; i++) {
         if (g->nics[i].recv_to_post && !g->nics[i].recv_broken)
             busy = 1;

@@ -20,9 +20,11 @@
 
 #include "te_test.h"
 
+/* busy_wait = block: with requests in flight the default naps (a timed
+ * wake-up), which would hide a missed NIC wake-up. */
 #define NO_TIMED_WAKEUPS                                                       \
     "[engine]\nidle_spin_us = 0\nidle_block_max_ms = 0\nheartbeat_ms = 0\n"   \
-    "request_timeout_ms = 0\npeer_timeout_ms = 0\n"
+    "request_timeout_ms = 0\npeer_timeout_ms = 0\nbusy_wait = block\n"
 
 enum { ROUNDS = 400, WAIT_MS = 20000 };
 
@@ -212,6 +214,9 @@ START_TEST(bad_idle_wait_is_named)
     ck_assert_msg(strstr(te_last_error(), "idle_wait") &&
                       strstr(te_last_error(), "nap"),
                   "%s", te_last_error());
+    rc = te_test_engine_try("[engine]\nbusy_wait = doze\n", &e);
+    ck_assert_int_eq(rc, -EINVAL);
+    ck_assert_msg(strstr(te_last_error(), "busy_wait"), "%s", te_last_error());
     rc = te_test_engine_try("[engine]\nidle_block_max_ms = -1\n", &e);
     ck_assert_int_eq(rc, -EINVAL);
     ck_assert_msg(strstr(te_last_error(), "idle_block_max_ms"), "%s",

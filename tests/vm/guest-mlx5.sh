@@ -50,7 +50,7 @@ step "conformance, workers blocking with no timed wake-up (rxe0, 1 remote)" \
   timeout 240 "$conf" "${common[@]}" --remotes 1 \
   --set engine.idle_spin_us=0 --set engine.idle_block_max_ms=0 \
   --set engine.heartbeat_ms=0 --set engine.peer_timeout_ms=0 \
-  --set engine.request_timeout_ms=0
+  --set engine.request_timeout_ms=0 --set engine.busy_wait=block
 # Caller-driven progress (docs/progress.md) on verbs.
 step "conformance, caller-driven progress (rxe0+rxe1, 1 remote)" \
   timeout 240 "$conf" "${common[@]}" --remotes 1 \
