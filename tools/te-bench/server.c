@@ -48,13 +48,21 @@ static void *pump_main(void *arg)
     return NULL;
 }
 
-static int pump_start(struct srv_engine *x)
+/* cpu >= 0 (--pin with one engine): the last CPU, where thread mode
+ * pins the receiving worker. */
+static int pump_start(struct srv_engine *x, long cpu)
 {
     if (te_progress(x->e, -1, 0) == -EINVAL) /* thread mode */
         return 0;
     atomic_store(&x->pump_stop, 0);
     int rc = pthread_create(&x->pump, NULL, pump_main, x);
     x->pumping = rc == 0;
+    if (!rc && cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET((int)cpu, &set);
+        pthread_setaffinity_np(x->pump, sizeof(set), &set);
+    }
     return -rc;
 }
 
@@ -228,7 +236,9 @@ static int do_setup(struct srv *s, const void *msg, size_t len)
                               s->probe, &x->e, err, sizeof(err));
         if (rc)
             break;
-        if ((rc = pump_start(x))) {
+        long last = sysconf(_SC_NPROCESSORS_ONLN) - 1;
+        if ((rc = pump_start(x, s->o->pin && su->engines == 1 && last > 0
+                                    ? last : -1))) {
             snprintf(err, sizeof(err), "progress thread: %s", strerror(-rc));
             break;
         }
