@@ -84,6 +84,23 @@ static uint64_t te_default_u64(const char *key)
     return 0;
 }
 
+/* A key of [engine] that is one of two words: *out = 0 for off, 1 for
+ * on; the default is the key table's. */
+static int two_way(const te_config *cfg, const char *key, const char *off,
+                   const char *on, int *out)
+{
+    const char *def = "";
+    for (const struct te_config_key *k = te_engine_keys; k->name; k++)
+        if (strcmp(k->name, key) == 0 && k->default_value)
+            def = k->default_value;
+    const char *v = te_config_get_str(cfg, "engine", key, def);
+    if (strcmp(v, off) != 0 && strcmp(v, on) != 0)
+        return te_fail(-EINVAL, "engine.%s = \"%s\": must be %s or %s", key,
+                       v, off, on);
+    *out = strcmp(v, on) == 0;
+    return 0;
+}
+
 static int read_settings(const te_config *cfg, struct te_settings *s)
 {
     uint64_t v;
@@ -112,30 +129,11 @@ static int read_settings(const te_config *cfg, struct te_settings *s)
     U32("log_level", 0, 3, log_level);
     U32("heartbeat_ms", 0, 1u << 31, heartbeat_ms);
 #undef U32
-    const char *pm = te_config_get_str(cfg, "engine", "progress", "thread");
-    if (strcmp(pm, "thread") == 0)
-        s->caller_progress = 0;
-    else if (strcmp(pm, "caller") == 0)
-        s->caller_progress = 1;
-    else
-        return te_fail(-EINVAL, "engine.progress = \"%s\": must be thread "
-                       "or caller", pm);
-    const char *bw = te_config_get_str(cfg, "engine", "busy_wait", "nap");
-    if (strcmp(bw, "nap") == 0)
-        s->busy_nap = 1;
-    else if (strcmp(bw, "block") == 0)
-        s->busy_nap = 0;
-    else
-        return te_fail(-EINVAL, "engine.busy_wait = \"%s\": must be nap or "
-                       "block", bw);
-    const char *iw = te_config_get_str(cfg, "engine", "idle_wait", "block");
-    if (strcmp(iw, "block") == 0)
-        s->idle_block = 1;
-    else if (strcmp(iw, "sleep") == 0)
-        s->idle_block = 0;
-    else
-        return te_fail(-EINVAL, "engine.idle_wait = \"%s\": must be block "
-                       "or sleep", iw);
+    if ((rc = two_way(cfg, "progress", "thread", "caller",
+                      &s->caller_progress)) ||
+        (rc = two_way(cfg, "busy_wait", "block", "nap", &s->busy_nap)) ||
+        (rc = two_way(cfg, "idle_wait", "sleep", "block", &s->idle_block)))
+        return rc;
     if ((rc = te_config_get_bool(cfg, "engine", "shard_by_speed", 1,
                                  &s->shard_by_speed)))
         return rc;

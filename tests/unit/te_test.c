@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int te_test_run(const char *suite, const te_tcase *cases)
@@ -206,6 +207,42 @@ pid_t te_test_fork(int *wr, int *rd)
     *wr = pid ? down[1] : up[1];
     *rd = pid ? up[0] : down[0];
     return pid;
+}
+
+void te_test_imm_target_start(te_test_imm_target *t, const char *ini,
+                              uint32_t imm, uint64_t count, int wait_ms)
+{
+    t->pid = te_test_fork(&t->wr, &t->rd);
+    if (t->pid == 0) {
+        te_engine *e;
+        uint8_t *buf = calloc(1, 4096);
+        te_mr *mr = NULL;
+        te_mr_desc d;
+        if (te_test_engine_try(ini, &e) ||
+            te_mr_reg(e, 0, buf, 4096, TE_MR_REMOTE_WRITE, TE_MEM_HOST,
+                      &mr) ||
+            te_mr_describe(mr, &d) || te_test_send_endpoint(t->wr, e, &d))
+            _exit(2);
+        int rc = te_imm_wait(e, imm, count, wait_ms);
+        char b;
+        te_test_read_all(t->rd, &b, 1); /* the parent is done */
+        te_mr_dereg(e, mr);
+        te_engine_destroy(e);
+        _exit(rc ? 3 : 0);
+    }
+    ck_assert_int_eq(te_test_recv_endpoint(t->rd, t->addr, &t->alen,
+                                           &t->desc), 0);
+}
+
+int te_test_imm_target_end(te_test_imm_target *t)
+{
+    char b = 1;
+    ck_assert_int_eq(te_test_write_all(t->wr, &b, 1), 0);
+    int st;
+    ck_assert_int_eq(waitpid(t->pid, &st, 0), t->pid);
+    close(t->wr);
+    close(t->rd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 int te_test_write_all(int fd, const void *p, size_t n)

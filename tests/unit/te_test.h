@@ -144,6 +144,23 @@ void te_test_sleep_ms(int ms);
  * (the other ends closed). The fork is asserted. */
 pid_t te_test_fork(int *wr, int *rd);
 
+/* A forked WriteImm target: an engine from `ini` with a 4 KiB remotely
+ * writable region whose endpoint the parent receives (addr, alen, desc),
+ * then te_imm_wait(imm, count, wait_ms) in the child. te_test_imm_target_end
+ * releases it and returns its exit status: 0 when the immediates came, 3
+ * when they did not, 2 when it could not set up. */
+typedef struct te_test_imm_target {
+    pid_t pid;
+    int wr, rd;
+    uint8_t addr[TE_ADDR_MAX];
+    size_t alen;
+    te_mr_desc desc;
+} te_test_imm_target;
+
+void te_test_imm_target_start(te_test_imm_target *t, const char *ini,
+                              uint32_t imm, uint64_t count, int wait_ms);
+int te_test_imm_target_end(te_test_imm_target *t);
+
 /* All n bytes written / read (retrying short transfers): 0, or -1. */
 int te_test_write_all(int fd, const void *p, size_t n);
 int te_test_read_all(int fd, void *p, size_t n);

@@ -80,56 +80,24 @@ END_TEST
  * child is the target, the parent waits for responses. */
 START_TEST(no_lost_wakeup_two_processes)
 {
-    int down[2], up[2];
-    ck_assert_int_eq(pipe(down), 0);
-    ck_assert_int_eq(pipe(up), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        te_engine *e;
-        uint8_t *buf = calloc(1, 4096);
-        int rc = te_test_engine_try(NO_TIMED_WAKEUPS, &e);
-        te_mr *mr = NULL;
-        te_mr_desc d;
-        if (rc || te_mr_reg(e, 0, buf, 4096, TE_MR_REMOTE_WRITE,
-                            TE_MEM_HOST, &mr) || te_mr_describe(mr, &d) ||
-            te_test_send_endpoint(up[1], e, &d))
-            _exit(2);
-        rc = te_imm_wait(e, 11, ROUNDS, WAIT_MS);
-        char b = 0;
-        te_test_read_all(down[0], &b, 1); /* the parent is done */
-        te_mr_dereg(e, mr);
-        te_engine_destroy(e);
-        _exit(rc ? 3 : 0);
-    }
-    uint8_t addr[TE_ADDR_MAX];
-    size_t alen;
-    te_mr_desc d;
-    ck_assert_int_eq(te_test_recv_endpoint(up[0], addr, &alen, &d), 0);
+    te_test_imm_target t;
+    te_test_imm_target_start(&t, NO_TIMED_WAKEUPS, 11, ROUNDS, WAIT_MS);
     te_engine *e = te_test_engine(NO_TIMED_WAKEUPS);
     uint8_t *src = calloc(1, 4096);
     te_mr *mr = te_test_reg(e, src, 4096, 0, NULL);
     te_peer p;
-    ck_assert_msg(te_peer_add(e, 0, addr, alen, &p) == 0, "%s",
+    ck_assert_msg(te_peer_add(e, 0, t.addr, t.alen, &p) == 0, "%s",
                   te_last_error());
     for (int k = 0; k < ROUNDS; k++) {
-        te_request r;
-        te_request_init(&r, TE_OP_WRITE);
+        te_request r = te_test_write(p, mr, &t.desc, 64, 0);
         r.flags = TE_F_IMM;
         r.imm = 11;
-        r.u.xfer.peer = p;
-        r.u.xfer.local = mr;
-        r.u.xfer.remote = &d;
-        r.u.xfer.len = 64;
         ck_assert_int_ge(te_submit(e, &r), 0);
         te_test_complete(e, 1, WAIT_MS);
     }
-    char b = 1;
-    ck_assert_int_eq(te_test_write_all(down[1], &b, 1), 0);
-    int st;
-    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                  "child: status %d (3: its te_imm_wait timed out)", st);
+    int st = te_test_imm_target_end(&t);
+    ck_assert_msg(st == 0, "child: status %d (3: its te_imm_wait timed out)",
+                  st);
     te_mr_dereg(e, mr);
     te_engine_destroy(e);
     free(src);

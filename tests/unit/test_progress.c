@@ -280,48 +280,19 @@ END_TEST
  * its caller-mode initiator with te_progress_wait alone. */
 START_TEST(progress_wait_two_processes)
 {
-    int down[2], up[2];
-    ck_assert_int_eq(pipe(down), 0);
-    ck_assert_int_eq(pipe(up), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        te_engine *e;
-        uint8_t *buf = calloc(1, 4096);
-        te_mr *mr = NULL;
-        te_mr_desc d;
-        if (te_test_engine_try("", &e) ||
-            te_mr_reg(e, 0, buf, 4096, TE_MR_REMOTE_WRITE, TE_MEM_HOST,
-                      &mr) ||
-            te_mr_describe(mr, &d) || te_test_send_endpoint(up[1], e, &d))
-            _exit(2);
-        int rc = te_imm_wait(e, 13, 200, WAIT_MS);
-        char b;
-        te_test_read_all(down[0], &b, 1);
-        te_mr_dereg(e, mr);
-        te_engine_destroy(e);
-        _exit(rc ? 3 : 0);
-    }
-    uint8_t addr[TE_ADDR_MAX];
-    size_t alen;
-    te_mr_desc d;
-    ck_assert_int_eq(te_test_recv_endpoint(up[0], addr, &alen, &d), 0);
+    te_test_imm_target t;
+    te_test_imm_target_start(&t, "", 13, 200, WAIT_MS);
     te_engine *e = te_test_engine(CALLER);
     uint8_t *src = calloc(1, 4096);
     te_mr *mr = te_test_reg(e, src, 4096, 0, NULL);
     te_peer p;
-    ck_assert_msg(te_peer_add(e, 0, addr, alen, &p) == 0, "%s",
+    ck_assert_msg(te_peer_add(e, 0, t.addr, t.alen, &p) == 0, "%s",
                   te_last_error());
     atomic_store(&done_count, 0);
     for (int k = 0; k < 200; k++) {
-        te_request r;
-        te_request_init(&r, TE_OP_WRITE);
+        te_request r = te_test_write(p, mr, &t.desc, 64, 0);
         r.flags = TE_F_IMM;
         r.imm = 13;
-        r.u.xfer.peer = p;
-        r.u.xfer.local = mr;
-        r.u.xfer.remote = &d;
-        r.u.xfer.len = 64;
         r.done = on_done;
         ck_assert_int_ge(te_submit(e, &r), 0);
         int64_t end = te_test_now_ms() + WAIT_MS;
@@ -330,11 +301,8 @@ START_TEST(progress_wait_two_processes)
         ck_assert_int_eq(atomic_load(&done_count), k + 1);
         ck_assert_int_eq(cb_status, 0);
     }
-    char b = 1;
-    ck_assert_int_eq(te_test_write_all(down[1], &b, 1), 0);
-    int st;
-    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d", st);
+    int st = te_test_imm_target_end(&t);
+    ck_assert_msg(st == 0, "child: status %d", st);
     te_mr_dereg(e, mr);
     te_engine_destroy(e);
     free(src);
