@@ -33,6 +33,10 @@ struct te_kv_store {
     CURL *curl;
 };
 
+/* Wall-clock time on purpose: a membership record's expiry is read by
+ * other processes (on other hosts, through a shared directory), where only
+ * the wall clock means the same thing. It is a lease, not a wait: no
+ * thread sleeps until it (the core's waits are monotonic, core/te_clock.h). */
 static uint64_t unix_ms(void)
 {
     struct timespec ts;
