@@ -42,8 +42,9 @@ static void *pump_main(void *arg)
         uint64_t now = tb_now_ns();
         if (!idle_since)
             idle_since = now;
-        else if (now - idle_since > 200000)
-            te_progress_wait(x->e, -1, 5);
+        else if (now - idle_since > 200000 &&
+                 te_progress_wait(x->e, -1, 5) > 0)
+            idle_since = 0; /* woken by work: spin again */
     }
     return NULL;
 }
