@@ -470,6 +470,14 @@ TE_API int64_t te_submit(te_engine *e, const te_request *r)
                        "(engine.submit_queue_depth = %u); retry later",
                        op_name(r->op), g->index, e->s.submit_queue_depth);
     }
+    if (e->s.caller_progress) {
+        /* Caller-driven: post now if no thread is in the group's turn
+         * (that one posts it); callbacks still run only in te_progress. */
+        if (pthread_mutex_trylock(&g->progress_lock) == 0) {
+            te_worker_post_now(e, g, g->turn);
+            pthread_mutex_unlock(&g->progress_lock);
+        }
+    }
     te_group_wake(g);
     return id;
 }

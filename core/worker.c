@@ -225,6 +225,20 @@ int te_worker_turn(struct te_engine *e, struct te_group *g, struct turn *t)
     return t->did_work;
 }
 
+void te_worker_post_now(struct te_engine *e, struct te_group *g,
+                        struct turn *t)
+{
+    t->now_ns = te_now_ns();
+    void *items[TE_SUBMIT_BATCH];
+    size_t n = te_mpsc_pop(g->subq, items, TE_SUBMIT_BATCH);
+    for (size_t i = 0; i < n; i++)
+        te_post_accept(e, g, t, items[i]);
+    for (uint32_t i = 0; i < g->nic_count; i++)
+        if (g->nics[i].active)
+            te_post_nic(e, g, t, &g->nics[i]);
+    te_turn_flush(e, t);
+}
+
 /* Fail everything still queued; give posted operations a bounded time to
  * come back, then fail their requests too: every request completes once. */
 static void worker_shutdown(struct te_engine *e, struct te_group *g,

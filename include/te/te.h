@@ -790,6 +790,10 @@ TE_API int te_set_recv_handler(te_engine *e, int group, te_recv_fn fn, void *arg
  *    heartbeats and peer liveness are checked only while the engine is
  *    progressed.
  *
+ * te_submit() in caller mode posts the request itself when no other
+ * thread is in the group's turn (the operation leaves at once); its
+ * completion and callbacks still wait for a progress call.
+ *
  * Thread rules in caller mode: one thread at a time progresses a group
  * (another gets -EBUSY, never a deadlock); any thread may submit, add and
  * remove peers (run at once, waiting for a progress call of the group in
