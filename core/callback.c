@@ -293,6 +293,8 @@ int te_callbacks_add_timer(struct te_callbacks *cb, uint64_t deadline_ns,
     if (cb->events.waiters)
         pthread_cond_signal(&cb->events.cond);
     pthread_mutex_unlock(&cb->events.lock);
+    if (cb->ring) /* a waiter re-reads the next deadline */
+        cb->ring(cb->ring_arg);
     return 0;
 }
 
@@ -359,10 +361,20 @@ void te_callbacks_stop(struct te_callbacks *cb)
     fifo_destroy(&cb->cq);
 }
 
+void te_callbacks_set_ring(struct te_callbacks *cb, void (*ring)(void *arg),
+                           void *arg)
+{
+    cb->ring_arg = arg;
+    cb->ring = ring;
+}
+
 int te_callbacks_push(struct te_callbacks *cb, const struct te_cb_event *ev,
                       size_t n)
 {
-    return n ? fifo_push(&cb->events, ev, n) : 0;
+    int rc = n ? fifo_push(&cb->events, ev, n) : 0;
+    if (n && !rc && cb->ring)
+        cb->ring(cb->ring_arg);
+    return rc;
 }
 
 int te_cq_push(struct te_callbacks *cb, const te_completion *c, size_t n)

@@ -97,7 +97,16 @@ struct te_callbacks {
     pthread_t thread_id;       /* to detect calls from a callback */
     int pin_error;             /* errno of pinning to the asked CPU, or 0 */
     int inline_only;           /* no thread: te_callbacks_run() runs them */
+    /* inline_only: called after an event or a timer is queued, so that a
+     * thread blocked in te_progress_wait (or on te_progress_fd) wakes to
+     * run it (te_callbacks_set_ring). */
+    void (*ring)(void *arg);
+    void *ring_arg;
 };
+
+/** Caller-driven progress: ring(arg) after every push and timer. */
+void te_callbacks_set_ring(struct te_callbacks *cb, void (*ring)(void *arg),
+                           void *arg);
 
 /** Start the callback thread; cpu >= 0 pins it there (the engine logs
  *  and goes on unpinned where the CPU cannot be used). threaded = 0: no

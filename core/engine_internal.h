@@ -224,6 +224,7 @@ struct te_group {
     /* engine.progress = caller: held by the thread running the group's
      * turn (te_progress, control operations, shutdown) */
     pthread_mutex_t progress_lock;
+    _Atomic int progressor;     /* its holder is te_progress/_wait/_arm */
     /* worker-only state */
     uint64_t inflight_reqs;
     uint64_t timed_reqs;        /* in flight with a deadline */

@@ -21,6 +21,10 @@ static struct te_group *group_of(te_engine *e, int group, const char *fn)
 
 static int run(struct te_group *g, struct te_control *c, const char *fn)
 {
+    /* From a callback that te_engine_destroy() runs: the worker (or, in
+     * caller mode, its loop state) is gone. */
+    if (atomic_load_explicit(&g->e->stopping, memory_order_acquire))
+        return te_fail(-ESHUTDOWN, "%s: the engine is being destroyed", fn);
     int rc = te_group_control(g, c, TE_CONTROL_TIMEOUT_MS);
     if (rc == -ETIMEDOUT)
         return te_fail(rc, "%s: group %d's worker did not answer within "

@@ -17,11 +17,24 @@
 #include "wait.h"
 #include "worker.h"
 
+/* A callback or timer queued outside a group's turn (an expectation met
+ * by arrivals already banked, a deadline armed, a space retired, the GPU
+ * watcher): wake whoever waits on the groups' wait sets (cheap when
+ * nobody does: a fence and a load per group). */
+static void ring_all(void *arg)
+{
+    struct te_engine *e = arg;
+    for (uint32_t i = 0; i < e->ngroups; i++)
+        if (e->groups[i].wake_fd >= 0)
+            te_group_wake(&e->groups[i]);
+}
+
 int te_progress_open(struct te_engine *e)
 {
     e->epfd_all = -1;
     if (!e->s.caller_progress)
         return 0;
+    te_callbacks_set_ring(&e->cb, ring_all, e);
     for (uint32_t i = 0; i < e->ngroups; i++)
         if (!e->groups[i].can_block)
             return 0; /* te_progress_wait polls; te_progress_fd refuses */
@@ -43,9 +56,30 @@ int te_progress_open(struct te_engine *e)
 
 void te_progress_close(struct te_engine *e)
 {
+    te_callbacks_set_ring(&e->cb, NULL, NULL);
     if (e->epfd_all >= 0)
         close(e->epfd_all);
     e->epfd_all = -1;
+}
+
+/* Take a group's turn for progressing: -EBUSY only when another thread is
+ * progressing it. te_submit (posting) and peer add/remove also hold the
+ * lock, briefly; then wait for them instead of reporting a busy group. */
+static int progress_lock(struct te_group *g)
+{
+    if (pthread_mutex_trylock(&g->progress_lock)) {
+        if (atomic_load_explicit(&g->progressor, memory_order_acquire))
+            return -EBUSY;
+        pthread_mutex_lock(&g->progress_lock);
+    }
+    atomic_store_explicit(&g->progressor, 1, memory_order_release);
+    return 0;
+}
+
+static void progress_unlock(struct te_group *g)
+{
+    atomic_store_explicit(&g->progressor, 0, memory_order_release);
+    pthread_mutex_unlock(&g->progress_lock);
 }
 
 /* Which groups a call names: [*lo, *hi). */
@@ -88,7 +122,7 @@ TE_API int te_progress(te_engine *e, int group, int budget)
     int did = 0, busy = 0;
     for (uint32_t i = lo; i < hi; i++) {
         struct te_group *g = &e->groups[i];
-        if (pthread_mutex_trylock(&g->progress_lock)) {
+        if (progress_lock(g)) {
             busy++;
             continue;
         }
@@ -100,7 +134,7 @@ TE_API int te_progress(te_engine *e, int group, int budget)
             (void)r;
         }
         did += te_worker_turn(e, g, g->turn) != 0;
-        pthread_mutex_unlock(&g->progress_lock);
+        progress_unlock(g);
     }
     if (busy == (int)(hi - lo))
         return te_fail(-EBUSY, "te_progress: group %d is being progressed "
@@ -121,7 +155,7 @@ static int arm_groups(te_engine *e, uint32_t lo, uint32_t hi)
     int rc = 0;
     for (i = lo; i < hi; i++) {
         struct te_group *g = &e->groups[i];
-        if (pthread_mutex_trylock(&g->progress_lock)) {
+        if (progress_lock(g)) {
             rc = -EBUSY;
             break;
         }
@@ -132,19 +166,20 @@ static int arm_groups(te_engine *e, uint32_t lo, uint32_t hi)
         for (uint32_t k = 0; k < g->nic_count && !rc; k++) {
             if (g->nics[k].recv_to_post && !g->nics[k].recv_broken)
                 rc = -EAGAIN;
-            else if (P->wait_arm(g->nics[k].pn))
-                rc = -EAGAIN;
+            else if ((rc = P->wait_arm(g->nics[k].pn)) != 0 && rc != -EAGAIN)
+                te_fail(rc, "group %u: NIC %s: wait_arm failed: %s", i,
+                        g->nics[k].info.name, te_strerror(rc));
         }
         if (rc) {
             atomic_store(&g->sleeping, 0);
-            pthread_mutex_unlock(&g->progress_lock);
+            progress_unlock(g);
             break;
         }
     }
     if (rc) { /* undo the groups armed before group i */
         for (uint32_t j = lo; j < i; j++) {
             atomic_store(&e->groups[j].sleeping, 0);
-            pthread_mutex_unlock(&e->groups[j].progress_lock);
+            progress_unlock(&e->groups[j]);
         }
     }
     return rc;
@@ -165,7 +200,7 @@ static void disarm_groups(te_engine *e, uint32_t lo, uint32_t hi)
 static void unlock_groups(te_engine *e, uint32_t lo, uint32_t hi)
 {
     for (uint32_t i = lo; i < hi; i++)
-        pthread_mutex_unlock(&e->groups[i].progress_lock);
+        progress_unlock(&e->groups[i]);
 }
 
 /* Milliseconds the wait may last: the caller's bound, the groups'
@@ -246,9 +281,14 @@ TE_API int te_progress_wait(te_engine *e, int group, int timeout_ms)
         rc = arm_groups(e, lo, hi);
         if (rc == -EAGAIN)
             continue;
-        if (rc)
+        if (rc == -EBUSY)
             return te_fail(rc, "te_progress_wait: group being progressed "
                            "by another thread");
+        if (rc) { /* a NIC cannot arm (logged once by te_fail): nap */
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
         int ms = wait_ms(e, lo, hi, end); /* reads the turns: locked */
         /* Not locked while blocked: peer adds and removals of other
          * threads run meanwhile (te_group_control takes the lock). */

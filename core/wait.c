@@ -137,10 +137,15 @@ void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t)
     for (uint32_t i = 0; i < g->nic_count && !busy; i++) {
         if (g->nics[i].recv_to_post && !g->nics[i].recv_broken)
             busy = 1;
-        else if ((busy = P->wait_arm(g->nics[i].pn)) != 0 && busy != -EAGAIN)
-            te_log(e, 1, "group %d: NIC %s: wait_arm failed (%s): polling "
-                   "instead", g->index, g->nics[i].info.name,
-                   te_strerror(busy));
+        else if ((busy = P->wait_arm(g->nics[i].pn)) != 0 &&
+                 busy != -EAGAIN) {
+            /* Once: this group sleep-polls from now on (not a busy loop
+             * logging a line per turn). */
+            te_log(e, 1, "group %d: NIC %s: wait_arm failed (%s): the "
+                   "worker sleep-polls from now on", g->index,
+                   g->nics[i].info.name, te_strerror(busy));
+            g->can_block = 0;
+        }
     }
     if (busy) {
         atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);

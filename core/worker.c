@@ -94,7 +94,7 @@ int te_group_control(struct te_group *g, struct te_control *c, int timeout_ms)
         c->next = NULL;
         run_control(g->e, g, c, t);
         c->done = 1;
-        te_turn_flush(g->e, t);
+        te_turn_flush(g->e, t); /* rings a waiter if it queued callbacks */
         pthread_mutex_unlock(&g->progress_lock);
         return 0;
     }

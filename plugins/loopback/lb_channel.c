@@ -422,6 +422,10 @@ static void lb_chan_release(lb_nic *nic, struct lb_peer *p)
         lb_bell_close(p->bell); /* its target sees init_state at once */
         lb_shm_local_unref(p->shm);
     }
+    /* Deleted, not just closed: a forked child holding the same open
+     * files would keep them in our epoll set, readable forever. */
+    lb_wait_del(nic, p->fd);
+    lb_wait_del(nic, p->pidfd);
     if (p->fd >= 0)
         close(p->fd);
     if (p->pidfd >= 0)

@@ -66,8 +66,10 @@ static void lb_inbound_release(lb_nic *nic, struct lb_inbound *in,
         lb_bell_close(in->bell); /* its initiator sees tgt_state at once */
         lb_shm_local_unref(in->shm);
     }
-    if (in->fd >= 0)
+    if (in->fd >= 0) {
+        lb_wait_del(nic, in->fd); /* see lb_chan_release */
         close(in->fd);
+    }
     free(in);
 }
 
@@ -110,6 +112,7 @@ void lb_inbound_free_all(lb_nic *nic, uint32_t state)
     pthread_mutex_lock(&nic->in_lock);
     for (uint32_t i = 0; i < nic->nin_new; i++) {
         atomic_store(&nic->in_new[i]->tgt_state, state);
+        lb_bell_close(nic->in_new[i]->bell_init); /* its initiator looks */
         lb_shm_local_unref(nic->in_new[i]);
     }
     nic->nin_new = 0;
@@ -119,8 +122,10 @@ void lb_inbound_free_all(lb_nic *nic, uint32_t state)
         lb_inbound_release(nic, nic->in[i], state);
     }
     nic->nin = 0;
-    for (uint32_t i = 0; i < nic->nhello; i++)
+    for (uint32_t i = 0; i < nic->nhello; i++) {
+        lb_wait_del(nic, nic->hello_fds[i]);
         close(nic->hello_fds[i]);
+    }
     nic->nhello = 0;
 }
 
@@ -210,6 +215,7 @@ static int lb_hello_recv(lb_nic *nic, int fd)
             lb_log(nic->ctx, 1, "%s: rejected a connection: %s", nic->name, why);
         if (map != MAP_FAILED)
             munmap(map, h.shm_size);
+        lb_wait_del(nic, fd); /* added when it waited for its hello */
         close(fd);
     }
     return 1;

@@ -210,8 +210,12 @@ int lb_wait_arm(te_plugin_nic *nic)
 {
     if (nic->epfd < 0)
         return -EOPNOTSUPP;
-    if (atomic_load_explicit(&nic->dead, memory_order_relaxed))
-        return 0; /* fault_kill_after: nothing will ever come */
+    if (atomic_load_explicit(&nic->dead, memory_order_relaxed)) {
+        /* fault_kill_after: nothing will come; drain what may have rung
+         * so the set does not stay readable. */
+        clear_bells(nic);
+        return 0;
+    }
     if (clear_bells(nic)) {
         nic->hk_next_ns = 0; /* the next poll looks at the sockets */
         nic->hk_polls |= 0x80000000u;

@@ -95,9 +95,10 @@ int mx_wait_arm(te_plugin_nic *nic)
         }
         int rc = ibv_req_notify_cq(cqs[i], 0);
         if (rc) {
-            mx_log(nic->ctx, 1, "%s: ibv_req_notify_cq failed: %s", nic->name,
-                   strerror(rc));
-            return -EAGAIN; /* keep polling rather than sleep through it */
+            /* The core then stops blocking on this NIC's group (and says
+             * so once) and sleep-polls: never sleep through events. */
+            mx_err(nic, "ibv_req_notify_cq failed: %s", strerror(rc));
+            return -rc;
         }
         int got = ibv_poll_cq(cqs[i], MX_STASH, s->wc);
         if (got > 0) {

@@ -343,6 +343,116 @@ START_TEST(messages_and_peer_removal)
 }
 END_TEST
 
+/* A callback queued by another thread (an expectation met by banked
+ * arrivals) wakes a thread blocked in te_progress_wait: it returns with the
+ * callback run, not at its timeout (every timed wake-up is off). */
+static te_engine *expecting_engine;
+static void *expect_later(void *arg)
+{
+    (void)arg;
+    te_test_sleep_ms(50);
+    ck_assert_int_eq(te_imm_expect(expecting_engine, 21, 1, on_imm, NULL), 0);
+    return NULL;
+}
+
+START_TEST(callback_from_another_thread_wakes_the_waiter)
+{
+    const char *ini = "[engine]\nprogress = caller\nidle_block_max_ms = 0\n"
+                      "heartbeat_ms = 0\nrequest_timeout_ms = 0\n"
+                      "peer_timeout_ms = 0\n";
+    te_test_pair x;
+    te_test_pair_open(&x, ini, ini, 4096);
+    te_request r = te_test_pair_write(&x, 8, 0);
+    r.flags = TE_F_IMM;
+    r.imm = 21;
+    ck_assert_int_ge(te_submit(x.a, &r), 0);
+    uint64_t banked = 0;
+    int64_t end = te_test_now_ms() + WAIT_MS;
+    while (banked < 1 && te_test_now_ms() < end) {
+        te_progress(x.a, -1, 0);
+        te_progress(x.b, -1, 0);
+        te_imm_poll(x.b, 21, &banked, NULL);
+    }
+    ck_assert_uint_eq(banked, 1);
+    atomic_store(&imm_count, 0);
+    expecting_engine = x.b;
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, expect_later, NULL), 0);
+    int64_t t0 = te_test_now_ms();
+    while (atomic_load(&imm_count) < 1 && te_test_now_ms() - t0 < 10000)
+        ck_assert_int_ge(te_progress_wait(x.b, -1, 10000), 0);
+    int64_t dt = te_test_now_ms() - t0;
+    pthread_join(t, NULL);
+    ck_assert_int_eq(atomic_load(&imm_count), 1);
+    ck_assert_msg(dt < 5000, "woken after %lld ms (the wait's own timeout "
+                  "is 10000)", (long long)dt);
+    te_test_pair_close(&x);
+}
+END_TEST
+
+/* A callback that te_engine_destroy runs and that adds or removes a peer
+ * gets -ESHUTDOWN (it crashed on the freed loop state). */
+static te_test_pair *destroy_pair;
+static int destroy_cb_rc = 1;
+static void on_done_remove(const te_completion *c, void *arg)
+{
+    (void)c, (void)arg;
+    destroy_cb_rc = te_peer_remove(destroy_pair->a, 0, destroy_pair->p);
+}
+
+START_TEST(peer_calls_from_callbacks_at_destroy)
+{
+    te_test_pair x;
+    te_test_pair_open(&x, CALLER, "", 4096);
+    destroy_pair = &x;
+    te_request r = te_test_pair_write(&x, 64, 0);
+    r.done = on_done_remove;
+    ck_assert_int_ge(te_submit(x.a, &r), 0);
+    te_mr_dereg(x.b, x.dmr);
+    te_engine_destroy(x.a); /* runs on_done_remove */
+    ck_assert_int_eq(destroy_cb_rc, -ESHUTDOWN);
+    te_engine_destroy(x.b);
+    free(x.src);
+    free(x.dst);
+}
+END_TEST
+
+/* Another thread that only submits never makes te_progress_wait report a
+ * busy group (it holds the group's lock briefly to post). */
+static atomic_int submitting;
+static void *submit_loop(void *arg)
+{
+    te_test_pair *x = arg;
+    for (int k = 0; k < 5000; k++) {
+        te_request r = te_test_pair_write(x, 64, 0);
+        r.done = on_done_count;
+        while (te_submit(x->a, &r) == -EAGAIN)
+            ;
+    }
+    atomic_store(&submitting, 0);
+    return NULL;
+}
+
+START_TEST(submitter_is_not_a_busy_group)
+{
+    te_test_pair x;
+    te_test_pair_open(&x, CALLER, "", 4096);
+    atomic_store(&done_count, 0);
+    atomic_store(&submitting, 1);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, submit_loop, &x), 0);
+    int64_t end = te_test_now_ms() + WAIT_MS;
+    while (atomic_load(&done_count) < 5000 && te_test_now_ms() < end) {
+        int rc = te_progress_wait(x.a, 0, 5);
+        ck_assert_msg(rc >= 0, "te_progress_wait: %d (%s)", rc,
+                      te_last_error());
+    }
+    pthread_join(t, NULL);
+    ck_assert_int_eq(atomic_load(&done_count), 5000);
+    te_test_pair_close(&x);
+}
+END_TEST
+
 TE_TEST_MAIN("progress",
              TE_TCASE_FULL("api", 120, NULL, NULL, thread_mode_refuses,
                            bad_arguments_are_named,
@@ -352,4 +462,7 @@ TE_TEST_MAIN("progress",
                            messages_and_peer_removal),
              TE_TCASE_FULL("threads", 240, NULL, NULL,
                            many_threads_one_group, own_event_loop_on_the_fd,
-                           progress_wait_two_processes))
+                           progress_wait_two_processes,
+                           callback_from_another_thread_wakes_the_waiter,
+                           peer_calls_from_callbacks_at_destroy,
+                           submitter_is_not_a_busy_group))
