@@ -235,8 +235,13 @@ static bool inbound_pending(efa_nic *nic)
  * the data (efa_wants_progress_fd: tcp;ofi_rxm). shm has none to offer:
  * its peers copy into our memory and signal no fd, so its workers keep
  * spinning and sleeping (engine.idle_sleep_us). */
-/* How long after a held-back post the NIC keeps its worker polling. */
-#define EFA_HELD_SPIN_NS 1000000ull
+/* How long after a held-back post the NIC keeps its worker polling. The
+ * core retries held posts every turn, refreshing the mark, so this only
+ * bounds a mark left by posts the core stopped retrying (their peer went
+ * down). 1 ms was too short: a slow host (qemu-user) could spend longer
+ * than that between the provider's connect steps and block through one
+ * (test_idle_wait_efa failed 1 run in 4 under qemu-aarch64). */
+#define EFA_HELD_SPIN_NS 1000000000ull
 
 int efa_wait_fd(te_plugin_nic *nic)
 {
