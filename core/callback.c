@@ -259,7 +259,7 @@ static void *callback_main(void *arg)
             uint64_t w = wait_ns(cb, te_clock_ns());
             if (cb->events.count == 0 && !cb->stop && w > 0) {
                 cb->events.waiters++;
-                struct timespec ts = te_abstime_ns(te_clock_ns() + w);
+                struct timespec ts = te_timespec_ns(te_clock_ns() + w);
                 pthread_cond_timedwait(&cb->events.cond, &cb->events.lock, &ts);
                 cb->events.waiters--;
             }

@@ -105,6 +105,19 @@ static int groups_of(te_engine *e, int group, const char *fn, uint32_t *lo,
     return 0;
 }
 
+/* The wait set a call on `group` blocks on (group -1: every group's), or
+ * -1 where the plugin offers no wait objects. */
+static int wait_set_of(const te_engine *e, int group, uint32_t lo)
+{
+    return group == -1 ? e->epfd_all : e->groups[lo].epfd;
+}
+
+static void nap_us(uint32_t us)
+{
+    struct timespec ts = te_timespec_ns(us * 1000ull);
+    nanosleep(&ts, NULL);
+}
+
 TE_API int te_progress(te_engine *e, int group, int budget)
 {
     te_error_clear();
@@ -126,13 +139,8 @@ TE_API int te_progress(te_engine *e, int group, int budget)
             busy++;
             continue;
         }
-        if (atomic_load_explicit(&g->sleeping, memory_order_relaxed)) {
-            /* after te_progress_arm: not sleeping any more */
-            atomic_store(&g->sleeping, 0);
-            uint64_t v;
-            ssize_t r = read(g->wake_fd, &v, sizeof(v));
-            (void)r;
-        }
+        if (atomic_load_explicit(&g->sleeping, memory_order_relaxed))
+            te_group_awake(g); /* after te_progress_arm */
         did += te_worker_turn(e, g, g->turn) != 0;
         progress_unlock(g);
     }
@@ -150,7 +158,6 @@ TE_API int te_progress(te_engine *e, int group, int budget)
  * progress locks are held on return 0 (released by disarm). */
 static int arm_groups(te_engine *e, uint32_t lo, uint32_t hi)
 {
-    const struct te_plugin_ops *P = e->plugin.ops;
     uint32_t i;
     int rc = 0;
     for (i = lo; i < hi; i++) {
@@ -159,19 +166,12 @@ static int arm_groups(te_engine *e, uint32_t lo, uint32_t hi)
             rc = -EBUSY;
             break;
         }
-        atomic_store(&g->sleeping, 1);
-        atomic_thread_fence(memory_order_seq_cst);
-        if (te_mpsc_size(g->subq) || te_callbacks_queued(&e->cb))
-            rc = -EAGAIN;
-        for (uint32_t k = 0; k < g->nic_count && !rc; k++) {
-            if (g->nics[k].recv_to_post && !g->nics[k].recv_broken)
-                rc = -EAGAIN;
-            else if ((rc = P->wait_arm(g->nics[k].pn)) != 0 && rc != -EAGAIN)
-                te_fail(rc, "group %u: NIC %s: wait_arm failed: %s", i,
-                        g->nics[k].info.name, te_strerror(rc));
-        }
+        int nic = 0;
+        if (!(rc = te_group_announce_sleep(e, g)) &&
+            (rc = te_group_arm_nics(e, g, &nic)) != 0 && rc != -EAGAIN)
+            te_fail(rc, "group %u: NIC %s: wait_arm failed: %s", i,
+                    g->nics[nic].info.name, te_strerror(rc));
         if (rc) {
-            atomic_store(&g->sleeping, 0);
             progress_unlock(g);
             break;
         }
@@ -188,13 +188,8 @@ static int arm_groups(te_engine *e, uint32_t lo, uint32_t hi)
 /* After the wait: awake again, the doorbell cleared (no lock needed). */
 static void disarm_groups(te_engine *e, uint32_t lo, uint32_t hi)
 {
-    for (uint32_t i = lo; i < hi; i++) {
-        struct te_group *g = &e->groups[i];
-        atomic_store(&g->sleeping, 0);
-        uint64_t v;
-        ssize_t r = read(g->wake_fd, &v, sizeof(v)); /* EAGAIN: not rung */
-        (void)r;
-    }
+    for (uint32_t i = lo; i < hi; i++)
+        te_group_awake(&e->groups[i]);
 }
 
 static void unlock_groups(te_engine *e, uint32_t lo, uint32_t hi)
@@ -229,7 +224,7 @@ TE_API int te_progress_arm(te_engine *e, int group)
     int rc = groups_of(e, group, "te_progress_arm", &lo, &hi);
     if (rc)
         return rc;
-    if ((group == -1 ? e->epfd_all : e->groups[lo].epfd) < 0)
+    if (wait_set_of(e, group, lo) < 0)
         return te_fail(-EOPNOTSUPP, "te_progress_arm: the plugin offers no "
                        "wait objects for these NICs: poll te_progress()");
     rc = arm_groups(e, lo, hi);
@@ -251,7 +246,7 @@ TE_API int te_progress_fd(te_engine *e, int group)
     int rc = groups_of(e, group, "te_progress_fd", &lo, &hi);
     if (rc)
         return rc;
-    int fd = group == -1 ? e->epfd_all : e->groups[lo].epfd;
+    int fd = wait_set_of(e, group, lo);
     if (fd < 0)
         return te_fail(-EOPNOTSUPP, "te_progress_fd: the plugin offers no "
                        "wait objects for these NICs: poll te_progress()");
@@ -267,15 +262,13 @@ TE_API int te_progress_wait(te_engine *e, int group, int timeout_ms)
         return rc;
     uint64_t end = te_clock_ns() +
                    (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
-    int fd = group == -1 ? e->epfd_all : e->groups[lo].epfd;
+    int fd = wait_set_of(e, group, lo);
     for (;;) {
         rc = te_progress(e, group, 0);
         if (rc != 0 || te_clock_ns() >= end)
             return rc;
         if (fd < 0) { /* no wait objects: nap as a sleep-polling worker */
-            uint32_t us = e->s.idle_sleep_us ? e->s.idle_sleep_us : 20;
-            struct timespec ts = {0, (long)us * 1000L};
-            nanosleep(&ts, NULL);
+            nap_us(e->s.idle_sleep_us ? e->s.idle_sleep_us : 20);
             continue;
         }
         rc = arm_groups(e, lo, hi);
@@ -284,9 +277,8 @@ TE_API int te_progress_wait(te_engine *e, int group, int timeout_ms)
         if (rc == -EBUSY)
             return te_fail(rc, "te_progress_wait: group being progressed "
                            "by another thread");
-        if (rc) { /* a NIC cannot arm (logged once by te_fail): nap */
-            struct timespec ts = {0, 20000};
-            nanosleep(&ts, NULL);
+        if (rc) { /* a NIC cannot arm (named by te_fail): nap */
+            nap_us(20);
             continue;
         }
         int ms = wait_ms(e, lo, hi, end); /* reads the turns: locked */
@@ -309,8 +301,7 @@ void te_progress_step(te_engine *e, uint64_t end_ns)
     if (rc > 0)
         return;
     if (rc == -EBUSY) { /* another thread progresses it: let it */
-        struct timespec ts = {0, 20000};
-        nanosleep(&ts, NULL);
+        nap_us(20);
         return;
     }
     uint64_t now = te_clock_ns();

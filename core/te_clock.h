@@ -4,7 +4,7 @@
  * Every time the core measures or waits on is CLOCK_MONOTONIC nanoseconds:
  * a wall-clock step (NTP, an operator's `date`) must neither shorten nor
  * stretch a deadline. Condition variables that are waited on with a timeout
- * are created by te_cond_init_monotonic() and given te_abstime_ns()
+ * are created by te_cond_init_monotonic() and given te_timespec_ns()
  * deadlines; nothing in the core reads CLOCK_REALTIME.
  */
 #ifndef TE_CORE_CLOCK_H
@@ -22,8 +22,9 @@ static inline uint64_t te_clock_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/** The absolute CLOCK_MONOTONIC timespec of te_clock_ns() value ns. */
-static inline struct timespec te_abstime_ns(uint64_t ns)
+/** ns as a timespec: the absolute CLOCK_MONOTONIC time of a te_clock_ns()
+ *  value, or a span for nanosleep/ppoll. */
+static inline struct timespec te_timespec_ns(uint64_t ns)
 {
     struct timespec ts = {(time_t)(ns / 1000000000ull),
                           (long)(ns % 1000000000ull)};
@@ -34,7 +35,7 @@ static inline struct timespec te_abstime_ns(uint64_t ns)
  *  a condition made by te_cond_init_monotonic). */
 static inline struct timespec te_deadline_ms(int timeout_ms)
 {
-    return te_abstime_ns(te_clock_ns() +
+    return te_timespec_ns(te_clock_ns() +
                          (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) *
                              1000000ull);
 }

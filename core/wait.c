@@ -104,6 +104,44 @@ int te_group_block_timeout_ms(struct te_engine *e, struct te_group *g,
     return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
 
+int te_group_announce_sleep(struct te_engine *e, struct te_group *g)
+{
+    atomic_store(&g->sleeping, 1);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (te_mpsc_size(g->subq) ||
+        atomic_load_explicit(&g->ctl_pending, memory_order_relaxed) ||
+        atomic_load_explicit(&e->stopping, memory_order_relaxed) ||
+        (e->s.caller_progress && te_callbacks_queued(&e->cb))) {
+        atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);
+        return -EAGAIN;
+    }
+    return 0;
+}
+
+int te_group_arm_nics(struct te_engine *e, struct te_group *g, int *nic)
+{
+    const struct te_plugin_ops *P = e->plugin.ops;
+    int rc = 0;
+    for (uint32_t i = 0; i < g->nic_count && !rc; i++) {
+        *nic = (int)i;
+        if (g->nics[i].recv_to_post && !g->nics[i].recv_broken)
+            rc = -EAGAIN;
+        else
+            rc = P->wait_arm(g->nics[i].pn);
+    }
+    if (rc)
+        atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);
+    return rc;
+}
+
+void te_group_awake(struct te_group *g)
+{
+    atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);
+    uint64_t v;
+    ssize_t rc = read(g->wake_fd, &v, sizeof(v)); /* EAGAIN: not rung */
+    (void)rc;
+}
+
 /* Requests in flight (engine.busy_wait = nap): sleep idle_sleep_us, as a
  * sleep-polling worker does, but on the wake eventfd, so a submission still
  * ends it at once. The NICs are not armed: their completions are taken in
@@ -111,55 +149,37 @@ int te_group_block_timeout_ms(struct te_engine *e, struct te_group *g,
 static void nap(struct te_engine *e, struct te_group *g)
 {
     struct pollfd p = {.fd = g->wake_fd, .events = POLLIN};
-    struct timespec ts = {(time_t)(e->s.idle_sleep_us / 1000000u),
-                          (long)(e->s.idle_sleep_us % 1000000u) * 1000L};
-    int n = ppoll(&p, 1, &ts, NULL);
-    atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);
-    if (n > 0) {
-        uint64_t v;
-        ssize_t rc = read(g->wake_fd, &v, sizeof(v));
-        (void)rc;
-    }
+    struct timespec ts = te_timespec_ns(e->s.idle_sleep_us * 1000ull);
+    if (ppoll(&p, 1, &ts, NULL) > 0)
+        te_group_awake(g);
+    else
+        atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);
 }
 
 void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t)
 {
-    const struct te_plugin_ops *P = e->plugin.ops;
-    atomic_store(&g->sleeping, 1);
-    atomic_thread_fence(memory_order_seq_cst);
-    int busy = te_mpsc_size(g->subq) ||
-               atomic_load_explicit(&g->ctl_pending, memory_order_relaxed) ||
-               atomic_load_explicit(&e->stopping, memory_order_relaxed);
-    if (!busy && g->inflight_reqs && e->s.busy_nap && e->s.idle_sleep_us) {
+    if (te_group_announce_sleep(e, g))
+        return;
+    if (g->inflight_reqs && e->s.busy_nap && e->s.idle_sleep_us) {
         nap(e, g);
         return;
     }
-    for (uint32_t i = 0; i < g->nic_count && !busy; i++) {
-        if (g->nics[i].recv_to_post && !g->nics[i].recv_broken)
-            busy = 1;
-        else if ((busy = P->wait_arm(g->nics[i].pn)) != 0 &&
-                 busy != -EAGAIN) {
-            /* Once: this group sleep-polls from now on (not a busy loop
-             * logging a line per turn). */
-            te_log(e, 1, "group %d: NIC %s: wait_arm failed (%s): the "
-                   "worker sleep-polls from now on", g->index,
-                   g->nics[i].info.name, te_strerror(busy));
-            g->can_block = 0;
-        }
+    int nic = 0, rc = te_group_arm_nics(e, g, &nic);
+    if (rc && rc != -EAGAIN) {
+        /* Once: this group sleep-polls from now on (not a busy loop
+         * logging a line per turn). */
+        te_log(e, 1, "group %d: NIC %s: wait_arm failed (%s): the worker "
+               "sleep-polls from now on", g->index, g->nics[nic].info.name,
+               te_strerror(rc));
+        g->can_block = 0;
     }
-    if (busy) {
-        atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);
+    if (rc)
         return;
-    }
     int timeout = te_group_block_timeout_ms(e, g, t->now_ns);
     struct epoll_event ev[TE_MAX_NICS + 1];
     int n = timeout ? epoll_wait(g->epfd, ev, TE_MAX_NICS + 1, timeout) : 0;
     atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);
-    for (int i = 0; i < n; i++) {
-        if (ev[i].data.fd == g->wake_fd) {
-            uint64_t v;
-            ssize_t rc = read(g->wake_fd, &v, sizeof(v));
-            (void)rc;
-        }
-    }
+    for (int i = 0; i < n; i++)
+        if (ev[i].data.fd == g->wake_fd)
+            te_group_awake(g);
 }

@@ -26,6 +26,18 @@ int te_group_wait_open(struct te_engine *e, struct te_group *g);
 void te_group_wait_close(struct te_group *g);
 /** Wake the group's worker if it is blocked (any thread, cheap if not). */
 void te_group_wake(struct te_group *g);
+/** Announce that the group's waiter (its worker, or a caller-mode thread
+ *  holding progress_lock) is about to sleep, then look once more at what
+ *  te_group_wake's callers publish: its submission and control queues,
+ *  shutdown, and in caller mode the callback queue. 0 with `sleeping` set,
+ *  or -EAGAIN with it cleared (work is queued). */
+int te_group_announce_sleep(struct te_engine *e, struct te_group *g);
+/** Then arm every NIC (wait_arm): 0 = the group may block on its wait
+ *  set; -EAGAIN = a NIC has work; else a NIC's hard error (*nic names it).
+ *  `sleeping` is cleared on any non-zero return. */
+int te_group_arm_nics(struct te_engine *e, struct te_group *g, int *nic);
+/** Awake again: `sleeping` cleared and the wake eventfd drained. */
+void te_group_awake(struct te_group *g);
 /** Worker, idle: block until a NIC, a submitter or a deadline needs it.
  *  Returns at once when some NIC or queue has work after all. */
 void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t);

@@ -306,8 +306,7 @@ static void *worker_main(void *arg)
             te_group_block(e, g, t);
         } else if (e->s.idle_sleep_us) {
             /* idle_sleep_us may be 1 s: tv_nsec must stay below 10^9 */
-            struct timespec ts = {(time_t)(e->s.idle_sleep_us / 1000000u),
-                                  (long)(e->s.idle_sleep_us % 1000000u) * 1000L};
+            struct timespec ts = te_timespec_ns(e->s.idle_sleep_us * 1000ull);
             nanosleep(&ts, NULL);
         }
     }
