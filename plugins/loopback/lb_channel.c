@@ -211,9 +211,7 @@ static int lb_peer_connect_local(lb_nic *nic, const struct lb_addr *a,
     if (rc == 0) {
         t->in_new[t->nin_new++] = shm;
         atomic_fetch_add_explicit(&t->in_gen, 1, memory_order_release);
-        uint64_t one = 1; /* wake its worker: t is alive under in_lock */
-        ssize_t wr = write(t->bell, &one, sizeof(one));
-        (void)wr;
+        lb_bell_ring(t->bell); /* wake its worker: alive under in_lock */
     }
     pthread_mutex_unlock(&t->in_lock);
     pthread_mutex_unlock(&lb_registry_lock);
@@ -419,17 +417,11 @@ static void lb_chan_release(lb_nic *nic, struct lb_peer *p)
     } else {
         /* The eventfd outlives our use while the target holds it. */
         lb_wait_del(nic, p->wait);
-        lb_bell_close(p->bell); /* its target sees init_state at once */
+        lb_bell_ring(p->bell); /* its target sees init_state at once */
         lb_shm_local_unref(p->shm);
     }
-    /* Deleted, not just closed: a forked child holding the same open
-     * files would keep them in our epoll set, readable forever. */
-    lb_wait_del(nic, p->fd);
-    lb_wait_del(nic, p->pidfd);
-    if (p->fd >= 0)
-        close(p->fd);
-    if (p->pidfd >= 0)
-        close(p->pidfd);
+    lb_fd_close(nic, p->fd);
+    lb_fd_close(nic, p->pidfd);
     p->fd = -1;
     p->pidfd = -1;
     p->shm = NULL;

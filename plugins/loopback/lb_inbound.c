@@ -63,13 +63,10 @@ static void lb_inbound_release(lb_nic *nic, struct lb_inbound *in,
     } else {
         /* The eventfd outlives our use while the initiator holds it. */
         lb_wait_del(nic, in->wait);
-        lb_bell_close(in->bell); /* its initiator sees tgt_state at once */
+        lb_bell_ring(in->bell); /* its initiator sees tgt_state at once */
         lb_shm_local_unref(in->shm);
     }
-    if (in->fd >= 0) {
-        lb_wait_del(nic, in->fd); /* see lb_chan_release */
-        close(in->fd);
-    }
+    lb_fd_close(nic, in->fd);
     free(in);
 }
 
@@ -98,7 +95,7 @@ void lb_inbound_refresh(lb_nic *nic)
                                    true) < 0) {
             /* The initiator sees the channel as down and fails its ops. */
             atomic_store(&shm->tgt_state, dead ? LB_ST_DEAD : LB_ST_CLOSED);
-            lb_bell_close(shm->bell_init);
+            lb_bell_ring(shm->bell_init);
             lb_shm_local_unref(shm);
         }
     }
@@ -112,7 +109,7 @@ void lb_inbound_free_all(lb_nic *nic, uint32_t state)
     pthread_mutex_lock(&nic->in_lock);
     for (uint32_t i = 0; i < nic->nin_new; i++) {
         atomic_store(&nic->in_new[i]->tgt_state, state);
-        lb_bell_close(nic->in_new[i]->bell_init); /* its initiator looks */
+        lb_bell_ring(nic->in_new[i]->bell_init); /* its initiator looks */
         lb_shm_local_unref(nic->in_new[i]);
     }
     nic->nin_new = 0;
@@ -122,10 +119,8 @@ void lb_inbound_free_all(lb_nic *nic, uint32_t state)
         lb_inbound_release(nic, nic->in[i], state);
     }
     nic->nin = 0;
-    for (uint32_t i = 0; i < nic->nhello; i++) {
-        lb_wait_del(nic, nic->hello_fds[i]);
-        close(nic->hello_fds[i]);
-    }
+    for (uint32_t i = 0; i < nic->nhello; i++)
+        lb_fd_close(nic, nic->hello_fds[i]);
     nic->nhello = 0;
 }
 
@@ -215,8 +210,7 @@ static int lb_hello_recv(lb_nic *nic, int fd)
             lb_log(nic->ctx, 1, "%s: rejected a connection: %s", nic->name, why);
         if (map != MAP_FAILED)
             munmap(map, h.shm_size);
-        lb_wait_del(nic, fd); /* added when it waited for its hello */
-        close(fd);
+        lb_fd_close(nic, fd); /* added when it waited for its hello */
     }
     return 1;
 }

@@ -516,9 +516,14 @@ void lb_wait_disarm(lb_nic *nic);
 void lb_peer_publish(struct lb_peer *p);
 /* Responses of `in` were published: ring its initiator if it sleeps. */
 void lb_bell_initiator(struct lb_inbound *in);
-/* Ring an in-process channel's eventfd when its side leaves the channel
- * (state already stored), so a sleeping other side looks at once. */
-void lb_bell_close(int fd);
+/* Ring an eventfd doorbell (a NIC's, or an in-process channel's: also when
+ * its side leaves the channel, state already stored, so a sleeping other
+ * side looks at once). */
+void lb_bell_ring(int fd);
+/* Close fd after removing it from the NIC's epoll set (a forked child
+ * holding the same open file would otherwise keep it there, readable
+ * forever); fd < 0 is ignored. */
+void lb_fd_close(lb_nic *nic, int fd);
 /* Read the doorbell bytes queued on a channel socket: 0, or -1 once the
  * other side closed it (or it failed). */
 int lb_sock_drain(int fd);

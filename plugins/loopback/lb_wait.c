@@ -89,9 +89,17 @@ static void bell_ring(int fd, bool sock)
     }
 }
 
-void lb_bell_close(int fd)
+void lb_bell_ring(int fd)
 {
     bell_ring(fd, false);
+}
+
+void lb_fd_close(lb_nic *nic, int fd)
+{
+    if (fd < 0)
+        return;
+    lb_wait_del(nic, fd);
+    close(fd);
 }
 
 static void bell_clear(int fd)
