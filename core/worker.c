@@ -202,16 +202,24 @@ static void pin_worker(struct te_engine *e, struct te_group *g)
                g->cpu, strerror(rc));
 }
 
+/* Take up to a batch of submitted requests into the group's queues;
+ * returns how many. */
+static size_t accept_submitted(struct te_engine *e, struct te_group *g,
+                               struct turn *t)
+{
+    void *items[TE_SUBMIT_BATCH];
+    size_t n = te_mpsc_pop(g->subq, items, TE_SUBMIT_BATCH);
+    for (size_t i = 0; i < n; i++)
+        te_post_accept(e, g, t, items[i]);
+    return n;
+}
+
 int te_worker_turn(struct te_engine *e, struct te_group *g, struct turn *t)
 {
     t->did_work = 0;
     t->now_ns = te_now_ns();
     drain_control(e, g, t);
-    void *items[TE_SUBMIT_BATCH];
-    size_t n = te_mpsc_pop(g->subq, items, TE_SUBMIT_BATCH);
-    for (size_t i = 0; i < n; i++)
-        te_post_accept(e, g, t, items[i]);
-    if (n)
+    if (accept_submitted(e, g, t))
         t->did_work = 1;
     for (uint32_t i = 0; i < g->nic_count; i++) {
         if (g->nics[i].active)
@@ -229,10 +237,7 @@ void te_worker_post_now(struct te_engine *e, struct te_group *g,
                         struct turn *t)
 {
     t->now_ns = te_now_ns();
-    void *items[TE_SUBMIT_BATCH];
-    size_t n = te_mpsc_pop(g->subq, items, TE_SUBMIT_BATCH);
-    for (size_t i = 0; i < n; i++)
-        te_post_accept(e, g, t, items[i]);
+    accept_submitted(e, g, t);
     for (uint32_t i = 0; i < g->nic_count; i++)
         if (g->nics[i].active)
             te_post_nic(e, g, t, &g->nics[i]);
@@ -244,12 +249,9 @@ void te_worker_post_now(struct te_engine *e, struct te_group *g,
 static void worker_shutdown(struct te_engine *e, struct te_group *g,
                             struct turn *t)
 {
-    void *items[TE_SUBMIT_BATCH];
-    size_t n;
     t->now_ns = te_now_ns();
-    while ((n = te_mpsc_pop(g->subq, items, TE_SUBMIT_BATCH)) > 0)
-        for (size_t i = 0; i < n; i++)
-            te_post_accept(e, g, t, items[i]);
+    while (accept_submitted(e, g, t))
+        ;
     uint32_t np = atomic_load_explicit(&g->peer_count, memory_order_relaxed);
     for (uint32_t p = 0; p < np; p++)
         te_post_fail_peer(e, g, t, &g->peers[p], -ECANCELED,
