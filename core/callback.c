@@ -222,6 +222,15 @@ static uint64_t wait_ns(const struct te_callbacks *cb, uint64_t now)
     return w;
 }
 
+/* What one pass took from the queues: due timers first, then events. */
+static void run_batch(struct te_timer *due, struct te_cb_event *batch,
+                      size_t n)
+{
+    run_timers(due, 0);
+    for (size_t i = 0; i < n; i++)
+        run_event(&batch[i]);
+}
+
 static void *callback_main(void *arg)
 {
     struct te_callbacks *cb = arg;
@@ -267,9 +276,7 @@ static void *callback_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&cb->events.lock);
-        run_timers(due, 0);
-        for (size_t i = 0; i < n; i++)
-            run_event(&batch[i]);
+        run_batch(due, batch, n);
     }
     return NULL;
 }
@@ -447,9 +454,7 @@ int te_callbacks_run(struct te_callbacks *cb, int budget)
         pthread_mutex_unlock(&cb->events.lock);
         if (!n && !due)
             break;
-        run_timers(due, 0);
-        for (size_t i = 0; i < n; i++)
-            run_event(&batch[i]);
+        run_batch(due, batch, n);
         ran += (int)n + (due != NULL);
     }
     running_here = outer;
