@@ -231,10 +231,6 @@ static bool inbound_pending(efa_nic *nic)
 
 /* ------------------------------------------------- wait object (ABI 1.3) */
 
-/* The CQ's wait fd, where the provider has one and the target's polls move
- * the data (efa_wants_progress_fd: tcp;ofi_rxm). shm has none to offer:
- * its peers copy into our memory and signal no fd, so its workers keep
- * spinning and sleeping (engine.idle_sleep_us). */
 /* How long after a held-back post the NIC keeps its worker polling. The
  * core retries held posts every turn, refreshing the mark, so this only
  * bounds a mark left by posts the core stopped retrying (their peer went
@@ -243,6 +239,10 @@ static bool inbound_pending(efa_nic *nic)
  * (test_idle_wait_efa failed 1 run in 4 under qemu-aarch64). */
 #define EFA_HELD_SPIN_NS 1000000000ull
 
+/* The CQ's wait fd, where the provider has one and the target's polls move
+ * the data (efa_wants_progress_fd: tcp;ofi_rxm). shm has none to offer:
+ * its peers copy into our memory and signal no fd, so its workers keep
+ * spinning and sleeping (engine.idle_sleep_us). */
 int efa_wait_fd(te_plugin_nic *nic)
 {
     return nic->progress_fd >= 0 ? nic->progress_fd : -EOPNOTSUPP;
