@@ -34,6 +34,7 @@ def receiver(conn):
         assert e.imm_poll(IMM)[0] == 0         # no immediate left over
         print(f"receiver: imm {IMM} counted {count} time(s), {N} bytes in")
         conn.send("ok")
+        conn.recv()        # stay up until the sender has its completion
 
 
 def main():
@@ -52,6 +53,7 @@ def main():
         done = e.submit(req).result(30)
         print(f"sender: request {done.req_id} completed, {count} immediate(s)")
         print(here.recv())
+        here.send("done")                      # now the receiver may close
     p.join(30)
     return p.exitcode
 
