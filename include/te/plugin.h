@@ -10,10 +10,19 @@
  * Versioning rules (see docs/plugin-guide.md):
  *  - abi_major changes break compatibility. The core refuses a plugin whose
  *    major differs from its own, with a message naming both versions.
- *  - abi_minor changes only APPEND fields to struct te_plugin_ops (and to the
- *    structs it points to, each of which carries its own struct_size). An old
- *    plugin keeps working with a newer core: the core reads a field only when
- *    struct_size says the plugin's table contains it.
+ *  - abi_minor changes only APPEND fields to the structs that carry a
+ *    struct_size: te_plugin_ops, te_plugin_host, te_plugin_device_info,
+ *    te_plugin_nic_attr and te_plugin_config_param (whose struct_size is
+ *    also the stride of its array). An old plugin keeps working with a
+ *    newer core: the core reads a field only when struct_size says the
+ *    plugin's table contains it, and fills in its own structs' struct_size
+ *    so a newer plugin reads only what an older core provides.
+ *  - The structs without a struct_size are fixed for the whole major
+ *    version, byte for byte (tests/unit/test_abi.c pins their layout):
+ *    te_plugin_op, te_plugin_cq_entry, te_plugin_mr_info, te_plugin_path
+ *    and the 1.0 te_plugin_config_key. They travel in arrays on the hot
+ *    path (post, poll), where a per-element size check would cost; what
+ *    they cannot say waits for a new major version.
  *  - A table shorter than the 1.0 layout is refused.
  *
  * Division of labour: the plugin owns a transport only (devices, NICs,
@@ -31,8 +40,8 @@
  *
  * Error convention: functions return 0 or a positive count on success and a
  * negative errno value on failure. A failing function should describe the
- * cause through the err callback given at init (e.g. "rkey 0x12 not
- * registered on NIC lo1"), so the core can show it to the user.
+ * cause through the host's set_error() (e.g. "rkey 0x12 not registered on
+ * NIC lo1"), so the core can show it to the user.
  */
 #ifndef TE_PLUGIN_H
 #define TE_PLUGIN_H
@@ -47,7 +56,7 @@ extern "C" {
 /** ABI major version spoken by this header. */
 #define TE_PLUGIN_ABI_MAJOR 1
 /** ABI minor version spoken by this header. */
-#define TE_PLUGIN_ABI_MINOR 3
+#define TE_PLUGIN_ABI_MINOR 4
 
 /** Name of the single symbol every plugin exports. */
 #define TE_PLUGIN_ENTRY_SYMBOL "te_plugin_entry"
@@ -113,14 +122,115 @@ struct te_plugin_host {
      * would hold the remote initiator's next operations for the sleep.
      */
     void (*progressed)(void *host_ctx);
+
+    /* ---- ABI 1.4: typed configuration (docs/plugin-guide.md, "Configuration") ---- */
+    /**
+     * Effective value of a key the plugin declared in config_params with
+     * type TE_PCFG_U64 (environment > INI or te_config_set > the declared
+     * default), already checked against the declared range when the engine
+     * was created. 0, -ENOENT when no such key of that type was declared,
+     * -EINVAL (with the cause recorded) for a bad value. Any thread.
+     */
+    int (*config_u64)(void *host_ctx, const char *key, uint64_t *out);
+    /** The same for TE_PCFG_BOOL (*out 0 or 1). */
+    int (*config_bool)(void *host_ctx, const char *key, int *out);
+    /** The same for TE_PCFG_DOUBLE. */
+    int (*config_double)(void *host_ctx, const char *key, double *out);
+    /** The same for TE_PCFG_ENUM: *out is the index of the value among the
+     *  declared choices ("auto|on|off": auto 0, on 1, off 2). */
+    int (*config_enum)(void *host_ctx, const char *key, int *out);
+
+    /* ---- ABI 1.4: job authentication (docs/security.md) ---- */
+    /**
+     * 1 when the job has a shared secret (engine.auth_key or
+     * engine.auth_key_file): the plugin must then prove it at connection
+     * set-up with a challenge-response (both sides' fresh nonces and
+     * addresses MACed with auth_mac, checked with auth_verify) and refuse a
+     * peer that does not, with a reason (set_error / a PEER_DOWN). 0 when
+     * there is no secret: no authentication, as before ABI 1.4.
+     */
+    int (*auth_required)(void *host_ctx);
+    /** HMAC-SHA256 of msg under the job secret, TE_PLUGIN_AUTH_MAC_LEN
+     *  bytes into mac. 0, or -ENOKEY without a secret. Any thread. */
+    int (*auth_mac)(void *host_ctx, const void *msg, size_t len,
+                    uint8_t *mac);
+    /** Constant-time check that mac (TE_PLUGIN_AUTH_MAC_LEN bytes) is the
+     *  HMAC of msg: 0 if it is, -EACCES if not, -ENOKEY without a secret. */
+    int (*auth_verify)(void *host_ctx, const void *msg, size_t len,
+                       const uint8_t *mac);
 };
 
-/** Static description of one configuration key a plugin accepts. */
+/** Bytes of an authentication MAC (HMAC-SHA256). */
+#define TE_PLUGIN_AUTH_MAC_LEN 32
+
+/**
+ * Static description of one configuration key a plugin accepts (ABI 1.0:
+ * untyped, the plugin parses config_get()'s text itself). Fixed layout.
+ */
+
 struct te_plugin_config_key {
     const char *name;          /**< key name inside the plugin's section */
     const char *default_value; /**< shown by te-info; NULL = no default */
     const char *doc;           /**< one-line description */
 };
+
+/** Types of a declared configuration key (ABI 1.4). */
+enum te_plugin_config_type {
+    TE_PCFG_STRING = 1, /**< any text; the plugin reads it with config_get */
+    TE_PCFG_U64 = 2,    /**< integer in [min_u64, max_u64]: decimal, 0x hex,
+                             suffixes k/K m/M g/G (powers of 1024) */
+    TE_PCFG_BOOL = 3,   /**< true/false, yes/no, on/off, 1/0 */
+    TE_PCFG_DOUBLE = 4, /**< real number in [min_double, max_double] */
+    TE_PCFG_ENUM = 5,   /**< one of the '|'-separated words of choices,
+                             case-insensitive */
+};
+
+/**
+ * A typed configuration key (ABI 1.4), the model being libfabric's
+ * fi_param_define. The core validates every declared key of the plugin's
+ * section when an engine is created (range, type; unknown keys refused
+ * with the known ones named), shows the table in te-info --show-config,
+ * and serves the values through the host's config_* getters, so the plugin
+ * parses nothing. The array ends with an entry whose name is NULL (its
+ * struct_size still set); the core reads entries struct_size apart.
+ * A malformed table (duplicate or invalid name, unknown type, a typed key
+ * without a default or with a default outside its range, min > max, an
+ * enum without choices, more than 256 keys) makes the plugin unusable,
+ * with a message naming the key.
+ */
+struct te_plugin_config_param {
+    uint32_t struct_size; /**< sizeof(struct te_plugin_config_param) */
+    uint32_t type;        /**< enum te_plugin_config_type */
+    const char *name;     /**< key name inside the plugin's section */
+    /** Text of the default, validated like a set value; required for
+     *  typed keys, NULL allowed for TE_PCFG_STRING (then unset = NULL). */
+    const char *default_value;
+    const char *doc;      /**< one-line description */
+    uint64_t min_u64, max_u64;      /**< TE_PCFG_U64 bounds, inclusive */
+    double min_double, max_double;  /**< TE_PCFG_DOUBLE bounds, inclusive */
+    const char *choices;  /**< TE_PCFG_ENUM: "auto|on|off" */
+};
+
+/** Initialisers for te_plugin_config_param tables. */
+#define TE_PCFG_STRING_KEY(name_, def_, doc_)                                  \
+    {sizeof(struct te_plugin_config_param), TE_PCFG_STRING, name_, def_, doc_, \
+     0, 0, 0, 0, NULL}
+#define TE_PCFG_U64_KEY(name_, def_, min_, max_, doc_)                         \
+    {sizeof(struct te_plugin_config_param), TE_PCFG_U64, name_, def_, doc_,    \
+     min_, max_, 0, 0, NULL}
+#define TE_PCFG_BOOL_KEY(name_, def_, doc_)                                    \
+    {sizeof(struct te_plugin_config_param), TE_PCFG_BOOL, name_, def_, doc_,   \
+     0, 0, 0, 0, NULL}
+#define TE_PCFG_DOUBLE_KEY(name_, def_, min_, max_, doc_)                      \
+    {sizeof(struct te_plugin_config_param), TE_PCFG_DOUBLE, name_, def_, doc_, \
+     0, 0, min_, max_, NULL}
+#define TE_PCFG_ENUM_KEY(name_, def_, choices_, doc_)                          \
+    {sizeof(struct te_plugin_config_param), TE_PCFG_ENUM, name_, def_, doc_,   \
+     0, 0, 0, 0, choices_}
+#define TE_PCFG_END                                                            \
+    {sizeof(struct te_plugin_config_param), 0, NULL, NULL, NULL, 0, 0, 0, 0,   \
+     NULL}
+
 
 /** Device (physical or virtual NIC) description, filled by query_device(). */
 struct te_plugin_device_info {
@@ -254,7 +364,8 @@ struct te_plugin_path {
 
 /**
  * The operations table. Fields up to and including poll form ABI 1.0;
- * describe_paths was appended in 1.1, wait_fd and wait_arm in 1.3. Append-only within a major version:
+ * describe_paths was appended in 1.1, wait_fd and wait_arm in 1.3,
+ * config_params in 1.4. Append-only within a major version:
  * the core reads a field only when struct_size covers it.
  */
 struct te_plugin_ops {
@@ -368,6 +479,14 @@ struct te_plugin_ops {
      * ibv_req_notify_cq() followed by one more poll).
      */
     int (*wait_arm)(te_plugin_nic *nic);
+
+    /* ---- ABI 1.4 ---- */
+    /**
+     * Typed keys of the plugin's INI section (see te_plugin_config_param),
+     * ending with TE_PCFG_END; NULL = none. When set, config_keys above is
+     * ignored (a 1.4 plugin may leave it NULL).
+     */
+    const struct te_plugin_config_param *config_params;
 };
 
 /**
