@@ -657,19 +657,11 @@ static void describe_range(char *buf, size_t len, uint64_t min, uint64_t max)
         snprintf(buf, len, "an integer in [%" PRIu64 ", %" PRIu64 "]", min, max);
 }
 
-int te_config_get_u64(const te_config *cfg, const char *section, const char *key,
-                      uint64_t def, uint64_t min, uint64_t max, uint64_t *out)
+int te_config_parse_u64(const char *section, const char *key, const char *v,
+                        const char *origin, uint64_t min, uint64_t max,
+                        uint64_t *out)
 {
-    char origin[TE_CFG_ORIGIN_MAX], range[96];
-    if (check_args("te_config_get_u64", cfg, section, key) != 0)
-        return -EINVAL;
-    if (out == NULL)
-        return te_fail(-EINVAL, "te_config_get_u64: out is NULL");
-    const char *v = lookup(cfg, section, key, origin, sizeof origin);
-    if (v == NULL) {
-        *out = def;
-        return 0;
-    }
+    char range[96];
     uint64_t x = 0; /* -Wmaybe-uninitialized (TSan build) */
     int rc = parse_u64(v, &x);
     describe_range(range, sizeof range, min, max);
@@ -692,22 +684,28 @@ int te_config_get_u64(const te_config *cfg, const char *section, const char *key
     return 0;
 }
 
-int te_config_get_bool(const te_config *cfg, const char *section,
-                       const char *key, int def, int *out)
+int te_config_get_u64(const te_config *cfg, const char *section, const char *key,
+                      uint64_t def, uint64_t min, uint64_t max, uint64_t *out)
+{
+    char origin[TE_CFG_ORIGIN_MAX];
+    if (check_args("te_config_get_u64", cfg, section, key) != 0)
+        return -EINVAL;
+    if (out == NULL)
+        return te_fail(-EINVAL, "te_config_get_u64: out is NULL");
+    const char *v = lookup(cfg, section, key, origin, sizeof origin);
+    if (v == NULL) {
+        *out = def;
+        return 0;
+    }
+    return te_config_parse_u64(section, key, v, origin, min, max, out);
+}
+
+int te_config_parse_bool(const char *section, const char *key, const char *v,
+                         const char *origin, int *out)
 {
     static const char *const yes[] = {"true", "yes", "on", "1"};
     static const char *const no[] = {"false", "no", "off", "0"};
-    char origin[TE_CFG_ORIGIN_MAX], word[8];
-
-    if (check_args("te_config_get_bool", cfg, section, key) != 0)
-        return -EINVAL;
-    if (out == NULL)
-        return te_fail(-EINVAL, "te_config_get_bool: out is NULL");
-    const char *v = lookup(cfg, section, key, origin, sizeof origin);
-    if (v == NULL) {
-        *out = def ? 1 : 0;
-        return 0;
-    }
+    char word[8];
     /* Blanks around the word are ignored. */
     const char *p = v;
     while (isspace((unsigned char)*p))
@@ -733,6 +731,39 @@ int te_config_get_bool(const te_config *cfg, const char *section,
                    "(true/false, yes/no, on/off, 1/0)", section, key, v, origin);
 }
 
+int te_config_get_bool(const te_config *cfg, const char *section,
+                       const char *key, int def, int *out)
+{
+    char origin[TE_CFG_ORIGIN_MAX];
+    if (check_args("te_config_get_bool", cfg, section, key) != 0)
+        return -EINVAL;
+    if (out == NULL)
+        return te_fail(-EINVAL, "te_config_get_bool: out is NULL");
+    const char *v = lookup(cfg, section, key, origin, sizeof origin);
+    if (v == NULL) {
+        *out = def ? 1 : 0;
+        return 0;
+    }
+    return te_config_parse_bool(section, key, v, origin, out);
+}
+
+int te_config_parse_double(const char *section, const char *key,
+                           const char *v, const char *origin, double min,
+                           double max, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    int ok = end != v && errno != ERANGE && isfinite(x);
+    while (ok && isspace((unsigned char)*end))
+        end++;
+    if (!ok || *end != '\0' || x < min || x > max)
+        return te_fail(-EINVAL, "%s.%s = \"%s\" (%s): expected a number in "
+                       "[%g, %g]", section, key, v, origin, min, max);
+    *out = x;
+    return 0;
+}
+
 int te_config_get_double(const te_config *cfg, const char *section,
                          const char *key, double def, double min, double max,
                          double *out)
@@ -747,17 +778,7 @@ int te_config_get_double(const te_config *cfg, const char *section,
         *out = def;
         return 0;
     }
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    int ok = end != v && errno != ERANGE && isfinite(x);
-    while (ok && isspace((unsigned char)*end))
-        end++;
-    if (!ok || *end != '\0' || x < min || x > max)
-        return te_fail(-EINVAL, "%s.%s = \"%s\" (%s): expected a number in "
-                       "[%g, %g]", section, key, v, origin, min, max);
-    *out = x;
-    return 0;
+    return te_config_parse_double(section, key, v, origin, min, max, out);
 }
 
 /* ---------------------------------------------------------- validate */
@@ -793,7 +814,8 @@ static size_t edit_distance(const char *a, const char *b)
 }
 
 /* Nearest candidate within distance 3 that is not a complete rewrite. */
-static const char *suggest(const char *typed, const char *const *names, size_t n)
+const char *te_config_suggest(const char *typed, const char *const *names,
+                              size_t n)
 {
     const char *best = NULL;
     size_t best_d = 4;
@@ -837,7 +859,7 @@ int te_config_validate_section(const te_config *cfg, const char *section,
             return te_fail(-ENOMEM, "te_config_validate_section: out of memory");
         for (k = 0; k < nk; k++)
             names[k] = keys[k].name;
-        const char *s = suggest(e->key, names, nk);
+        const char *s = te_config_suggest(e->key, names, nk);
         if (s != NULL) {
             te_fail(-EINVAL, "unknown key \"%s\" in section [%s] (%s); did you "
                     "mean \"%s\"?", e->key, section, e->origin, s);
@@ -879,7 +901,7 @@ int te_config_validate_sections(const te_config *cfg,
                 break;
         if (k < ns)
             continue;
-        const char *s = suggest(e->section, (const char *const *)sections, ns);
+        const char *s = te_config_suggest(e->section, (const char *const *)sections, ns);
         if (s != NULL)
             return te_fail(-EINVAL, "unknown section [%s] (%s); did you mean "
                            "[%s]?", e->section, e->origin, s);

@@ -56,6 +56,27 @@ int te_config_get_bool(const te_config *cfg, const char *section, const char *ke
                        int def, int *out); /* true/false/yes/no/on/off/1/0 */
 int te_config_get_double(const te_config *cfg, const char *section, const char *key,
                          double def, double min, double max, double *out);
+/**
+ * The typed getters' parsing and messages on a given text: `origin` says
+ * where it comes from ("default of plugin x", "conf/x.ini:3"). For values
+ * that do not come from the store, e.g. a plugin's declared defaults.
+ */
+int te_config_parse_u64(const char *section, const char *key, const char *text,
+                        const char *origin, uint64_t min, uint64_t max,
+                        uint64_t *out);
+int te_config_parse_bool(const char *section, const char *key, const char *text,
+                         const char *origin, int *out);
+int te_config_parse_double(const char *section, const char *key,
+                           const char *text, const char *origin, double min,
+                           double max, double *out);
+
+/**
+ * The nearest of names to `typed` within edit distance 3 that is not a
+ * complete rewrite (the "did you mean" of messages), or NULL.
+ */
+const char *te_config_suggest(const char *typed, const char *const *names,
+                              size_t n);
+
 /** String getter: effective value or def. */
 const char *te_config_get_str(const te_config *cfg, const char *section,
                               const char *key, const char *def);

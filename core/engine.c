@@ -44,6 +44,32 @@ static const char *host_config_get(void *ctx, const char *key)
     return te_config_get(e->cfg, e->plugin.ops->name, key);
 }
 
+/* The typed getters of ABI 1.4: values were validated at engine
+ * creation, so these fail only on a key the plugin did not declare. */
+static int host_config_u64(void *ctx, const char *key, uint64_t *out)
+{
+    struct te_engine *e = ctx;
+    return te_pcfg_u64(e->cfg, &e->pcfg, key, out);
+}
+
+static int host_config_bool(void *ctx, const char *key, int *out)
+{
+    struct te_engine *e = ctx;
+    return te_pcfg_bool(e->cfg, &e->pcfg, key, out);
+}
+
+static int host_config_double(void *ctx, const char *key, double *out)
+{
+    struct te_engine *e = ctx;
+    return te_pcfg_double(e->cfg, &e->pcfg, key, out);
+}
+
+static int host_config_enum(void *ctx, const char *key, int *out)
+{
+    struct te_engine *e = ctx;
+    return te_pcfg_enum(e->cfg, &e->pcfg, key, out);
+}
+
 static void host_set_error(void *ctx, const char *fmt, ...)
 {
     va_list ap;
@@ -340,36 +366,32 @@ static void cancel_to_callbacks(void *sink, uint32_t imm, te_imm_fn cb,
 
 /* ------------------------------------------------------- create/destroy */
 
-static const char *const known_sections[] = {"engine", "loopback", "efa",
-                                             "mlx5", NULL};
-
 static int validate_config(struct te_engine *e)
 {
-    int rc = te_config_validate_sections(e->cfg, known_sections);
-    if (rc)
-        return rc;
     return te_config_validate_section(e->cfg, "engine", te_engine_keys);
 }
 
+static void warn_unused_section(void *arg, const char *section,
+                                const char *origin)
+{
+    struct te_engine *e = arg;
+    te_log(e, 1, "section [%s] (%s) is ignored: no plugin named %s is "
+           "loaded (this engine uses %s)", section, origin, section,
+           e->plugin.ops->name);
+}
+
+/* The loaded plugin's section against its declared keys; other plugins'
+ * sections are warned about and ignored (one config file may serve several
+ * transports), a near miss of [engine] or of the plugin's name refused. */
 static int validate_plugin_section(struct te_engine *e)
 {
-    const struct te_plugin_ops *P = e->plugin.ops;
-    if (!P->config_keys)
-        return 0;
-    size_t n = 0;
-    while (P->config_keys[n].name)
-        n++;
-    struct te_config_key *keys = calloc(n + 1, sizeof(*keys));
-    if (!keys)
-        return -ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        keys[i].name = P->config_keys[i].name;
-        keys[i].default_value = P->config_keys[i].default_value;
-        keys[i].doc = P->config_keys[i].doc;
-    }
-    int rc = te_config_validate_section(e->cfg, P->name, keys);
-    free(keys);
-    return rc;
+    char why[256];
+    int rc = te_pcfg_read(e->plugin.ops, &e->pcfg, why, sizeof why);
+    if (rc)
+        return te_fail(rc, "plugin %s: %s", e->plugin.ops->name, why);
+    rc = te_pcfg_check_sections(e->cfg, e->plugin.ops->name,
+                                warn_unused_section, e);
+    return rc ? rc : te_pcfg_validate(e->cfg, &e->pcfg);
 }
 
 TE_API int te_engine_create(const te_config *cfg, te_engine **out)
@@ -416,6 +438,10 @@ TE_API int te_engine_create(const te_config *cfg, te_engine **out)
     e->host.set_error = host_set_error;
     e->host.log = host_log;
     e->host.progressed = te_worker_progressed;
+    e->host.config_u64 = host_config_u64;
+    e->host.config_bool = host_config_bool;
+    e->host.config_double = host_config_double;
+    e->host.config_enum = host_config_enum;
     te_cuda_host_install(&e->host); /* device copies (loopback) */
     te_error_clear();
     rc = e->plugin.ops->init(&e->host, &e->pctx);
@@ -504,6 +530,7 @@ fail_imms:
 fail_init:
     e->plugin.ops->fini(e->pctx);
 fail_plugin:
+    te_pcfg_free(&e->pcfg);
     te_plugin_unload(&e->plugin);
 fail_cfg:
     te_config_free(e->cfg);
@@ -540,6 +567,7 @@ TE_API void te_engine_destroy(te_engine *e)
     te_imm_spaces_fini(&e->spaces);
     te_imm_table_free(e->imms);
     e->plugin.ops->fini(e->pctx);
+    te_pcfg_free(&e->pcfg);
     te_plugin_unload(&e->plugin);
     te_config_free(e->cfg);
     free(e->topo);

@@ -13,6 +13,7 @@
 #include "te/plugin.h"
 #include "config.h"
 #include "loader.h"
+#include "plugin_config.h"
 #include "wire.h"
 #include "imm_counter.h"
 #include "req_pool.h"
@@ -281,6 +282,7 @@ struct te_engine {
     char topo_note[192];        /* what the layout is based on */
     te_config *cfg;
     struct te_loaded_plugin plugin;
+    struct te_pcfg pcfg;        /* the plugin's declared keys */
     te_plugin_ctx *pctx;
     struct te_plugin_host host;
     uint64_t engine_id;

@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include "loader.h"
+#include "plugin_config.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -99,6 +100,15 @@ static int check_ops(const struct te_plugin_ops *ops, char *why, size_t len)
             return -EINVAL;
         }
     }
+    struct te_pcfg keys;
+    char kwhy[256];
+    int rc = te_pcfg_read(ops, &keys, kwhy, sizeof kwhy);
+    if (rc) {
+        snprintf(why, len, "plugin \"%s\" declares a malformed configuration "
+                 "key table: %s", ops->name, kwhy);
+        return rc;
+    }
+    te_pcfg_free(&keys);
     return 0;
 }
 

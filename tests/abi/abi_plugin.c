@@ -9,7 +9,10 @@
  *   TP_NOSYM        exports no entry symbol
  *   TP_NULLFN       post == NULL
  *   TP_ENTRYNULL    entry returns NULL with a reason
- * TP_NAME and TP_VERSION set the table's name and version strings.
+ *   TP_CFG_*        a malformed typed key table (ABI 1.4), one flaw each:
+ *                   DUP, NODEFAULT, RANGE, CHOICES, SIZE, NAME, TYPE
+ * TP_NAME and TP_VERSION set the table's name and version strings. Every
+ * other variant declares a good typed table (an integer and an enum).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -101,6 +104,30 @@ struct tp_ops_1_7 {
 #define TP_SIZE sizeof(struct te_plugin_ops)
 #endif
 
+/* Each malformed table differs from the good one by its one flaw. */
+#define TP_DEPTH TE_PCFG_U64_KEY("depth", "4", 1, 64, "queue depth")
+#define TP_MODE TE_PCFG_ENUM_KEY("mode", "auto", "auto|on|off", "a mode")
+static const struct te_plugin_config_param tp_params[] = {
+#if defined(TP_CFG_DUP)
+    TP_DEPTH, TE_PCFG_BOOL_KEY("depth", "true", "declared twice"),
+#elif defined(TP_CFG_NODEFAULT)
+    TE_PCFG_U64_KEY("depth", NULL, 1, 64, "no default"), TP_MODE,
+#elif defined(TP_CFG_RANGE)
+    TE_PCFG_U64_KEY("depth", "65", 1, 64, "default above max"), TP_MODE,
+#elif defined(TP_CFG_CHOICES)
+    TP_DEPTH, TE_PCFG_ENUM_KEY("mode", "auto", "auto||off", "empty word"),
+#elif defined(TP_CFG_NAME)
+    TP_DEPTH, TE_PCFG_BOOL_KEY("two words", "true", "blank in the name"),
+#elif defined(TP_CFG_TYPE)
+    TP_DEPTH, {sizeof(struct te_plugin_config_param), 9, "odd", "1", "type 9",
+               0, 0, 0, 0, NULL},
+#elif defined(TP_CFG_SIZE)
+    {8, TE_PCFG_U64, "depth", "4", "struct_size 8", 1, 64, 0, 0, NULL},
+#else
+    TP_DEPTH, TP_MODE,
+#endif
+    TE_PCFG_END};
+
 #define TP_OPS_INIT                                                          \
     {                                                                        \
         .abi_major = TP_ABI_MAJOR,                                           \
@@ -123,6 +150,7 @@ struct tp_ops_1_7 {
         .peer_remove = tp_peer_remove,                                       \
         .post = TP_POST,                                                     \
         .poll = tp_poll,                                                     \
+        .config_params = tp_params,                                          \
     }
 
 #ifdef TP_NULLFN

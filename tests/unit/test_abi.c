@@ -58,6 +58,19 @@ static const struct refusal refusals[] = {
     {"nosym", -ENOEXEC, {"has no symbol te_plugin_entry", "not a TransferEngine plugin?", NULL}},
     {"nullfn", -EINVAL, {"refused", "'post'", NULL}},
     {"entrynull", -ENOTSUP, {"refused", "needs hardware X", NULL}},
+#define MALFORMED "declares a malformed configuration key table: "
+    {"cfgdup", -EINVAL, {MALFORMED "key \"depth\" is declared twice", NULL, NULL}},
+    {"cfgnodef", -EINVAL, {MALFORMED "key \"depth\" is typed but has no default",
+                           NULL, NULL}},
+    {"cfgrange", -EINVAL, {MALFORMED "cfgrange.depth = \"65\" (default declared "
+                           "by plugin cfgrange): expected an integer in [1, 64]",
+                           NULL, NULL}},
+    {"cfgchoice", -EINVAL, {MALFORMED "key \"mode\": enum choices \"auto||off\"",
+                            NULL, NULL}},
+    {"cfgname", -EINVAL, {MALFORMED "key \"two words\": a name is", NULL, NULL}},
+    {"cfgtype", -EINVAL, {MALFORMED "key \"odd\": unknown type 9", NULL, NULL}},
+    {"cfgsize", -EINVAL, {MALFORMED "config_params: struct_size 8 is smaller",
+                          NULL, NULL}},
 };
 #define N_REFUSALS (int)(sizeof refusals / sizeof refusals[0])
 

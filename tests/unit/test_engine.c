@@ -53,8 +53,10 @@ START_TEST(config_errors_name_the_cause)
                           strstr(te_last_error(), "queue_dept"));
     ck_assert_int_eq(create_err("[engine]\ngroups = two\n"), -EINVAL);
     ck_assert_ptr_nonnull(strstr(te_last_error(), "groups"));
-    ck_assert_int_eq(create_err("[bogus]\nx = 1\n"), -EINVAL);
-    ck_assert_ptr_nonnull(strstr(te_last_error(), "bogus"));
+    ck_assert_int_eq(create_err("[engin]\nx = 1\n"), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(te_last_error(), "did you mean [engine]?"));
+    ck_assert_int_eq(create_err("[loopbak]\nx = 1\n"), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(te_last_error(), "did you mean [loopback]?"));
     ck_assert_int_eq(create_err("[loopback]\nfault_reordr = 1\n"), -EINVAL);
     ck_assert_ptr_nonnull(strstr(te_last_error(), "fault_reordr"));
     ck_assert_int_eq(create_err("[engine]\nplugin = nosuchplugin\n"), -ENOENT);
