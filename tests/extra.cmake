@@ -8,8 +8,10 @@
 #      abi-plugins/first/libte-plugin-stop.so    refused (ABI 2.0): stops the search
 #      abi-plugins/second/libte-plugin-stop.so   valid, must never be reached
 #      abi-plugins/second/libte-plugin-only2.so  only in the second directory
-# 2. out_of_tree_plugin: installs the project into the build tree and builds
-#    a plugin against the installed header alone (tests/out-of-tree/run.sh).
+# 2. out_of_tree_plugin: installs the project into the build tree, moves the
+#    install, builds the installed plugin skeleton against the installed
+#    header alone and a program per library with pkg-config and CMake
+#    (tests/out-of-tree/run.sh, docs/install.md).
 
 set(TE_ABI_PLUGIN_DIR ${CMAKE_CURRENT_BINARY_DIR}/abi-plugins)
 set(TE_ABI_PLUGIN_TARGETS)

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Out-of-tree plugin proof (ctest out_of_tree_plugin):
-#   1. install the already-built TransferEngine build tree into WORK/prefix;
-#   2. configure and build tests/out-of-tree (a plugin) against that install
-#      with find_package(TransferEngine) - only the installed header is used;
-#   3. build check_plugin.c against the installed library with pkg-config and
-#      run it: it calls te_version() and negotiates with the new plugin.
+# Installed-prefix proof (ctest out_of_tree_plugin, docs/install.md):
+#   1. install the already-built build tree into WORK/stage, then MOVE it to
+#      WORK/moved: everything after uses the moved copy, so any path the
+#      install recorded (.pc, CMake package, RPATH, plugin directory) fails;
+#   2. the installed docs: the plugin guide, every docs/NAME.md it names,
+#      and the plugin skeleton where the guide says it is;
+#   3. build that INSTALLED skeleton plugin with find_package(TransferEngine)
+#      (installed header only), and check_plugin.c with pkg-config, which
+#      negotiates with it;
+#   4. consumers.sh: every installed library, with pkg-config and with CMake
+#      components, built and run;
+#   5. the installed tools run from the moved prefix on their own.
 # Usage: run.sh BUILD_DIR WORK_DIR
 set -euo pipefail
 
@@ -19,23 +25,41 @@ work=$(cd "$2" && pwd)
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cmake=${CMAKE_COMMAND:-cmake}
 cc=${CC:-cc}
-prefix=$work/prefix
+stage=$work/stage
+prefix=$work/moved
 
-rm -rf "$prefix" "$work/build" "$work/check_plugin" "$work"/*.log
+rm -rf "$stage" "$prefix" "$work/build" "$work/check_plugin" "$work"/*.log
 
-step "install $build into $prefix"
-if ! "$cmake" --install "$build" --prefix "$prefix" >"$work/install.log" 2>&1; then
+step "install $build into $stage, then move it to $prefix"
+if ! "$cmake" --install "$build" --prefix "$stage" >"$work/install.log" 2>&1; then
     cat "$work/install.log" >&2
     die "cmake --install failed (is the whole project built? run: cmake --build $build)"
 fi
+mv "$stage" "$prefix"
 for f in include/te/plugin.h include/te/te.h; do
     [ -f "$prefix/$f" ] || die "install lacks $f"
 done
+stale=$(grep -rl --include="*.pc" --include="*.cmake" -e "$stage" "$prefix" || true)
+[ -z "$stale" ] || die "installed files name the install-time prefix $stage: $stale"
 
-step "configure and build the out-of-tree plugin"
-"$cmake" -S "$src" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix" \
+step "installed docs"
+docdir=$prefix/share/doc/transferengine
+guide=$docdir/docs/plugin-guide.md
+[ -f "$guide" ] || die "install lacks $guide"
+for d in $(grep -o 'docs/[a-z0-9-]*\.md' "$guide" | sort -u) docs/config.md docs/install.md; do
+    [ -f "$docdir/$d" ] || die "the installed plugin guide names $d, which is not in $docdir"
+done
+skel=$docdir/examples/plugin-skeleton
+grep -q "share/doc/transferengine/examples/plugin-skeleton" "$guide" \
+    || die "the installed plugin guide does not say where the skeleton is installed"
+for f in skeleton.c CMakeLists.txt; do
+    [ -f "$skel/$f" ] || die "install lacks $skel/$f"
+done
+
+step "configure and build the installed plugin skeleton"
+"$cmake" -S "$skel" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix" \
     -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    >"$work/configure.log" 2>&1 || { cat "$work/configure.log" >&2; die "configuring $src failed"; }
+    >"$work/configure.log" 2>&1 || { cat "$work/configure.log" >&2; die "configuring $skel failed"; }
 "$cmake" --build "$work/build" >"$work/build.log" 2>&1 \
     || { cat "$work/build.log" >&2; die "building the out-of-tree plugin failed"; }
 plugin=$work/build/libte-plugin-skeleton.so
@@ -48,25 +72,20 @@ if command -v readelf >/dev/null && readelf -d "$plugin" | grep -q 'NEEDED.*libt
     die "the plugin links libtransferengine; a plugin must only include te/plugin.h"
 fi
 
-step "build check_plugin with pkg-config against the install"
-pc=$(find "$prefix" -name transferengine.pc -print -quit)
-[ -n "$pc" ] || die "install lacks transferengine.pc"
-pkgconf() { PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --define-variable=prefix="$prefix" "$@" transferengine; }
+step "build check_plugin with pkg-config against the install, run it"
+pcdir=$(dirname "$(find "$prefix" -name transferengine.pc -print -quit)")
+pkgconf() { PKG_CONFIG_PATH=$pcdir pkg-config "$@" transferengine; }
 cflags=$(pkgconf --cflags) || die "pkg-config --cflags transferengine failed"
 libs=$(pkgconf --libs) || die "pkg-config --libs transferengine failed"
 libdir=$(pkgconf --variable=libdir)
-case "$cflags $libs" in
-    *"$prefix"*) ;;
-    *) die "pkg-config flags do not point into $prefix: $cflags $libs" ;;
-esac
 # shellcheck disable=SC2086
 "$cc" -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Werror $cflags \
-    -o "$work/check_plugin" "$src/check_plugin.c" $libs -ldl \
+    -o "$work/check_plugin" "$src/check_plugin.c" $libs -Wl,-rpath,"$libdir" -ldl \
     || die "check_plugin.c does not build against the installed library"
+"$work/check_plugin" "$plugin" skeleton || die "the out-of-tree plugin did not negotiate"
 
-step "run check_plugin"
-LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    "$work/check_plugin" "$plugin" skeleton || die "the out-of-tree plugin did not negotiate"
+"$src/consumers.sh" "$prefix" "$work"
+
 step "run the installed tools from the prefix (no LD_LIBRARY_PATH, no TE_PLUGIN_PATH)"
 # They must find libtransferengine (install RPATH) and the installed
 # plugins (beside the library) on their own, whatever the prefix.
