@@ -48,9 +48,16 @@ function(te_install_component target)
     message(FATAL_ERROR "te_install_component(${target}): COMPONENT, DESCRIPTION and HEADERS are required")
   endif()
   # Consumers of the installed target find its headers under <includedir>
-  # (te/<name>.h); the build tree's include path is the app's own.
-  target_include_directories(${target} INTERFACE
-    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  # (te/<name>.h), unless the app already says so itself.
+  get_target_property(incs ${target} INTERFACE_INCLUDE_DIRECTORIES)
+  if(NOT "${incs}" MATCHES "INSTALL_INTERFACE")
+    target_include_directories(${target} INTERFACE
+      $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  endif()
+  # Installed beside libtransferengine (and te-moe): its own directory is
+  # where its dependencies are, whatever the depth of <libdir> (the global
+  # $ORIGIN/../<libdir> is right for bin/ only).
+  set_target_properties(${target} PROPERTIES INSTALL_RPATH "$ORIGIN")
   set(export_set TransferEngine-${arg_COMPONENT})
   install(TARGETS ${target} EXPORT ${export_set}
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -37,6 +37,17 @@ mods="transferengine:use_te te-kv:use_kv te-weights:use_weights te-moe:use_moe"
 
 pc() { PKG_CONFIG_PATH=$pcdir pkg-config "$@" "$mod"; }
 
+# An app library is found by its consumer's RPATH, but its own dependency
+# libtransferengine only through the app library's RUNPATH, which must be
+# its own directory: $ORIGIN/../lib is right only while <libdir> is "lib".
+for pair in $mods; do
+    mod=${pair%%:*}
+    [ "$mod" = transferengine ] && continue
+    lib=$pcdir/../lib$mod.so
+    readelf -d "$lib" | grep -E '\(R(UN)?PATH\)' | grep -qF '[$ORIGIN]' \
+        || die "lib$mod.so's RUNPATH is not \$ORIGIN: $(readelf -d "$lib" | grep PATH)"
+done
+
 step "pkg-config (PKG_CONFIG_PATH=$pcdir, nothing else)"
 for pair in $mods; do
     mod=${pair%%:*} prog=${pair#*:}
