@@ -60,6 +60,11 @@ set(TE_EFA_TCP --set "efa.provider=tcp$<SEMICOLON>ofi_rxm" --set efa.node=127.0.
 set(TE_EFA_SHM --set efa.provider=shm)
 set(TE_EFA_2NIC --set engine.nics_per_group=2 --set efa.devices=2)
 
+# Each run includes peer_closed, and the two-process runs peer_killed (a
+# remote SIGKILLed with the engine's timers off: efa itself must report it,
+# through the pidfd, provider errors or the stall rule). efa reports an
+# orderly close as a failure, not -ESHUTDOWN (optional in plugin.h), so
+# peer_closed passes with a NOTE line; no --strict here.
 function(te_efa_conformance name)
   add_test(NAME efa_conformance_${name}
            COMMAND te-conformance --plugin efa ${ARGN})

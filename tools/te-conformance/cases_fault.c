@@ -67,25 +67,14 @@ out:
     return rc;
 }
 
-static int wait_all(te_engine *e, te_completion *out, int n)
-{
-    uint64_t deadline = conf_now_ms() + CONF_TIMEOUT_MS;
-    int got = 0;
-    while (got < n && conf_now_ms() < deadline) {
-        int k = te_poll_completions(e, out + got, n - got, 100);
-        if (k < 0)
-            return k;
-        got += k;
-    }
-    return got;
-}
-
 /* Every 7th operation fails: exactly those requests fail, once each, their
  * bytes and immediates never arrive, the rest arrive intact. */
 static int case_fail_every(struct conf *c)
 {
     if (strcmp(c->plugin, "loopback"))
-        return CONF_SKIP;
+        return conf_skip(c, "injects failures through loopback."
+                         "fault_fail_every, a key plugin %s does not have",
+                         c->plugin);
     static const char *const sets[] = {"engine.nics_per_group=1",
                                        "loopback.fault_fail_every=7", NULL};
     struct pair p;
@@ -118,7 +107,7 @@ static int case_fail_every(struct conf *c)
             break;
     }
     te_completion *done = calloc(N, sizeof(*done));
-    int got = wait_all(p.a, done, N);
+    int got = conf_wait_engine(p.a, done, N);
     for (int i = 0; i < got; i++) {
         if (done[i].user_data >= N || seen[done[i].user_data]++)
             dup++;
@@ -163,7 +152,10 @@ static int case_fail_every(struct conf *c)
 static int case_peer_death(struct conf *c)
 {
     if (strcmp(c->plugin, "loopback"))
-        return CONF_SKIP;
+        return conf_skip(c, "kills a NIC through loopback.fault_kill_after, "
+                         "a key plugin %s does not have (peer_killed and "
+                         "peer_closed check peer death for any plugin)",
+                         c->plugin);
     static const char *const a_sets[] = {"engine.nics_per_group=1", NULL};
     static const char *const b_sets[] = {"engine.nics_per_group=1",
                                          "loopback.fault_kill_after=100",
@@ -194,7 +186,7 @@ static int case_peer_death(struct conf *c)
             submitted++;
     }
     te_completion *done = calloc(N, sizeof(*done));
-    int got = wait_all(p.b, done, submitted);
+    int got = conf_wait_engine(p.b, done, submitted);
     int failed = 0;
     for (int i = 0; i < got; i++)
         failed += done[i].status != 0;
@@ -206,7 +198,7 @@ static int case_peer_death(struct conf *c)
     w.u.xfer.len = 64;
     int64_t id = te_submit(p.a, &w);
     te_completion wd = {0};
-    int wgot = id > 0 ? wait_all(p.a, &wd, 1) : 0;
+    int wgot = id > 0 ? conf_wait_engine(p.a, &wd, 1) : 0;
     free(done);
     pair_close(&p);
     CHECK(rc == 0, "setup: %s", te_strerror(rc));
@@ -220,12 +212,18 @@ static int case_peer_death(struct conf *c)
 
 /* A remote process is killed in the middle of a stream of writes: every
  * request to it completes exactly once (most with an error) within the
- * deadline, and the engine keeps serving the other remotes. Runs last: the
- * killed remote stays dead. Any plugin; remotes must be processes. */
+ * deadline, and the engine keeps serving the other remotes. The killed
+ * remote stays dead: later cases have one remote fewer. Any plugin; remotes
+ * must be processes. The engine's own timers stay on here (peer_killed,
+ * cases_peer.c, turns them off to see the plugin report the death). */
 static int case_remote_killed(struct conf *c)
 {
-    if (!c->two_process || c->nremotes < 2)
-        return CONF_SKIP;
+    if (!c->two_process)
+        return conf_skip(c, "needs --two-process (a remote in this process "
+                         "cannot be killed)");
+    if (c->nremotes < 2)
+        return conf_skip(c, "needs --remotes 2 or more (one is killed, "
+                         "another must keep working)");
     struct remote *victim = &c->rem[c->nremotes - 1], *ok = &c->rem[0];
     enum { N = 300, SZ = 256 * 1024 };
     conf_fill(c->src_buf, 0, SZ, 5);
@@ -288,6 +286,6 @@ const struct conf_case conf_cases_fault[] = {
      case_fail_every},
     {"fault_peer_death", "dead NIC: errors, not hangs", case_peer_death},
     {"remote_killed", "remote process killed mid-stream: every request "
-     "completes once, the others keep working (last case)",
+     "completes once, the others keep working",
      case_remote_killed},
     {NULL, NULL, NULL}};

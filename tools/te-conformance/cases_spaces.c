@@ -54,7 +54,8 @@ static int case_imm_spaces(struct conf *c)
 {
     struct remote *r = &c->rem[0];
     if (!r->ops->space)
-        return CONF_SKIP;
+        return conf_skip(c, "this kind of remote cannot create immediate "
+                         "spaces");
     uint64_t a0 = 0, b0 = 0;
     CHECK_RC(r->ops->space(r, CMD_SPACE_CREATE, 0, VALUES, &a0));
     CHECK_RC(r->ops->space(r, CMD_SPACE_CREATE, 1, VALUES, &b0));

@@ -1,6 +1,7 @@
 /* Helpers shared by the suite's cases. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -19,6 +20,24 @@ void conf_fill(uint8_t *buf, uint64_t off, uint64_t len, uint32_t seed)
 {
     for (uint64_t i = 0; i < len; i++)
         buf[off + i] = conf_pattern(off + i, seed);
+}
+
+int conf_skip(struct conf *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->why, sizeof(c->why), fmt, ap);
+    va_end(ap);
+    return CONF_SKIP;
+}
+
+int conf_note(struct conf *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->note, sizeof(c->note), fmt, ap);
+    va_end(ap);
+    return c->strict ? CONF_FAIL : CONF_PASS;
 }
 
 uint32_t conf_imm(void)
@@ -75,6 +94,19 @@ int conf_wait_completions(struct conf *c, te_completion *out, int n)
     if (c->inflight == 0 && conf_mem_pull(&c->src_mem, 0, c->src_mem.len))
         return -EIO;
     return 0;
+}
+
+int conf_wait_engine(te_engine *e, te_completion *out, int n)
+{
+    uint64_t deadline = conf_now_ms() + CONF_TIMEOUT_MS;
+    int got = 0;
+    while (got < n && conf_now_ms() < deadline) {
+        int k = te_poll_completions(e, out + got, n - got, 100);
+        if (k < 0)
+            return k;
+        got += k;
+    }
+    return got;
 }
 
 int conf_run(struct conf *c, te_request *r, te_completion *out)

@@ -53,7 +53,7 @@ struct remote_ops {
 struct conf {
     te_config *cfg;        /* configuration every engine is built from */
     const char *config_file;      /* --config, may be NULL */
-    const char *sets[64];         /* --set section.key=value, in order */
+    const char *sets[80];         /* --set, --plugin, --remote-set (child) */
     int nsets;
     const char *remote_sets[17];  /* --remote-set, NULL-terminated */
     int two_process;
@@ -65,7 +65,12 @@ struct conf {
     int inflight;          /* conf_submit()ted, not yet waited for */
     struct remote rem[CONF_MAX_REMOTES];
     int verbose;
+    int strict;            /* --strict: a missing optional behaviour fails */
     const char *plugin;
+    char err[512];         /* why the last conf_remote_* failed */
+    /* Set by conf_skip()/conf_note() during a case, printed by main.c. */
+    char why[320];
+    char note[320];
 };
 
 /* Byte at absolute offset o of the pattern with seed. */
@@ -78,8 +83,13 @@ static inline uint8_t conf_pattern(uint64_t o, uint32_t seed)
 void conf_fill(uint8_t *buf, uint64_t off, uint64_t len, uint32_t seed);
 
 /* remote.c */
+/* Open the suite's remote i (c->rem[i]) and make it a peer of c->e. On
+ * failure c->err says which side refused and why. */
 int conf_remote_open(struct conf *c, int i);
-/* Body of a remote served in a child process (never returns). */
+/* Open one more remote into *r, the same way (a child process under
+ * --two-process, else an engine in this process), as a peer of group 0 of
+ * `local` (which becomes its peer too). r->ops->close() ends it in order. */
+int conf_remote_attach(struct conf *c, te_engine *local, struct remote *r);
 
 /* Result of a case. */
 #define CONF_PASS 0
@@ -96,6 +106,17 @@ extern const struct conf_case conf_cases_xfer[];
 extern const struct conf_case conf_cases_misc[];
 extern const struct conf_case conf_cases_fault[];
 extern const struct conf_case conf_cases_spaces[];
+extern const struct conf_case conf_cases_peer[];
+
+/* A case that cannot run says why: conf_skip() records the reason (one
+ * line, printed as "SKIP name: reason") and returns CONF_SKIP. */
+int conf_skip(struct conf *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* An optional behaviour (one plugin.h allows a plugin to leave out) is
+ * missing: conf_note() records it for a "NOTE name: ..." line and returns
+ * CONF_PASS, or CONF_FAIL under --strict. */
+int conf_note(struct conf *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Failure reporting helpers for cases. */
 #define CHECK(cond, ...)                                                       \
@@ -122,6 +143,9 @@ int conf_run(struct conf *c, te_request *r, te_completion *out);
 int64_t conf_submit(struct conf *c, te_request *r);
 /* Wait for `n` completions from the queue into out (deadline). */
 int conf_wait_completions(struct conf *c, te_completion *out, int n);
+/* Up to n completions of an engine of a case's own (not c->e) within the
+ * suite's deadline; returns how many arrived, or a negative errno. */
+int conf_wait_engine(te_engine *e, te_completion *out, int n);
 /* Compare remote bytes with the pattern; prints the first mismatch. */
 int conf_expect_remote(struct remote *r, uint64_t off, uint64_t len,
                        uint32_t seed, uint64_t pattern_base);

@@ -235,15 +235,19 @@ static const struct remote_ops child_ops = {
     ch_fill, ch_fetch, ch_imm_wait, ch_imm_banked, ch_imm_remove,
     ch_recv_wait, ch_space, ch_close, ch_kill};
 
-static int open_child(struct conf *c, struct remote *r, uint8_t *addr,
-                      size_t *addr_len, te_mr_desc *desc)
+static int open_child(struct conf *c, te_engine *local, struct remote *r,
+                      uint8_t *addr, size_t *addr_len, te_mr_desc *desc)
 {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
         return -errno;
     pid_t pid = fork();
-    if (pid < 0)
-        return -errno;
+    if (pid < 0) {
+        int err = -errno;
+        close(sv[0]);
+        close(sv[1]);
+        return err;
+    }
     if (pid == 0) {
         close(sv[0]);
         int fd = dup(sv[1]); /* without CLOEXEC */
@@ -285,11 +289,14 @@ static int open_child(struct conf *c, struct remote *r, uint8_t *addr,
     r->ops = &child_ops;
     struct cmd_hello *h = malloc(sizeof(*h));
     int rc = cmd_read(ch->fd, h, sizeof(*h), CONF_TIMEOUT_MS);
-    if (!rc && h->rc) {
-        fprintf(stderr, "    remote process failed to start: %s\n", h->error);
-        rc = h->rc;
-    }
-    if (!rc) {
+    if (rc)
+        snprintf(c->err, sizeof(c->err), "the remote process did not start "
+                 "(no hello within %d ms: %s)", CONF_TIMEOUT_MS,
+                 te_strerror(rc));
+    else if (h->rc)
+        snprintf(c->err, sizeof(c->err), "the remote process could not set "
+                 "up its engine: %s", h->error);
+    if (!rc && !(rc = h->rc)) {
         memcpy(addr, h->addr, h->addr_len);
         *addr_len = h->addr_len;
         rc = te_desc_parse(h->desc, h->desc_len, desc);
@@ -300,48 +307,68 @@ static int open_child(struct conf *c, struct remote *r, uint8_t *addr,
     struct cmd_addr pa;
     memset(&pa, 0, sizeof(pa)); /* all of it is sent, not just len bytes */
     pa.len = sizeof(pa.addr);
-    if ((rc = te_engine_address(c->e, 0, pa.addr, &pa.len)))
+    if ((rc = te_engine_address(local, 0, pa.addr, &pa.len)) ||
+        (rc = cmd_write(ch->fd, &pa, sizeof(pa))))
         return rc;
-    if ((rc = cmd_write(ch->fd, &pa, sizeof(pa))))
+    struct cmd_peer_reply pr;
+    if ((rc = cmd_read(ch->fd, &pr, sizeof(pr), CONF_TIMEOUT_MS)))
         return rc;
-    int32_t prc;
-    if ((rc = cmd_read(ch->fd, &prc, sizeof(prc), CONF_TIMEOUT_MS)))
+    pr.error[sizeof(pr.error) - 1] = 0;
+    if (pr.rc)
+        snprintf(c->err, sizeof(c->err), "the remote refused this engine "
+                 "as a peer: %s", pr.error[0] ? pr.error : "(no message)");
+    return pr.rc;
+}
+
+/* A remote engine in this process, peered both ways with `local`. */
+static int open_inproc(struct conf *c, te_engine *local, struct remote *r,
+                       uint8_t *addr, size_t *addr_len)
+{
+    struct side *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    r->impl = s;
+    r->ops = &inproc_ops;
+    te_config *rcfg = c->remote_sets[0] ? conf_config_with(c, c->remote_sets)
+                                        : NULL;
+    if (c->remote_sets[0] && !rcfg)
+        return -EINVAL;
+    int rc = side_open(s, rcfg ? rcfg : c->cfg);
+    te_config_free(rcfg);
+    if (rc) {
+        snprintf(c->err, sizeof(c->err), "its engine: %s", te_last_error());
         return rc;
-    return prc;
+    }
+    r->desc = s->desc;
+    if ((rc = te_engine_address(s->e, 0, addr, addr_len)))
+        return rc;
+    uint8_t la[TE_ADDR_MAX];
+    size_t la_len = sizeof(la);
+    if ((rc = te_engine_address(local, 0, la, &la_len)))
+        return rc;
+    if ((rc = te_peer_add(s->e, 0, la, la_len, &r->back)))
+        snprintf(c->err, sizeof(c->err), "the remote refused this engine "
+                 "as a peer: %s", te_last_error());
+    return rc;
+}
+
+int conf_remote_attach(struct conf *c, te_engine *local, struct remote *r)
+{
+    memset(r, 0, sizeof(*r));
+    c->err[0] = 0;
+    uint8_t addr[TE_ADDR_MAX];
+    size_t addr_len = sizeof(addr);
+    int rc = c->two_process ? open_child(c, local, r, addr, &addr_len, &r->desc)
+                            : open_inproc(c, local, r, addr, &addr_len);
+    if (!rc && (rc = te_peer_add(local, 0, addr, addr_len, &r->peer)))
+        snprintf(c->err, sizeof(c->err), "this engine refused the remote as "
+                 "a peer: %s", te_last_error());
+    if (rc && !c->err[0])
+        snprintf(c->err, sizeof(c->err), "%s", te_last_error());
+    return rc;
 }
 
 int conf_remote_open(struct conf *c, int i)
 {
-    struct remote *r = &c->rem[i];
-    memset(r, 0, sizeof(*r));
-    uint8_t addr[TE_ADDR_MAX];
-    size_t addr_len = sizeof(addr);
-    int rc;
-    if (c->two_process) {
-        rc = open_child(c, r, addr, &addr_len, &r->desc);
-        if (rc)
-            return rc;
-    } else {
-        struct side *s = calloc(1, sizeof(*s));
-        r->impl = s;
-        r->ops = &inproc_ops;
-        te_config *rcfg = c->remote_sets[0]
-                              ? conf_config_with(c, c->remote_sets)
-                              : NULL;
-        if (c->remote_sets[0] && !rcfg)
-            return -EINVAL;
-        rc = side_open(s, rcfg ? rcfg : c->cfg);
-        te_config_free(rcfg);
-        if (rc)
-            return rc;
-        r->desc = s->desc;
-        if ((rc = te_engine_address(s->e, 0, addr, &addr_len)))
-            return rc;
-        uint8_t la[TE_ADDR_MAX];
-        size_t la_len = sizeof(la);
-        if ((rc = te_engine_address(c->e, 0, la, &la_len)) ||
-            (rc = te_peer_add(s->e, 0, la, la_len, &r->back)))
-            return rc;
-    }
-    return te_peer_add(c->e, 0, addr, addr_len, &r->peer);
+    return conf_remote_attach(c, c->e, &c->rem[i]);
 }

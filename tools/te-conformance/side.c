@@ -179,8 +179,12 @@ int side_serve(const te_config *cfg, int fd)
         return 1;
     }
     te_peer back;
-    int32_t prc = te_peer_add(s.e, 0, pa.addr, pa.len, &back);
-    cmd_write(fd, &prc, sizeof(prc));
+    struct cmd_peer_reply pr;
+    memset(&pr, 0, sizeof(pr));
+    pr.rc = te_peer_add(s.e, 0, pa.addr, pa.len, &back);
+    if (pr.rc)
+        snprintf(pr.error, sizeof(pr.error), "%s", te_last_error());
+    cmd_write(fd, &pr, sizeof(pr));
 
     uint8_t *scratch = malloc(CONF_REGION);
     int status = 0;

@@ -33,6 +33,13 @@ struct cmd_addr {
     uint8_t addr[TE_ADDR_MAX];
 };
 
+/* The child's answer to cmd_addr: te_peer_add's result and, when it
+ * refused, te_last_error() there (the plugin's own words). */
+struct cmd_peer_reply {
+    int32_t rc;
+    char error[256];
+};
+
 struct cmd_req {
     uint32_t cmd, imm;
     uint64_t a, b;
