@@ -46,6 +46,19 @@ set_tests_properties(conformance_loopback_skip_reasons PROPERTIES
   PASS_REGULAR_EXPRESSION
   "SKIP remote_killed: needs --two-process.*SKIP peer_killed: needs --two-process.*PASS peer_closed.*1 passed, 0 failed, 2 skipped\nskipped [^\n]*\n  remote_killed: [^\n]+\n  peer_killed: ")
 
+# A remote that refuses this engine as a peer: the message names the side
+# that refused and carries its words, also from a child process (here the
+# remote runs efa, so the loopback address is refused).
+if(TARGET te-plugin-efa)
+  add_test(NAME conformance_refusal_text
+           COMMAND te-conformance --plugin loopback --two-process --remotes 1
+                   --remote-set engine.plugin=efa --remote-set efa.provider=shm
+                   --case write_sizes)
+  set_tests_properties(conformance_refusal_text PROPERTIES
+    ENVIRONMENT "${TE_CONF_ENV}" TIMEOUT 60 LABELS conformance
+    PASS_REGULAR_EXPRESSION "remote 0: [^\n]*: the remote refused this engine as a peer: te_peer_add: address is for transport \"loopback\"")
+endif()
+
 # Routing policies (docs/sharding.md): NICs of different speeds (weighted
 # shards) and small requests kept whole, with reordering; in this process
 # and across processes.

@@ -235,6 +235,15 @@ static const struct remote_ops child_ops = {
     ch_fill, ch_fetch, ch_imm_wait, ch_imm_banked, ch_imm_remove,
     ch_recv_wait, ch_space, ch_close, ch_kill};
 
+#define NO_MESSAGE "(no message: neither the core nor the plugin set one)"
+
+/* te_last_error(), or a placeholder that says it was empty. */
+static const char *last_error(void)
+{
+    const char *m = te_last_error();
+    return m && *m ? m : NO_MESSAGE;
+}
+
 static int open_child(struct conf *c, te_engine *local, struct remote *r,
                       uint8_t *addr, size_t *addr_len, te_mr_desc *desc)
 {
@@ -316,7 +325,7 @@ static int open_child(struct conf *c, te_engine *local, struct remote *r,
     pr.error[sizeof(pr.error) - 1] = 0;
     if (pr.rc)
         snprintf(c->err, sizeof(c->err), "the remote refused this engine "
-                 "as a peer: %s", pr.error[0] ? pr.error : "(no message)");
+                 "as a peer: %s", pr.error[0] ? pr.error : NO_MESSAGE);
     return pr.rc;
 }
 
@@ -336,7 +345,7 @@ static int open_inproc(struct conf *c, te_engine *local, struct remote *r,
     int rc = side_open(s, rcfg ? rcfg : c->cfg);
     te_config_free(rcfg);
     if (rc) {
-        snprintf(c->err, sizeof(c->err), "its engine: %s", te_last_error());
+        snprintf(c->err, sizeof(c->err), "its engine: %s", last_error());
         return rc;
     }
     r->desc = s->desc;
@@ -348,7 +357,7 @@ static int open_inproc(struct conf *c, te_engine *local, struct remote *r,
         return rc;
     if ((rc = te_peer_add(s->e, 0, la, la_len, &r->back)))
         snprintf(c->err, sizeof(c->err), "the remote refused this engine "
-                 "as a peer: %s", te_last_error());
+                 "as a peer: %s", last_error());
     return rc;
 }
 
@@ -362,9 +371,9 @@ int conf_remote_attach(struct conf *c, te_engine *local, struct remote *r)
                             : open_inproc(c, local, r, addr, &addr_len);
     if (!rc && (rc = te_peer_add(local, 0, addr, addr_len, &r->peer)))
         snprintf(c->err, sizeof(c->err), "this engine refused the remote as "
-                 "a peer: %s", te_last_error());
+                 "a peer: %s", last_error());
     if (rc && !c->err[0])
-        snprintf(c->err, sizeof(c->err), "%s", te_last_error());
+        snprintf(c->err, sizeof(c->err), "%s", last_error());
     return rc;
 }
 
