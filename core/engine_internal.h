@@ -17,6 +17,7 @@
 #include "wire.h"
 #include "imm_counter.h"
 #include "req_pool.h"
+#include "op_table.h"
 #include "imm_space.h"
 #include "mpsc_queue.h"
 #include "callback.h"
@@ -132,6 +133,9 @@ struct te_peer_entry {
     uint64_t hb_rkey[TE_MAX_NICS];
     uint8_t hb_known[TE_MAX_NICS];
     uint8_t hb_inflight[TE_MAX_NICS];
+    /* Why it went down (the transport's own words included), written by
+     * the worker before state turns TE_PEER_DOWN; for te_peer_status. */
+    char down_why[192];
 };
 
 /** Tagged operation context (low 2 bits): a cursor, a send or a recv slot. */
@@ -171,6 +175,11 @@ struct te_nic {
     /* paths the plugin described (paths.c) */
     struct te_plugin_path paths[TE_PLUGIN_MAX_PATHS];
     int npaths;
+    /* plugin contract guard (nic_guard.c, worker only) */
+    struct te_op_table posted;         /* contexts of the ops it holds */
+    int failed;                        /* the plugin broke the contract */
+    int swept;                         /* its requests were failed */
+    char failed_why[80];               /* the cause, for requests' reasons */
 };
 
 /** Control operation executed on the worker (peer add/remove). */

@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "worker.h"
+#include "nic_guard.h"
 
 static int connection_error(int status)
 {
@@ -67,7 +67,7 @@ void te_heartbeat_send(struct te_engine *e, struct te_group *g, struct turn *t)
             op.rkey = pe->hb_rkey[i];
             op.context = ((uint64_t)p << 8 | i) << 2 | TE_CTX_HEARTBEAT;
             /* Queue full: the NIC is busy with others; try next time. */
-            if (e->plugin.ops->post(g->nics[i].pn, &op, 1) != 1)
+            if (te_guard_post(e, g, &g->nics[i], &op, 1) != 1)
                 continue;
             pe->hb_inflight[i] = 1;
             pe->outstanding[i]++;

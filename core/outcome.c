@@ -130,6 +130,7 @@ void te_peer_down(struct te_engine *e, struct te_group *g, struct turn *t,
         status = -ECONNRESET;
     te_log(e, quiet ? 2 : 1, "group %d: peer %u is down: %s", g->index,
            pe->id, why);
+    snprintf(pe->down_why, sizeof(pe->down_why), "%s", why);
     atomic_store_explicit(&pe->state, TE_PEER_DOWN, memory_order_release);
     /* In-flight first: requests whose operations the transport still holds
      * are delivered now, and freed when those operations come back. */

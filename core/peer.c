@@ -99,6 +99,6 @@ TE_API int te_peer_status(te_engine *e, int group, te_peer peer)
     if (atomic_load_explicit(&pe->state, memory_order_acquire) ==
         TE_PEER_DOWN)
         return te_fail(-ECONNRESET, "te_peer_status: peer %u of group %d "
-                       "is down", peer, group);
+                       "is down: %s", peer, group, pe->down_why);
     return 0;
 }

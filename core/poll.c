@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nic_guard.h"
 #include "te_error.h"
-#include "worker.h"
 
 /* The peer whose plugin handle on `nic` is pp (live or already down). */
 te_peer te_peer_of(struct te_group *g, uint32_t nic, te_plugin_peer pp)
@@ -102,7 +102,8 @@ static void on_recv(struct te_engine *e, struct te_group *g, struct turn *t,
                e->s.max_msg_size);
 }
 
-void te_repost_recvs(struct te_engine *e, struct te_nic *n)
+void te_repost_recvs(struct te_engine *e, struct te_group *g,
+                     struct te_nic *n)
 {
     while (n->recv_to_post) {
         struct te_plugin_op ops[TE_POST_BATCH];
@@ -117,7 +118,7 @@ void te_repost_recvs(struct te_engine *e, struct te_nic *n)
             ops[i].len = e->s.max_msg_size;
             ops[i].context = (uint64_t)(uintptr_t)s | TE_CTX_RECV;
         }
-        int rc = e->plugin.ops->post(n->pn, ops, cnt);
+        int rc = te_guard_post(e, g, n, ops, cnt);
         if (rc <= 0)
             return; /* retry next turn */
         n->recv_to_post -= (uint32_t)rc;
@@ -129,10 +130,24 @@ void te_poll_nic(struct te_engine *e, struct te_group *g, struct turn *t,
 {
     struct te_nic *n = &g->nics[nic];
     struct te_plugin_cq_entry ce[TE_POLL_BATCH];
+    if (n->failed) {
+        /* Its requests fail once; what it still reports is drained (so a
+         * wait object's readiness clears) and dropped unread. */
+        te_guard_sweep(e, g, t, nic);
+        e->plugin.ops->poll(n->pn, ce, TE_POLL_BATCH);
+        return;
+    }
     te_worker_progress = 0;
+    /* What the plugin says through set_error() during this poll belongs
+     * to what it reports here (a peer it refuses, say). */
+    te_error_clear();
     int got = e->plugin.ops->poll(n->pn, ce, TE_POLL_BATCH);
     if (te_worker_progress)
         t->did_work = 1; /* work without entries (host->progressed) */
+    if (te_guard_poll_count(e, g, n, got, TE_POLL_BATCH)) {
+        te_guard_sweep(e, g, t, nic);
+        return;
+    }
     if (got < 0) {
         te_log(e, 0, "group %d NIC %s: poll failed: %s", g->index,
                n->info.name, te_strerror(got));
@@ -141,6 +156,10 @@ void te_poll_nic(struct te_engine *e, struct te_group *g, struct turn *t,
     if (got)
         t->did_work = 1;
     for (int i = 0; i < got; i++) {
+        if (te_guard_entry(e, g, n, &ce[i])) {
+            te_guard_sweep(e, g, t, nic);
+            return;
+        }
         switch (ce[i].kind) {
         case TE_PCQ_LOCAL:
             on_local(e, g, t, n, &ce[i]);
@@ -159,22 +178,25 @@ void te_poll_nic(struct te_engine *e, struct te_group *g, struct turn *t,
         case TE_PCQ_PEER_DOWN: {
             te_peer p = te_peer_of(g, nic, ce[i].peer);
             if (p != TE_PEER_UNKNOWN) {
-                char why[128];
+                char why[320];
                 /* -ESHUTDOWN: the peer closed in order (plugin ABI 1.x,
-                 * older plugins report 0 = a failure). */
+                 * older plugins report 0 = a failure). The plugin's own
+                 * words (set_error during this poll: "authentication
+                 * failed", say) follow. */
                 int orderly = ce[i].status == -ESHUTDOWN;
+                const char *said = te_last_error();
                 snprintf(why, sizeof(why), orderly
-                         ? "it closed its NIC %s in order"
-                         : "the transport reported it unreachable on NIC %s",
-                         n->info.name);
+                         ? "it closed its NIC %s in order%s%s"
+                         : "the transport reported it unreachable on NIC "
+                           "%s%s%s",
+                         n->info.name, said[0] ? ": " : "", said);
                 te_peer_down(e, g, t, te_group_peer(g, p),
                              orderly ? -ESHUTDOWN : -ECONNRESET, why);
             }
             break;
         }
-        default:
-            te_log(e, 0, "group %d NIC %s: unknown completion kind %u",
-                   g->index, n->info.name, ce[i].kind);
+        default: /* te_guard_entry let no other kind through */
+            break;
         }
     }
 }

@@ -8,8 +8,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "nic_guard.h"
 #include "te_error.h"
-#include "worker.h"
 
 static void push_active(struct te_nic *n, struct te_peer_queue *pq)
 {
@@ -89,7 +89,7 @@ void te_post_accept(struct te_engine *e, struct te_group *g, struct turn *t,
         te_req_settle(e, t, q);
         return;
     }
-    if (fail_if_peer_gone(q)) {
+    if (fail_if_peer_gone(q) || te_guard_refuse(g, q)) {
         te_req_settle(e, t, q);
         return;
     }
@@ -268,16 +268,17 @@ void te_post_nic(struct te_engine *e, struct te_group *g, struct turn *t,
         }
         if (cnt == 0)
             return;
-        int rc = e->plugin.ops->post(n->pn, ops, cnt);
+        int rc = te_guard_post(e, g, n, ops, cnt);
         size_t posted = rc > 0 ? (size_t)rc : 0;
         for (size_t i = posted; i < cnt; i++)
             release_send_slot(n, &ops[i]);
         if (rc < 0) {
             /* The plugin refused the first op outright: fail its request
              * (skip_failed drops it on the next visit) and go on. */
+            const char *said = te_last_error(); /* the plugin's, if any */
             te_req_fail(segq[0]->head->req, rc, "post on NIC %s refused: "
-                        "%s: %s", n->info.name, te_strerror(rc),
-                        te_last_error());
+                        "%s%s%s", n->info.name, te_strerror(rc),
+                        said[0] ? ": " : "", said);
         }
         size_t off = 0;
         for (size_t s = 0; s < nseg; s++) {

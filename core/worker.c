@@ -226,7 +226,7 @@ int te_worker_turn(struct te_engine *e, struct te_group *g, struct turn *t)
             te_post_nic(e, g, t, &g->nics[i]);
         te_poll_nic(e, g, t, i);
         if (g->nics[i].recv_to_post)
-            te_repost_recvs(e, &g->nics[i]);
+            te_repost_recvs(e, g, &g->nics[i]);
     }
     te_worker_check(e, g, t);
     te_turn_flush(e, t);
@@ -293,7 +293,7 @@ static void *worker_main(void *arg)
         te_thread_tighten_slack(e->s.idle_sleep_us);
     struct turn *t = g->turn;
     for (uint32_t i = 0; i < g->nic_count; i++)
-        te_repost_recvs(e, &g->nics[i]);
+        te_repost_recvs(e, g, &g->nics[i]);
     uint64_t idle_since = 0;
     while (!atomic_load_explicit(&e->stopping, memory_order_acquire)) {
         if (te_worker_turn(e, g, t)) {
@@ -334,7 +334,7 @@ int te_worker_start(struct te_group *g)
         return -ENOMEM;
     if (g->e->s.caller_progress) { /* te_progress() runs the turns */
         for (uint32_t i = 0; i < g->nic_count; i++)
-            te_repost_recvs(g->e, &g->nics[i]);
+            te_repost_recvs(g->e, g, &g->nics[i]);
         return 0;
     }
     int rc = pthread_create(&g->worker, NULL, worker_main, g);
@@ -359,4 +359,6 @@ void te_worker_stop(struct te_group *g)
     }
     free(g->turn);
     g->turn = NULL;
+    for (uint32_t i = 0; i < g->nic_count; i++) /* nothing polls them now */
+        te_op_table_free(&g->nics[i].posted);
 }

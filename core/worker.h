@@ -66,7 +66,8 @@ void te_post_fail_peer(struct te_engine *e, struct te_group *g,
 /* poll.c */
 void te_poll_nic(struct te_engine *e, struct te_group *g, struct turn *t,
                  uint32_t nic);
-void te_repost_recvs(struct te_engine *e, struct te_nic *n);
+void te_repost_recvs(struct te_engine *e, struct te_group *g,
+                     struct te_nic *n);
 te_peer te_peer_of(struct te_group *g, uint32_t nic, te_plugin_peer pp);
 
 #endif

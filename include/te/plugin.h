@@ -434,11 +434,23 @@ struct te_plugin_ops {
      * retry the rest later. Returns -errno only for an invalid first op;
      * an op that fails later is reported as a LOCAL completion with status.
      * Every posted WRITE/READ/SEND/RECV produces exactly one LOCAL (or RECV)
-     * completion.
+     * completion. The core checks the count: more than n, or below -4095,
+     * fails the NIC (docs/plugin-guide.md, "What the core checks"). The
+     * context is opaque (not a pointer of the core's); echo it unchanged.
      */
     int (*post)(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n);
 
-    /** Fetch up to max completions; returns the count (>= 0) or -errno. */
+    /**
+     * Fetch up to max completions; returns the count (>= 0) or -errno.
+     * The core checks each entry before acting on it. Any of these fails
+     * the NIC: its requests fail with -EPROTO and it is not posted to
+     * again (docs/plugin-guide.md, "What the core checks"). A count above
+     * max or below -4095; an unknown kind; a positive status; a second
+     * completion for one operation, or a context that was never posted; a
+     * RECV longer than its buffer. A set_error() text given during the
+     * poll() that reports a PEER_DOWN becomes part of the peer's down
+     * reason.
+     */
     int (*poll)(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max);
 
     /* ---- ABI 1.1 ---- */
