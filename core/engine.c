@@ -41,7 +41,8 @@ struct te_peer_entry *te_group_peer(struct te_group *g, te_peer p)
 static const char *host_config_get(void *ctx, const char *key)
 {
     struct te_engine *e = ctx;
-    return te_config_get(e->cfg, e->plugin.ops->name, key);
+    const char *v = te_config_get(e->cfg, e->plugin.ops->name, key);
+    return v ? v : te_pcfg_default(&e->pcfg, key);
 }
 
 /* The typed getters of ABI 1.4: values were validated at engine

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "layout.h"
 #include "loader.h"
+#include "plugin_config.h"
 #include "te/plugin.h"
 #include "te/te_introspect.h"
 #include "te_error.h"
@@ -64,18 +65,25 @@ int te_introspect_config_keys(const te_config *cfg, const char *plugin,
     if (!fn)
         return te_fail(-EINVAL, "te_introspect_config_keys: fn is NULL");
     for (const struct te_config_key *k = te_engine_keys; k->name; k++)
-        fn(arg, "engine", k->name, k->default_value, k->doc);
+        fn(arg, "engine", k->name, k->default_value, k->doc, NULL);
     if (!plugin)
         return 0;
     struct te_loaded_plugin p;
     int rc = te_plugin_load(plugin, plugin_path_of(cfg), &p);
     if (rc)
         return rc; /* te_plugin_load recorded why */
-    for (const struct te_plugin_config_key *k = p.ops->config_keys;
-         k && k->name; k++)
-        fn(arg, p.ops->name, k->name, k->default_value, k->doc);
+    struct te_pcfg keys;
+    char why[256];
+    rc = te_pcfg_read(p.ops, &keys, why, sizeof why); /* the loader checked it */
+    for (size_t i = 0; rc == 0 && i < keys.n; i++) {
+        char values[160];
+        te_pcfg_describe(&keys.keys[i], values, sizeof values);
+        fn(arg, p.ops->name, keys.keys[i].name, keys.keys[i].default_value,
+           keys.keys[i].doc, values);
+    }
+    te_pcfg_free(&keys);
     te_plugin_unload(&p);
-    return 0;
+    return rc ? te_fail(rc, "plugin %s: %s", plugin, why) : 0;
 }
 
 int te_introspect_topology(const te_engine *e, FILE *f)

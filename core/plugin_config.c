@@ -277,6 +277,12 @@ static const struct te_pcfg_key *find(const struct te_pcfg *t, const char *key)
     return NULL;
 }
 
+const char *te_pcfg_default(const struct te_pcfg *t, const char *key)
+{
+    const struct te_pcfg_key *k = find(t, key);
+    return k ? k->default_value : NULL;
+}
+
 /* Effective text of k (NULL only for a STRING key without a default) and
  * where it comes from. */
 static const char *effective(const te_config *cfg, const struct te_pcfg *t,

@@ -66,6 +66,9 @@ int te_pcfg_double(const te_config *cfg, const struct te_pcfg *t,
 int te_pcfg_enum(const te_config *cfg, const struct te_pcfg *t, const char *key,
                  int *out);
 
+/** The declared default of key (NULL when it has none or is unknown). */
+const char *te_pcfg_default(const struct te_pcfg *t, const char *key);
+
 /**
  * What values a key takes, for te-info: "integer in [0, 64]", "one of
  * auto|on|off", "boolean", "number in [0, 1]", "text".

@@ -95,7 +95,7 @@ add_test(NAME te_info_runs COMMAND te-info)
 set_tests_properties(demo_inproc demo_twoproc PROPERTIES
   ENVIRONMENT "${TE_CONF_ENV}" TIMEOUT 120 PASS_REGULAR_EXPRESSION "te-demo: OK")
 set_tests_properties(te_info_runs PROPERTIES ENVIRONMENT "${TE_CONF_ENV}"
-  TIMEOUT 60 PASS_REGULAR_EXPRESSION "loopback .*ABI 1\\.3.*group 0: 1 NIC")
+  TIMEOUT 60 PASS_REGULAR_EXPRESSION "loopback .*ABI 1\\.4.*group 0: 1 NIC")
 # te-info says how requests are split: NICs of 8 and 2 Gbit/s, small
 # requests whole (docs/sharding.md).
 add_test(NAME te_info_routing COMMAND te-info --groups)

@@ -72,10 +72,13 @@ endif()
 if(TARGET te-plugin-loopback)
   add_executable(cuda_lb_device_routing
     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/cuda_lb_device_routing.c)
-  target_include_directories(cuda_lb_device_routing PRIVATE ${PROJECT_SOURCE_DIR}/include)
+  target_sources(cuda_lb_device_routing PRIVATE
+    ${CMAKE_CURRENT_SOURCE_DIR}/lib/fake_config.c)
+  target_include_directories(cuda_lb_device_routing PRIVATE ${PROJECT_SOURCE_DIR}/include
+    ${CMAKE_CURRENT_SOURCE_DIR}/lib)
   target_compile_definitions(cuda_lb_device_routing PRIVATE
     TE_PLUGIN_BUILD_DIR="${TE_PLUGIN_BUILD_DIR}")
-  target_link_libraries(cuda_lb_device_routing PRIVATE ${CMAKE_DL_LIBS})
+  target_link_libraries(cuda_lb_device_routing PRIVATE te_core ${CMAKE_DL_LIBS})
   add_dependencies(cuda_lb_device_routing te-plugin-loopback)
   add_test(NAME cuda_lb_device_routing COMMAND cuda_lb_device_routing)
   set_tests_properties(cuda_lb_device_routing PROPERTIES LABELS cuda TIMEOUT 60)

@@ -16,6 +16,19 @@ set(TE_FUZZ_CORE_WIRE ${PROJECT_SOURCE_DIR}/core/wire.c ${PROJECT_SOURCE_DIR}/co
 set(TE_FUZZ_CORE_CONFIG ${PROJECT_SOURCE_DIR}/core/config.c
     ${PROJECT_SOURCE_DIR}/core/config_keys.c ${PROJECT_SOURCE_DIR}/core/error.c)
 file(GLOB TE_FUZZ_LB_SOURCES ${PROJECT_SOURCE_DIR}/plugins/loopback/lb_*.c)
+# The fake host's configuration (tests/lib/fake_config.h) over the core's
+# store, compiled apart: the plugin's sources are built with -D_GNU_SOURCE,
+# which the core's files define themselves.
+add_library(te_fuzz_fake_config OBJECT ${TE_FUZZ_CORE_CONFIG}
+  ${PROJECT_SOURCE_DIR}/core/plugin_config.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/lib/fake_config.c)
+target_include_directories(te_fuzz_fake_config PRIVATE
+  ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/core)
+target_link_libraries(te_fuzz_fake_config PRIVATE PkgConfig::INIH)
+if(TE_BUILD_FUZZERS)
+  target_compile_options(te_fuzz_fake_config PRIVATE
+    -fsanitize=address,undefined -fno-omit-frame-pointer -g)
+endif()
 file(GLOB TE_FUZZ_CORE_ALL CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/*.c)
 
 # target -> what it links: core wire, core config, the loopback plugin's
@@ -77,10 +90,14 @@ foreach(entry ${TE_FUZZ_TARGETS})
   else()
     # The plugin is compiled into the target: coverage, and its internals
     # (lb_internal.h) for deterministic ids and invariant checks.
-    target_sources(${exe} PRIVATE ${TE_FUZZ_LB_SOURCES})
-    target_include_directories(${exe} PRIVATE ${PROJECT_SOURCE_DIR}/plugins/loopback)
+    # With the core's configuration store: the fake host serves the
+    # plugin's typed keys as an engine does (tests/lib/fake_config.h).
+    target_sources(${exe} PRIVATE ${TE_FUZZ_LB_SOURCES}
+                   $<TARGET_OBJECTS:te_fuzz_fake_config>)
+    target_include_directories(${exe} PRIVATE ${PROJECT_SOURCE_DIR}/plugins/loopback
+                               ${CMAKE_CURRENT_SOURCE_DIR}/lib)
     target_compile_definitions(${exe} PRIVATE _GNU_SOURCE)
-    target_link_libraries(${exe} PRIVATE Threads::Threads)
+    target_link_libraries(${exe} PRIVATE Threads::Threads PkgConfig::INIH m)
   endif()
   target_compile_definitions(${exe} PRIVATE TE_VERSION_STRING="${PROJECT_VERSION}")
 
@@ -115,8 +132,10 @@ target_include_directories(fuzz_gen_seeds PRIVATE ${TE_FUZZ_DIR}
 
 # Race reproducers (a thread plays the hostile process); probabilistic, so
 # not tests. Usage in tests/fuzz/race_lb.c and docs/reliability.md.
-add_executable(fuzz_race_lb EXCLUDE_FROM_ALL ${TE_FUZZ_DIR}/race_lb.c ${TE_FUZZ_LB_SOURCES})
+add_executable(fuzz_race_lb EXCLUDE_FROM_ALL ${TE_FUZZ_DIR}/race_lb.c ${TE_FUZZ_LB_SOURCES}
+               $<TARGET_OBJECTS:te_fuzz_fake_config>)
 target_include_directories(fuzz_race_lb PRIVATE ${TE_FUZZ_DIR}
-  ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/plugins/loopback)
+  ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/plugins/loopback
+  ${PROJECT_SOURCE_DIR}/core ${CMAKE_CURRENT_SOURCE_DIR}/lib)
 target_compile_definitions(fuzz_race_lb PRIVATE _GNU_SOURCE)
-target_link_libraries(fuzz_race_lb PRIVATE Threads::Threads)
+target_link_libraries(fuzz_race_lb PRIVATE Threads::Threads PkgConfig::INIH m)

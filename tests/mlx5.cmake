@@ -22,7 +22,7 @@ if(TARGET te-plugin-mlx5)
     COMMAND te-info --plugins)
   set_tests_properties(mlx5_plugin_loads PROPERTIES
     ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}" TIMEOUT 60
-    PASS_REGULAR_EXPRESSION "mlx5 +0\\.1\\.0 +ABI 1\\.3" LABELS mlx5)
+    PASS_REGULAR_EXPRESSION "mlx5 +0\\.1\\.0 +ABI 1\\.4" LABELS mlx5)
 endif()
 
 # te-mlx5-pair (tests/vm/mlx5_pair.c): two processes on two different verbs

@@ -80,8 +80,9 @@ struct te_plugin_host {
     void *host_ctx;
     /**
      * Look up a configuration value of the plugin's own INI section (e.g.
-     * key "devices" of section [loopback]); NULL if unset. Environment
-     * overrides are already applied. The string lives as long as the ctx.
+     * key "devices" of section [loopback]); when unset, the key's declared
+     * default (a core of ABI >= 1.4), else NULL. Environment overrides are
+     * already applied. The string lives as long as the ctx.
      */
     const char *(*config_get)(void *host_ctx, const char *key);
     /**

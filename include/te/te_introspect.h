@@ -48,11 +48,14 @@ TE_API void te_introspect_plugin_abi(unsigned *major, unsigned *minor);
 
 /**
  * Called once per documented configuration key: its section, name, default
- * (NULL when it has none) and meaning. The strings live for the call only.
+ * (NULL when it has none), meaning, and the values it takes as the core
+ * checks them ("integer in [1, 256]", "one of auto|on|off", "boolean",
+ * "text"; NULL for [engine] keys, whose doc says it). The strings live for
+ * the call only.
  */
 typedef void (*te_config_key_fn)(void *arg, const char *section,
                                  const char *name, const char *default_value,
-                                 const char *doc);
+                                 const char *doc, const char *values);
 
 /**
  * Visit the keys of section [engine], then, when `plugin` is not NULL, load

@@ -268,7 +268,7 @@ int efa_errno(int fi_err);
 
 /* ------------------------------------------------------- efa_config.c */
 
-extern const struct te_plugin_config_key efa_config_keys[];
+extern const struct te_plugin_config_param efa_config_params[];
 int efa_config_parse(efa_ctx *ctx);
 
 /* ------------------------------------------------------- efa_fabric.c */

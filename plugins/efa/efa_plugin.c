@@ -196,7 +196,7 @@ static const struct te_plugin_ops efa_ops = {
     .description = "libfabric FI_EP_RDM: write with remote CQ data; provider "
                    "from efa.provider (efa, shm, tcp;ofi_rxm); NIC names "
                    "are provider:domain, log_level 2 shows each path",
-    .config_keys = efa_config_keys,
+    .config_params = efa_config_params,
     .init = efa_init,
     .fini = efa_fini,
     .device_count = efa_device_count,
@@ -219,7 +219,8 @@ __attribute__((visibility("default"))) const struct te_plugin_ops *
 te_plugin_entry(uint32_t core_major, uint32_t core_minor, char *err,
                 size_t errlen)
 {
-    if (core_major != TE_PLUGIN_ABI_MAJOR) {
+    /* Same major, and at least 1.4: the typed configuration getters. */
+    if (core_major != TE_PLUGIN_ABI_MAJOR || core_minor < 4) {
         if (err && errlen)
             snprintf(err, errlen,
                      EFA_NAME " plugin speaks plugin ABI %u.%u, core speaks "

@@ -488,7 +488,7 @@ int lb_slots_init(lb_nic *nic);
 /* ------------------------------------------------------------- lb_fault.c */
 
 int lb_config_parse(lb_ctx *ctx);
-extern const struct te_plugin_config_key lb_config_keys[];
+extern const struct te_plugin_config_param lb_config_params[];
 uint64_t lb_rand(lb_nic *nic);
 void lb_shuffle(lb_nic *nic, void *base, size_t n, size_t esize);
 /* fault_fail_every / fault_kill_after decisions for one posted op. */

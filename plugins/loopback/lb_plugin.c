@@ -319,7 +319,7 @@ static const struct te_plugin_ops lb_ops = {
     .version = LB_VERSION,
     .description = "software NIC: in-process and same-host cross-process "
                    "transfers, with fault injection",
-    .config_keys = lb_config_keys,
+    .config_params = lb_config_params,
     .init = lb_init,
     .fini = lb_fini,
     .device_count = lb_device_count,
@@ -342,7 +342,8 @@ __attribute__((visibility("default"))) const struct te_plugin_ops *
 te_plugin_entry(uint32_t core_major, uint32_t core_minor, char *err,
                 size_t errlen)
 {
-    if (core_major != TE_PLUGIN_ABI_MAJOR) {
+    /* Same major, and at least 1.4: the typed configuration getters. */
+    if (core_major != TE_PLUGIN_ABI_MAJOR || core_minor < 4) {
         if (err && errlen)
             snprintf(err, errlen,
                      LB_NAME " plugin speaks plugin ABI %u.%u, core speaks %u.%u",

@@ -302,7 +302,7 @@ static inline void mx_emit(mx_nic *nic, struct te_plugin_cq_entry *out,
 
 /* ------------------------------------------------------------ mx_config.c */
 
-extern const struct te_plugin_config_key mx_config_keys[];
+extern const struct te_plugin_config_param mx_config_params[];
 int mx_config_parse(mx_ctx *ctx);
 
 /* ------------------------------------------------------------ mx_device.c */

@@ -190,7 +190,7 @@ static const struct te_plugin_ops mx_ops = {
     .description = "rdma-core ibverbs: RC QPs with RDMA WRITE (with "
                    "immediate), READ and SEND on any verbs device "
                    "(ConnectX mlx5_*, soft-RoCE rxe*)",
-    .config_keys = mx_config_keys,
+    .config_params = mx_config_params,
     .init = mx_init,
     .fini = mx_fini,
     .device_count = mx_device_count,
@@ -213,7 +213,8 @@ __attribute__((visibility("default"))) const struct te_plugin_ops *
 te_plugin_entry(uint32_t core_major, uint32_t core_minor, char *err,
                 size_t errlen)
 {
-    if (core_major != TE_PLUGIN_ABI_MAJOR) {
+    /* Same major, and at least 1.4: the typed configuration getters. */
+    if (core_major != TE_PLUGIN_ABI_MAJOR || core_minor < 4) {
         if (err && errlen)
             snprintf(err, errlen,
                      MX_NAME " plugin speaks plugin ABI %u.%u, core speaks %u.%u",

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fake_config.h"
 #include "te/plugin.h"
 
 #define PLUGIN_SO TE_PLUGIN_BUILD_DIR "/libte-plugin-loopback.so"
@@ -42,7 +43,6 @@ static int copies;          /* device_copy calls */
 static size_t copied;       /* bytes */
 static int streams_freed;
 
-static const char *h_get(void *c, const char *k) { return NULL; }
 static void h_err(void *c, const char *fmt, ...)
 {
     va_list ap;
@@ -67,8 +67,10 @@ static void h_stream_free(void *c, void *stream)
     streams_freed++;
 }
 
+/* The plugin's section as an engine serves it (defaults only). */
+static struct te_fake_config fake_cfg;
 static struct te_plugin_host host = {
-    .struct_size = sizeof(struct te_plugin_host), .config_get = h_get,
+    .struct_size = sizeof(struct te_plugin_host), .host_ctx = &fake_cfg,
     .set_error = h_err, .log = h_log, .device_copy = h_copy,
     .device_stream_free = h_stream_free};
 
@@ -313,12 +315,16 @@ int main(void)
     if (!entry || !(ops = entry(TE_PLUGIN_ABI_MAJOR, TE_PLUGIN_ABI_MINOR, err,
                                 sizeof(err))))
         FAIL("entry: %s", err);
+    if (te_fake_config_init(&fake_cfg, ops, NULL))
+        FAIL("configuration: %s", te_last_error());
+    te_fake_config_install(&host);
     int rc = in_process();
     if (!rc) {
         copies = 0;
         copied = 0;
         rc = cross_process();
     }
+    te_fake_config_fini(&fake_cfg);
     dlclose(dl);
     return rc;
 }

@@ -36,6 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fake_config.h"
 #include "lb_internal.h"
 #include "fuzz_check.h"
 
@@ -86,16 +87,8 @@ static inline void fz_bytes(struct fz_in *in, void *dst, size_t len)
 
 static char fz_last_err[1024];
 static unsigned fz_nerr;
-static const char *fz_kv[16]; /* key, value, ..., NULL */
-
-static __attribute__((unused)) const char *fz_get(void *c, const char *key)
-{
-    (void)c;
-    for (int i = 0; fz_kv[i]; i += 2)
-        if (!strcmp(fz_kv[i], key))
-            return fz_kv[i + 1];
-    return NULL;
-}
+/* The plugin's section as an engine would serve it (fake_config.h). */
+static struct te_fake_config fz_cfg;
 
 static __attribute__((unused)) void fz_err(void *c, const char *fmt, ...)
 {
@@ -121,8 +114,8 @@ static __attribute__((unused)) void fz_log(void *c, int level, const char *fmt, 
 }
 
 static struct te_plugin_host fz_host = {
-    .struct_size = sizeof(struct te_plugin_host), .host_ctx = NULL,
-    .config_get = fz_get, .set_error = fz_err, .log = fz_log};
+    .struct_size = sizeof(struct te_plugin_host), .host_ctx = &fz_cfg,
+    .set_error = fz_err, .log = fz_log};
 static const struct te_plugin_ops *fz_ops;
 static te_plugin_ctx *fz_ctx;
 static pid_t fz_child = -1;
@@ -212,13 +205,6 @@ static __attribute__((unused)) void fz_child_ensure(void)
 
 static __attribute__((unused)) void fz_setup(const char *queue_depth)
 {
-    static char qd[16];
-    snprintf(qd, sizeof qd, "%s", queue_depth);
-    fz_kv[0] = "devices";
-    fz_kv[1] = "4";
-    fz_kv[2] = "queue_depth";
-    fz_kv[3] = qd;
-    fz_kv[4] = NULL;
     /* Root: a network namespace; others: inside a new user namespace. */
     if (unshare(CLONE_NEWNET) != 0 &&
         unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0 && !getenv("FUZZ_LB_QUIET"))
@@ -234,6 +220,9 @@ static __attribute__((unused)) void fz_setup(const char *queue_depth)
     fz_ops = te_plugin_entry(TE_PLUGIN_ABI_MAJOR, TE_PLUGIN_ABI_MINOR, err,
                              sizeof err);
     FUZZ_CHECK(fz_ops != NULL);
+    const char *const kv[] = {"devices", "4", "queue_depth", queue_depth, NULL};
+    FUZZ_CHECK(te_fake_config_init(&fz_cfg, fz_ops, kv) == 0);
+    te_fake_config_install(&fz_host);
     FUZZ_CHECK(fz_ops->init(&fz_host, &fz_ctx) == 0);
     fz_child_spawn();
 }

@@ -74,6 +74,54 @@ START_TEST(config_errors_name_the_cause)
 }
 END_TEST
 
+/* The plugin's declared keys are checked by the core, with the engine's
+ * messages, from a file and from the environment (plugin ABI 1.4). */
+START_TEST(plugin_keys_checked_by_the_core)
+{
+    ck_assert_int_eq(create_err("[loopback]\ndevices = 999\n"), -EINVAL);
+    ck_assert_str_eq(te_last_error(), "loopback.devices = \"999\" (string:2): "
+                                      "expected an integer in [1, 256]");
+    ck_assert_int_eq(create_err("[loopback]\nfault_reorder = maybe\n"),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(te_last_error(), "loopback.fault_reorder"));
+    ck_assert_int_eq(create_err("[loopback]\nfault_reordr = 1\n"), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(te_last_error(), "did you mean \"fault_reorder\""));
+    setenv("TE_LOOPBACK_QUEUE_DEPTH", "0x20000", 1);
+    ck_assert_int_eq(create_err(""), -EINVAL);
+    unsetenv("TE_LOOPBACK_QUEUE_DEPTH");
+    ck_assert_ptr_nonnull(strstr(te_last_error(), "environment "
+                                 "TE_LOOPBACK_QUEUE_DEPTH"));
+    te_engine *e = make("[loopback]\ndevices = 3\n");
+    ck_assert_int_eq(te_engine_nic_count(e, 0), 1);
+    te_engine_destroy(e);
+}
+END_TEST
+
+static char section_log[2048];
+
+static void keep_log(int level, const char *origin, const char *msg, void *arg)
+{
+    size_t n = strlen(section_log);
+    snprintf(section_log + n, sizeof section_log - n, "%d %s\n", level, msg);
+}
+
+/* One file may configure several transports: the sections of plugins that
+ * are not loaded are warned about, not refused. */
+START_TEST(other_plugins_sections_are_warned_about)
+{
+    section_log[0] = 0;
+    te_set_log_fn(keep_log, NULL);
+    te_engine *e = make("[efa]\nprovider = shm\n[vendorx]\nknob = 3\n");
+    te_set_log_fn(NULL, NULL);
+    te_engine_destroy(e);
+    ck_assert_msg(strstr(section_log, "1 section [efa] (string:2) is ignored: "
+                         "no plugin named efa is loaded (this engine uses "
+                         "loopback)"), "%s", section_log);
+    ck_assert_msg(strstr(section_log, "section [vendorx] (string:4) is "
+                         "ignored"), "%s", section_log);
+}
+END_TEST
+
 START_TEST(groups_and_layout)
 {
     te_engine *e = make("[engine]\ngroups = 2\ngroup_nics = \"0,1;3\"\n");
@@ -764,7 +812,9 @@ END_TEST
 
 TE_TEST_MAIN("engine",
              TE_TCASE_FULL("api", 60, NULL, NULL,
-               defaults, config_errors_name_the_cause, groups_and_layout,
+               defaults, config_errors_name_the_cause,
+               plugin_keys_checked_by_the_core,
+               other_plugins_sections_are_warned_about, groups_and_layout,
                address_and_peers, registration_rules, poll_and_wait_time_out,
                destroy_completes_everything, request_deadline,
                request_to_peer_removed_before_posting,

@@ -194,7 +194,7 @@ struct key_printer {
 };
 
 static void print_key(void *arg, const char *section, const char *name,
-                      const char *def, const char *doc)
+                      const char *def, const char *doc, const char *values)
 {
     struct key_printer *kp = arg;
     if (strcmp(kp->section, section)) {
@@ -204,6 +204,8 @@ static void print_key(void *arg, const char *section, const char *name,
     const char *v = te_config_get(kp->cfg, section, name);
     printf("  %-24s = %-12s (default %s)\n      %s\n", name,
            v ? v : (def ? def : ""), def && def[0] ? def : "\"\"", doc);
+    if (values)
+        printf("      values: %s\n", values);
 }
 
 static void show_config(const te_config *cfg)
