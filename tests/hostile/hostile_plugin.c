@@ -18,6 +18,9 @@
  *   bad_kind     LOCAL completions carry kind 9
  *   pos_status   LOCAL completions carry status +5
  *   recv_len     a write also completes a posted RECV with len > its buffer
+ *   recv_lerr    a write also ends a posted RECV with a LOCAL -ECANCELED
+ *                (allowed by plugin.h: not a breach; the core must take it
+ *                as the failed receive, not as a write's completion)
  *   refuse_peer  peer_add() refuses with -EHOSTUNREACH and a set_error text
  *   refuse_late  peer_add() succeeds; the next poll() refuses the peer
  *                (set_error text, PEER_DOWN) and fails what was posted
@@ -40,11 +43,12 @@
 enum hp_mode {
     HP_NONE, HP_DUP_LOCAL, HP_UNKNOWN_CTX, HP_POLL_OVER, HP_POLL_NEG,
     HP_POST_OVER, HP_BAD_KIND, HP_POS_STATUS, HP_RECV_LEN, HP_REFUSE_PEER,
-    HP_REFUSE_LATE
+    HP_REFUSE_LATE, HP_RECV_LERR
 };
 static const char *const hp_modes[] = {
     "none", "dup_local", "unknown_ctx", "poll_over", "poll_neg", "post_over",
-    "bad_kind", "pos_status", "recv_len", "refuse_peer", "refuse_late", NULL};
+    "bad_kind", "pos_status", "recv_len", "refuse_peer", "refuse_late",
+    "recv_lerr", NULL};
 
 struct te_plugin_mr {
     uint8_t *addr;
@@ -286,12 +290,16 @@ static void complete(te_plugin_nic *n, const struct te_plugin_op *op, int st)
     cq_put(n, &e);
     if (m == HP_DUP_LOCAL)
         cq_put(n, &e);
-    if (m == HP_RECV_LEN && n->nrecv) {
+    if ((m == HP_RECV_LEN || m == HP_RECV_LERR) && n->nrecv) {
         struct hp_recv r = n->recvs[--n->nrecv];
-        struct te_plugin_cq_entry bad = {.kind = TE_PCQ_RECV,
-                                         .context = r.context,
-                                         .len = r.len + 1};
-        cq_put(n, &bad);
+        struct te_plugin_cq_entry re = {.kind = TE_PCQ_RECV,
+                                        .context = r.context,
+                                        .len = r.len + 1};
+        if (m == HP_RECV_LERR)
+            re = (struct te_plugin_cq_entry){.kind = TE_PCQ_LOCAL,
+                                             .status = -ECANCELED,
+                                             .context = r.context};
+        cq_put(n, &re);
     }
     pthread_mutex_unlock(&n->lock);
 }

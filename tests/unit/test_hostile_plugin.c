@@ -58,13 +58,16 @@ static const char *log_dump(void) { return log_text; }
 
 static char ini[1024];
 
+/* engine.progress = caller for the mode named "caller:<mode>". */
 static const char *hostile_ini(const char *mode)
 {
+    int caller = !strncmp(mode, "caller:", 7);
     snprintf(ini, sizeof(ini),
              "[engine]\nplugin = hostile\nplugin_path = %s\n"
-             "nics_per_group = 2\nrequest_timeout_ms = 5000\n"
+             "nics_per_group = 2\nrequest_timeout_ms = 5000\n%s"
              "[hostile]\nmode = %s\nbad_nic = 0\n",
-             TE_HOSTILE_PLUGIN_DIR, mode);
+             TE_HOSTILE_PLUGIN_DIR, caller ? "progress = caller\n" : "",
+             mode + (caller ? 7 : 0));
     return ini;
 }
 
@@ -79,16 +82,31 @@ static void open_self(te_test_self *s, const char *mode)
 }
 
 /* A write of LEN bytes from the first half of buf to the second, pinned
- * to NIC `nic`; its completion. */
-static te_completion write_on(te_test_self *s, uint32_t nic)
+ * to NIC `nic` (-1: sharded over both), tagged with user_data `tag`; the
+ * next completion, asserted to be its own (a request completes once). */
+static te_completion write_tagged(te_test_self *s, int nic, uint64_t tag)
 {
     te_request r = te_test_write(s->peer, s->mr, &s->desc, LEN, 0);
     r.u.xfer.remote_off = 4096;
-    r.route.kind = TE_ROUTE_PIN;
-    r.route.nic = nic;
+    r.user_data = tag;
+    if (nic >= 0) {
+        r.route.kind = TE_ROUTE_PIN;
+        r.route.nic = (uint32_t)nic;
+    }
     int64_t id = te_submit(s->e, &r);
     ck_assert_msg(id >= 0, "te_submit: %s", te_last_error());
-    return te_test_completion(s->e, WAIT_MS);
+    te_completion c = te_test_completion(s->e, WAIT_MS);
+    ck_assert_msg(c.user_data == tag, "completion of request %llu while "
+                  "waiting for %llu (%d %s)", (unsigned long long)c.user_data,
+                  (unsigned long long)tag, c.status, c.reason);
+    return c;
+}
+
+static uint64_t next_tag = 1;
+
+static te_completion write_on(te_test_self *s, int nic)
+{
+    return write_tagged(s, nic, next_tag++);
 }
 
 static void expect_eproto(const te_completion *c, const char *what)
@@ -101,7 +119,8 @@ static void expect_eproto(const te_completion *c, const char *what)
 }
 
 /* The misbehaviour was named once, at error level, with plugin and NIC;
- * NIC h1 still carries a write (its bytes arrive); the engine closes. */
+ * NIC h1 still carries a write (its bytes arrive); the engine closes with
+ * no request left behind. */
 static void expect_contained(te_test_self *s, const char *what)
 {
     ck_assert_msg(logged("plugin hostile broke its contract", what) &&
@@ -117,6 +136,9 @@ static void expect_contained(te_test_self *s, const char *what)
     ck_assert_int_eq(buf[4096 + LEN - 1], 0x5c);
     te_test_self_close(s);
     te_set_log_fn(NULL, NULL);
+    /* The failed NIC's operations were written off, not left for the
+     * shutdown to give up on. */
+    ck_assert_msg(!logged("still in flight", ""), "%s", log_dump());
 }
 
 /* The misbehaviour hits the first write on h0 itself. */
@@ -146,7 +168,7 @@ START_TEST(conforming_plugin_trips_nothing)
 {
     te_test_self s;
     open_self(&s, "none");
-    for (uint32_t nic = 0; nic < 2; nic++)
+    for (int nic = 0; nic < 2; nic++)
         for (int i = 0; i < 100; i++) {
             te_completion c = write_on(&s, nic);
             ck_assert_msg(c.status == 0, "%d %s", c.status, c.reason);
@@ -160,6 +182,43 @@ END_TEST
 START_TEST(duplicate_completion)
 {
     check_next_write_fails("dup_local", "second LOCAL completion for context");
+}
+END_TEST
+
+/* The same with no engine threads: te_progress() meets the breach. */
+START_TEST(duplicate_completion_caller_mode)
+{
+    check_next_write_fails("caller:dup_local",
+                           "second LOCAL completion for context");
+}
+END_TEST
+
+/* A write sharded over h0 and h1: h0's shard meets the breach, h1's
+ * completes; the request completes once, with -EPROTO (the next
+ * completion is the next request's: write_tagged checks). */
+START_TEST(sharded_request_fails_once)
+{
+    te_test_self s;
+    open_self(&s, "unknown_ctx");
+    te_completion c = write_on(&s, -1);
+    expect_eproto(&c, "completion for unknown context");
+    expect_contained(&s, "completion for unknown context");
+}
+END_TEST
+
+/* plugin.h lets a RECV end with a LOCAL error: not a breach, and taken as
+ * the failed receive (a write's completion path would crash on it). */
+START_TEST(recv_ended_by_local_error)
+{
+    te_test_self s;
+    open_self(&s, "recv_lerr");
+    for (int i = 0; i < 3; i++) {
+        te_completion c = write_on(&s, 0);
+        ck_assert_msg(c.status == 0, "%d %s", c.status, c.reason);
+    }
+    ck_assert_msg(!logged("broke its contract", ""), "%s", log_dump());
+    te_test_self_close(&s);
+    te_set_log_fn(NULL, NULL);
 }
 END_TEST
 
@@ -247,7 +306,9 @@ END_TEST
 
 TE_TEST_MAIN("hostile_plugin",
              TE_TCASE("guard", conforming_plugin_trips_nothing,
-                      duplicate_completion, unknown_context,
+                      duplicate_completion, duplicate_completion_caller_mode,
+                      sharded_request_fails_once, recv_ended_by_local_error,
+                      unknown_context,
                       poll_more_than_max, poll_below_errno_range,
                       post_more_than_n, unknown_kind, positive_status,
                       recv_len_beyond_buffer),
