@@ -397,8 +397,9 @@ struct te_plugin_ops {
                     te_plugin_nic **out);
     /**
      * Close a NIC; all its registrations and peers are gone afterwards.
-     * Completions of operations still outstanding are discarded (the core
-     * has already failed their requests itself and never polls again).
+     * Completions of operations still outstanding are discarded, posted
+     * RECVs included (the core has already failed their requests itself
+     * and never polls again).
      */
     void (*nic_close)(te_plugin_nic *nic);
 
@@ -434,8 +435,13 @@ struct te_plugin_ops {
      * fewer than n means the send queue (or the peer's queue) is full:
      * retry the rest later. Returns -errno only for an invalid first op;
      * an op that fails later is reported as a LOCAL completion with status.
-     * Every posted WRITE/READ/SEND/RECV produces exactly one LOCAL (or RECV)
-     * completion. The core checks the count: more than n, or below -4095,
+     * An invalid op at position i > 0: return i (the core posts again from
+     * it and gets the -errno), or accept it and complete it with an error;
+     * never -errno after part of the batch was posted. Every posted
+     * WRITE/READ/SEND/RECV produces exactly one LOCAL (or RECV) completion.
+     * A SEND that finds no RECV posted waits at the target until one is;
+     * one longer than the oldest RECV completes that RECV with -EMSGSIZE
+     * (docs/plugin-guide.md, section 4). The core checks the count: more than n, or below -4095,
      * fails the NIC (docs/plugin-guide.md, "What the core checks"). The
      * context is opaque (not a pointer of the core's); echo it unchanged.
      */
@@ -456,7 +462,8 @@ struct te_plugin_ops {
 
     /* ---- ABI 1.1 ---- */
     /**
-     * Describe the NIC's paths (at most max, TE_PLUGIN_MAX_PATHS suffice):
+     * Describe the NIC's paths (at most max, TE_PLUGIN_MAX_PATHS suffice;
+     * which capabilities are relevant per kind: docs/plugin-guide.md):
      * returns the number written or -errno. Called once after nic_open(),
      * from the thread that opened the NIC. May be NULL (then the core says
      * the plugin does not describe its paths, and a policy that requires a

@@ -20,6 +20,13 @@ static int fail(const char *what)
 static void host_err(void *h, const char *fmt, ...) {}
 static void host_log(void *h, int level, const char *fmt, ...) {}
 static const char *host_get(void *h, const char *key) { return NULL; }
+/* Negotiation only: every integer key reads 0 here (the engine's own
+ * checks of a plugin's section are run.sh's te-info step). */
+static int host_u64(void *h, const char *key, uint64_t *out)
+{
+    *out = 0;
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -53,7 +60,8 @@ int main(int argc, char **argv)
         return fail("mandatory function missing");
 
     struct te_plugin_host host = {.struct_size = sizeof host, .host_ctx = NULL,
-        .config_get = host_get, .set_error = host_err, .log = host_log};
+        .config_get = host_get, .set_error = host_err, .log = host_log,
+        .config_u64 = host_u64};
     te_plugin_ctx *ctx = NULL;
     if (ops->init(&host, &ctx) != 0)
         return fail("init failed");

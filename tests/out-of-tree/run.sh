@@ -86,6 +86,26 @@ libdir=$(pkgconf --variable=libdir)
 
 "$src/consumers.sh" "$prefix" "$work"
 
+step "configure the out-of-tree plugin from its INI section"
+# The core validates [skeleton] against the plugin's typed keys: a good
+# value reaches the plugin (then the engine stops: it has no device), a
+# bad one is refused naming the key, an unknown key with a suggestion.
+# te-info exits non-zero here (no engine without a device): its text is checked.
+te_info() { env -u TE_PLUGIN_PATH -u TE_CONFIG "$prefix/bin/te-info" "$@" 2>&1 || true; }
+printf '[engine]\nplugin = %s\n[skeleton]\ndevices = 3\nmode = ON\n' "$plugin" >"$work/good.ini"
+out=$(te_info --config "$work/good.ini")
+echo "$out" | grep -q 'devices *= 3 .*' || { echo "$out" >&2; die "te-info does not show [skeleton] devices = 3"; }
+echo "$out" | grep -q 'values: integer in \[0, 16\]' || { echo "$out" >&2; die "te-info does not show the key's range"; }
+echo "$out" | grep -q 'plugin skeleton found no device' || { echo "$out" >&2; die "the good section did not reach the plugin"; }
+printf '[engine]\nplugin = %s\n[skeleton]\ndevices = 17\n' "$plugin" >"$work/bad.ini"
+out=$(te_info --config "$work/bad.ini")
+echo "$out" | grep -q 'skeleton.devices = "17" .*expected an integer in \[0, 16\]' \
+    || { echo "$out" >&2; die "an out-of-range [skeleton] value was not refused by name"; }
+printf '[engine]\nplugin = %s\n[skeleton]\nmdoe = on\n' "$plugin" >"$work/typo.ini"
+out=$(te_info --config "$work/typo.ini")
+echo "$out" | grep -q 'unknown key "mdoe" in section \[skeleton\].*did you mean "mode"' \
+    || { echo "$out" >&2; die "an unknown [skeleton] key was not refused with a suggestion"; }
+
 step "run the installed tools from the prefix (no LD_LIBRARY_PATH, no TE_PLUGIN_PATH)"
 # They must find libtransferengine (install RPATH) and the installed
 # plugins (beside the library) on their own, whatever the prefix.

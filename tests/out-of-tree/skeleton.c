@@ -11,6 +11,7 @@
 
 struct te_plugin_ctx {
     const struct te_plugin_host *host;
+    uint64_t devices; /* [skeleton] devices, checked by the core */
 };
 
 static int sk_init(const struct te_plugin_host *host, te_plugin_ctx **out)
@@ -19,6 +20,13 @@ static int sk_init(const struct te_plugin_host *host, te_plugin_ctx **out)
     if (!ctx)
         return -ENOMEM;
     ctx->host = host;
+    /* The entry point refused cores older than 1.4: the getter exists,
+     * and the value was validated against the table below. */
+    int rc = host->config_u64(host->host_ctx, "devices", &ctx->devices);
+    if (rc) {
+        free(ctx);
+        return rc;
+    }
     *out = ctx;
     return 0;
 }
@@ -66,10 +74,13 @@ static int sk_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
     return 0;
 }
 
-static const struct te_plugin_config_key sk_keys[] = {
-    {"devices", "0", "number of devices to pretend (unused by the skeleton)"},
-    {NULL, NULL, NULL},
-};
+/* Typed keys (ABI 1.4): the core validates [skeleton] and serves them. */
+static const struct te_plugin_config_param sk_params[] = {
+    TE_PCFG_U64_KEY("devices", "0", 0, 16,
+                    "number of devices to pretend (read, then unused)"),
+    TE_PCFG_ENUM_KEY("mode", "auto", "auto|on|off",
+                     "an example of an enum key (unused)"),
+    TE_PCFG_END};
 
 static const struct te_plugin_ops sk_ops = {
     .abi_major = TE_PLUGIN_ABI_MAJOR,
@@ -78,7 +89,7 @@ static const struct te_plugin_ops sk_ops = {
     .name = "skeleton",
     .version = "0.1",
     .description = "example out-of-tree plugin with no devices",
-    .config_keys = sk_keys,
+    .config_params = sk_params,
     .init = sk_init,
     .fini = sk_fini,
     .device_count = sk_device_count,
@@ -97,8 +108,8 @@ static const struct te_plugin_ops sk_ops = {
 __attribute__((visibility("default"))) const struct te_plugin_ops *
 te_plugin_entry(uint32_t core_major, uint32_t core_minor, char *err, size_t errlen)
 {
-    if (core_major != TE_PLUGIN_ABI_MAJOR) {
-        snprintf(err, errlen, "skeleton speaks plugin ABI %d.x, core speaks %u.%u",
+    if (core_major != TE_PLUGIN_ABI_MAJOR || core_minor < 4) {
+        snprintf(err, errlen, "skeleton speaks plugin ABI %d.4+, core speaks %u.%u",
                  TE_PLUGIN_ABI_MAJOR, (unsigned)core_major, (unsigned)core_minor);
         return NULL;
     }
