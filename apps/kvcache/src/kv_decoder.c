@@ -442,8 +442,12 @@ static void handle_msg(te_kv_decoder *d, te_peer from, const te_kv_msg *m)
         return;
     case TE_KV_MSG_REJECT:
         /* Nothing was written: the prefiller refused before any write. */
-        snprintf(why, sizeof(why), "rejected by prefiller %u: %s", q->pf,
-                 strerror((int)m->status));
+        /* The REJECT carries only an errno; EINVAL is the prefiller's
+         * shape check (its log names the field), the usual user error. */
+        snprintf(why, sizeof(why), "rejected by prefiller %u: %s%s", q->pf,
+                 strerror((int)m->status), m->status == EINVAL ?
+                 " (the request does not fit its model: layers, page size "
+                 "or pages per token differ; its log names which)" : "");
         if (q->state == R_SENT)
             finish(d, q, -(int)(m->status ? m->status : EPROTO), why);
         return;
@@ -504,10 +508,32 @@ static void check_peers(te_kv_decoder *d)
     }
 }
 
+/* A prefiller serves its requests one at a time and ACCEPTs a request
+ * only when it starts serving it, so a REQUEST queued behind one of ours
+ * that it is serving (ARMED) or cancelling cannot be ACCEPTed yet: its
+ * ACCEPT clock restarts until that one ends. That one's own deadline
+ * bounds the wait (it fences the prefiller). Without this, 8 requests
+ * submitted at once to one prefiller of a loaded machine were fenced at
+ * the 5 s ACCEPT deadline while the prefiller was working through the
+ * queue ahead of them. */
+static void hold_queued_accepts(te_kv_decoder *d, uint64_t now)
+{
+    for (uint32_t i = 0; i < d->o.max_requests; i++) {
+        const struct kv_req *b = &d->req[i];
+        if (b->state != R_ARMED && b->state != R_CANCELLING)
+            continue;
+        for (uint32_t k = 0; k < d->o.max_requests; k++)
+            if (d->req[k].state == R_SENT && d->req[k].pf == b->pf)
+                d->req[k].phase_ns = now + (uint64_t)d->o.accept_timeout_ms *
+                                               1000000ull;
+    }
+}
+
 static void check_deadlines(te_kv_decoder *d)
 {
     check_peers(d);
     uint64_t now = kv_now_ns();
+    hold_queued_accepts(d, now);
     for (uint32_t i = 0; i < d->o.max_requests; i++) {
         struct kv_req *q = &d->req[i];
         /* ARMED: the ImmCounter's own deadline normally ends it first;

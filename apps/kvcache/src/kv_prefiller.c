@@ -317,11 +317,12 @@ static void dispatch(te_kv_prefiller *p, struct job *j, te_peer from)
 static void on_write_done(const te_completion *c, void *arg)
 {
     te_kv_prefiller *p = arg;
-    if (c->status) {
-        atomic_store(&p->write_failed, c->status);
+    /* Logged once per request: a fenced decoder fails every write in
+     * flight (dozens of identical lines otherwise). */
+    if (c->status && !atomic_exchange(&p->write_failed, c->status))
         te_log_printf(TE_LOG_ERROR, "te-kv",
-                "prefiller: write failed: %s", c->reason);
-    }
+                "prefiller: write failed (the rest of this request's "
+                "writes are dropped): %s", c->reason);
     atomic_fetch_sub(&p->outstanding, 1);
 }
 

@@ -230,7 +230,10 @@ typedef struct te_kv_decoder_opts {
     uint32_t pool_pages;    /**< pages per layer in the pool */
     uint32_t max_requests;  /**< requests in flight at once */
     int32_t group;
-    int32_t accept_timeout_ms;  /**< REQUEST -> ACCEPT deadline (0: 5 s) */
+    /** REQUEST -> ACCEPT deadline (0: 5 s); its clock is held while the
+     *  prefiller serves or cancels another request of this decoder (it
+     *  ACCEPTs one request at a time). */
+    int32_t accept_timeout_ms;
     int32_t cancel_timeout_ms;  /**< CANCEL -> CANCELLED deadline (0: 5 s) */
     /**
      * Late-write detector (tests, soak runs): non-zero fills every page
