@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "bench.h"
 
@@ -206,6 +207,9 @@ static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
 {
     char *end;
     errno = 0;
+    /* strtoull takes " 5", "+5" and "-5" (negated: a huge value) */
+    if (!isdigit((unsigned char)*s))
+        return -1;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno || *end || end == s || v < min || v > max)
         return -1;
@@ -218,6 +222,33 @@ static int bad(const char *opt, const char *val, const char *want)
     fprintf(stderr, "te-bench: %s %s: expected %s (see --help)\n", opt, val,
             want);
     return -1;
+}
+
+/* Every bandwidth case holds window x size bytes on the client and again
+ * on the server (both on this machine unless --client/--server): refused
+ * before anything is allocated when that passes half of this machine's
+ * memory (--size takes up to 1 TiB). The automatic window is at least 2. */
+static int check_memory(const struct tb_opts *o)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    uint64_t phys = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz
+                                         : UINT64_MAX;
+    uint64_t sides = o->mode == TB_M_CLIENT || o->mode == TB_M_SERVER ? 1 : 2;
+    uint64_t w = o->window ? o->window : 2;
+    for (int i = 0; i < o->nsizes; i++) {
+        uint64_t need = sides * w * o->sizes[i];
+        if (o->sizes[i] > phys || need / sides / w != o->sizes[i] ||
+            need > phys / 2) {
+            char sz[32];
+            tb_fmt_size(o->sizes[i], sz, sizeof(sz));
+            fprintf(stderr, "te-bench: --size %s with --window %llu needs "
+                    "%.1f GiB; this machine has %.1f GiB: at most half of it "
+                    "is used\n", sz, (unsigned long long)w,
+                    (double)need / (1 << 30), (double)phys / (1 << 30));
+            return -1;
+        }
+    }
+    return 0;
 }
 
 int tb_opts_parse(int argc, char **argv, struct tb_opts *o)
@@ -461,5 +492,5 @@ int tb_opts_parse(int argc, char **argv, struct tb_opts *o)
         o->port = TB_DEFAULT_PORT;
     if (o->min_iters > o->max_iters)
         o->min_iters = o->max_iters;
-    return 0;
+    return check_memory(o);
 }

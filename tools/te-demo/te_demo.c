@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "te/te.h"
+#include "te_args.h"
 
 struct opts {
     uint32_t layers, pages, page_kib;
@@ -138,11 +140,14 @@ static int decoder(const struct opts *o, int fd, uint32_t imm_base,
             usleep(100);
     int bad = 0;
     uint64_t wrong = 0;
-    for (uint32_t l = 0; l < o->layers; l++) {
-        if (atomic_load(&g_layers[l].done) != 1) {
-            fprintf(stderr, "te-demo: layer %u never completed\n", l);
-            bad = 1;
-        }
+    uint32_t missing = 0, first = 0;
+    for (uint32_t l = 0; l < o->layers; l++)
+        if (atomic_load(&g_layers[l].done) != 1 && !missing++)
+            first = l;
+    if (missing) { /* one line, not one per layer */
+        fprintf(stderr, "te-demo: %u of %u layers never completed (the first: "
+                "layer %u)\n", missing, o->layers, first);
+        bad = 1;
     }
     uint64_t layer_bytes = (uint64_t)o->pages * o->page_kib * 1024u;
     /* Page p of layer l lands at slot (p * 7919) % pages of that layer. */
@@ -165,7 +170,7 @@ static int decoder(const struct opts *o, int fd, uint32_t imm_base,
     free(kv);
     free(g_layers);
     if (wrong)
-        fprintf(stderr, "te-demo: %llu sampled bytes wrong\n",
+        fprintf(stderr, "te-demo: %llu sampled bytes (every 61st) wrong\n",
                 (unsigned long long)wrong);
     return verdict ? 1 : 0;
 }
@@ -341,9 +346,12 @@ static int prefiller(const struct opts *o, int fd, uint32_t imm_base)
     xwrite(fd, &bye, 1);
     double gbps = t > 0 ? (double)size / t / 1e9 : 0;
     double ref = (double)size / memcpy_pages_seconds(o, kv, dst_idx, WARM) / 1e9;
-    printf("  first push: %.2f ms, %.2f GB/s of payload (%.1f Gbps), %u paged "
-           "writes with imm (cold: includes page faults)\n", t * 1e3, gbps,
-           gbps * 8, o->layers);
+    if (!failed) /* a failed push moved nothing worth a rate */
+        printf("  first push: %.2f ms, %.2f GB/s of payload (%.1f Gbps), %u "
+               "paged writes with imm (cold: includes page faults)\n", t * 1e3,
+               gbps, gbps * 8, o->layers);
+    else
+        printf("  first push: FAILED (no rate)\n");
     if (nwarm) {
         qsort(warm, (size_t)nwarm, sizeof(warm[0]), cmp_double);
         double wg = (double)size / warm[nwarm / 2] / 1e9;
@@ -356,7 +364,7 @@ static int prefiller(const struct opts *o, int fd, uint32_t imm_base)
                "measures the ratios: docs/benchmarks.md)\n", cpus);
     }
     printf("  decoder: %s\n", verdict == 0 ? "every layer's ImmCounter fired, "
-           "all bytes verified"
+           "every 61st byte of every page checked"
            : verdict == 2 ? "a layer never completed" : verdict == 3
            ? "bytes differ" : "no verdict");
     te_mr_dereg(e, mr);
@@ -378,7 +386,6 @@ struct dec_args {
     int rc;
 };
 
-#include <pthread.h>
 static void *dec_thread(void *p)
 {
     struct dec_args *a = p;
@@ -397,12 +404,16 @@ int main(int argc, char **argv)
         {"config", required_argument, 0, 'c'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "l:p:k:tc:h", lo, NULL)) != -1) {
+    int c, bad = 0;
+    opterr = 0; /* te_arg_bad_option names the option */
+    while ((c = getopt_long(argc, argv, ":l:p:k:tc:h", lo, NULL)) != -1) {
         switch (c) {
-        case 'l': o.layers = (uint32_t)atoi(optarg); break;
-        case 'p': o.pages = (uint32_t)atoi(optarg); break;
-        case 'k': o.page_kib = (uint32_t)atoi(optarg); break;
+        case 'l': bad |= te_arg_u32("te-demo", "--layers", optarg, 1, 4096,
+                                    &o.layers); break;
+        case 'p': bad |= te_arg_u32("te-demo", "--pages", optarg, 1, 1u << 20,
+                                    &o.pages); break;
+        case 'k': bad |= te_arg_u32("te-demo", "--page-kib", optarg, 1, 65536,
+                                    &o.page_kib); break;
         case 't': o.two_process = 1; break;
         case 'c': o.config = optarg; break;
         case 'h':
@@ -413,13 +424,17 @@ int main(int argc, char **argv)
                    "x 32 KiB, one process, loopback (or $TE_CONFIG).\n");
             return 0;
         default:
+            te_arg_getopt_error("te-demo", c, argv, optind, optopt);
             return 2;
         }
     }
-    if (!o.layers || !o.pages || !o.page_kib || o.layers > 4096 ||
-        o.pages > (1u << 20) || o.page_kib > 65536 ||
-        region_size(&o) > (4ull << 30)) {
-        fprintf(stderr, "te-demo: sizes out of range (at most 4 GiB)\n");
+    if (bad || te_arg_no_operands("te-demo", argc, argv, optind))
+        return 2;
+    if (region_size(&o) > (4ull << 30)) {
+        /* Two regions of this size (source and destination) are allocated. */
+        fprintf(stderr, "te-demo: --layers %u x --pages %u x --page-kib %u = "
+                "%.1f GiB, at most 4 GiB\n", o.layers, o.pages, o.page_kib,
+                (double)region_size(&o) / (1 << 30));
         return 2;
     }
     /* Each paged layer carries its imm on every page: count = pages. */

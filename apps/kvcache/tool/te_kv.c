@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "te_args.h"
 #include "te_kv_tool.h"
 
 
@@ -55,8 +56,12 @@ int kv_tool_shape_of(const struct opts *o, te_kv_shape *s)
         if (!rc && o->layers && o->layers < s->layers)
             s->layers = o->layers; /* the real shape, fewer layers */
     }
-    if (rc)
-        fprintf(stderr, "te-kv: %s\n", te_kv_last_error());
+    if (rc && o->kv_heads)
+        fprintf(stderr, "te-kv: custom shape (--layers, --kv-heads, "
+                "--head-dim, --hidden, --page-kib): %s\n", te_kv_last_error());
+    else if (rc)
+        fprintf(stderr, "te-kv: --model %s: %s\n", o->model,
+                te_kv_last_error());
     return rc;
 }
 
@@ -161,9 +166,12 @@ void kv_tool_on_done(uint64_t id, int status, const char *why, void *arg)
     if (status == -ECANCELED) {
         atomic_fetch_add(&t->cancelled, 1);
     } else if (status) {
-        fprintf(stderr, "te-kv: request %" PRIu64 ": %s (%s)\n", id,
-                strerror(-status), why);
-        atomic_fetch_add(&t->failed, 1);
+        /* The first failure in full; the others usually share its cause
+         * (a fence fails every request of a prefiller) and are counted
+         * in the summary line. */
+        if (atomic_fetch_add(&t->failed, 1) == 0)
+            fprintf(stderr, "te-kv: request %" PRIu64 ": %s (%s)\n", id,
+                    strerror(-status), why);
     } else {
         t->t_end[id] = kv_tool_now_s();
         if (!t->no_verify && te_kv_decoder_verify(g_dec, id)) {
@@ -277,17 +285,7 @@ static int run_decode(const struct opts *o)
     }
     while (atomic_load(&t.done) < (int)o->requests && kv_tool_now_s() < t0 + 120)
         usleep(1000);
-    double dt = kv_tool_now_s() - t0;
-    uint64_t bytes = (uint64_t)o->requests * s.layers * per *
-                     te_kv_page_bytes(&s);
-    printf("te-kv decode: %d/%u requests completed from %d prefillers, %d "
-           "failed, every byte %s; %.1f MiB in %.2f s (%.2f GB/s = %.1f "
-           "Gbit/s)\n",
-           atomic_load(&t.ok), o->requests, npf, atomic_load(&t.failed),
-           o->no_fill ? "unchecked (--no-fill)" : t.verify_bad ?
-           "NOT verified" : "verified",
-           (double)bytes / (1 << 20), dt, (double)bytes / dt / 1e9,
-           (double)bytes * 8 / dt / 1e9);
+    kv_tool_decode_summary(o, &t, &s, npf, kv_tool_now_s() - t0);
     int ended = atomic_load(&t.ok) + atomic_load(&t.cancelled) +
                 atomic_load(&t.failed);
     uint64_t late = te_kv_decoder_late_writes(g_dec);
@@ -309,6 +307,28 @@ out:
     te_kv_store_close(st);
     free(t.t_end);
     return ok ? 0 : 1;
+}
+
+/* The decode result line. Only completed requests are claimed: their
+ * bytes are the throughput and they are what was verified. */
+void kv_tool_decode_summary(const struct opts *o, struct tally *t,
+                            const te_kv_shape *s, int npf, double dt)
+{
+    int ok = atomic_load(&t->ok), failed = atomic_load(&t->failed);
+    uint64_t bytes = (uint64_t)ok * s->layers *
+                     te_kv_pages_for(s, o->tokens) * te_kv_page_bytes(s);
+    printf("te-kv decode: %d/%u requests completed from %d prefillers, %d "
+           "failed%s", ok, o->requests, npf, failed,
+           failed > 1 ? " (the first failure is shown above)" : "");
+    if (!ok) {
+        printf(", no data arrived, nothing verified\n");
+        return;
+    }
+    printf(", %s %d completed request%s; %.1f MiB in %.2f s (%.2f GB/s = "
+           "%.1f Gbit/s)\n", o->no_fill ? "bytes unchecked (--no-fill) in"
+           : t->verify_bad ? "bytes NOT verified in" : "every byte verified in",
+           ok, ok == 1 ? "" : "s", (double)bytes / (1 << 20), dt,
+           (double)bytes / dt / 1e9, (double)bytes * 8 / dt / 1e9);
 }
 
 /* --------------------------------------------------------------- demo */
@@ -418,31 +438,53 @@ static void usage(FILE *f)
 "  --help              this text\n");
 }
 
-/* A whole-number option value, or exit 2 naming the option. */
-static uint32_t parse_u32(const char *opt, const char *v)
+/* A whole-number option value in [lo, hi], or exit 2 naming the option. */
+static uint32_t parse_u32(const char *opt, const char *v, uint32_t lo,
+                          uint32_t hi)
 {
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (errno || end == v || *end || v[0] == '-' || x > UINT32_MAX) {
-        fprintf(stderr, "te-kv: --%s: expected a whole number in [0, %u], "
-                "got \"%s\"\n", opt, UINT32_MAX, v);
-        exit(2);
-    }
-    return (uint32_t)x;
+    uint32_t x;
+    if (te_arg_u32("te-kv", opt, v, lo, hi, &x))
+        exit(TE_ARGS_EXIT);
+    return x;
 }
 
-/* A non-negative decimal option value, or exit 2 naming the option. */
-static double parse_pos(const char *opt, const char *v)
+/* A decimal option value in [0, hi], or exit 2 naming the option. */
+static double parse_pos(const char *opt, const char *v, double hi)
 {
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || *end || !(x >= 0) || x > 1e9) {
-        fprintf(stderr, "te-kv: --%s: expected a number >= 0, got \"%s\"\n",
-                opt, v);
-        exit(2);
-    }
+    double x;
+    if (te_arg_double("te-kv", opt, v, 0, hi, &x))
+        exit(TE_ARGS_EXIT);
     return x;
+}
+
+/* The memory a role will allocate, checked before anything starts: the
+ * decoder's pool and a prefiller's source buffer are layers x pages x page
+ * bytes, which a large --tokens, --page-kib or --pool-pages makes larger
+ * than the machine (a process killed by the OOM killer names nothing). */
+static int check_sizes(const struct opts *o, const te_kv_shape *s)
+{
+    uint32_t per = te_kv_pages_for(s, o->tokens);
+    if (per > TE_KV_MAX_PAGES) {
+        fprintf(stderr, "te-kv: --tokens %u: %u pages of %u tokens, at most "
+                "%d pages per request\n", o->tokens, per, s->tokens_per_page,
+                TE_KV_MAX_PAGES);
+        return -1;
+    }
+    uint64_t pool = o->pool_pages ? o->pool_pages : (uint64_t)per * 8;
+    uint64_t need = (pool + per) * s->layers * te_kv_page_bytes(s);
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    uint64_t phys = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz
+                                         : UINT64_MAX;
+    if (need > phys / 2) {
+        fprintf(stderr, "te-kv: the decoder pool (--pool-pages %" PRIu64 ") "
+                "and a prefiller buffer (--tokens %u) need %.1f GiB of %u "
+                "layers x %" PRIu64 "-byte pages (--page-kib); this machine "
+                "has %.1f GiB: at most half of it is used\n", pool,
+                o->tokens, (double)need / (1 << 30), s->layers,
+                te_kv_page_bytes(s), (double)phys / (1 << 30));
+        return -1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -456,8 +498,18 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    if (argc < 2 || argv[1][0] == '-') {
-        usage(stderr);
+    static const char *const roles[] = {"demo", "prefill", "decode", "members",
+                                        "bench"};
+    int known = 0;
+    for (size_t i = 0; argc >= 2 && i < sizeof(roles) / sizeof(*roles); i++)
+        known |= !strcmp(argv[1], roles[i]);
+    if (!known) {
+        if (argc < 2)
+            usage(stderr);
+        else
+            fprintf(stderr, "te-kv: the first argument must be a role (demo, "
+                    "prefill, decode, members, bench), got \"%s\" (te-kv "
+                    "--help)\n", argv[1]);
         return 2;
     }
     const char *role = argv[1];
@@ -475,39 +527,54 @@ int main(int argc, char **argv)
         {"allow-failed", 0, 0, 'A'}, {"help", 0, 0, '?' + 256}, {0, 0, 0, 0}};
     int c;
     optind = 2;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    opterr = 0; /* our message names the option (te_arg_bad_option) */
+    while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
         switch (c) {
         case 'm': o.model = optarg; break;
-        case 'L': o.layers = parse_u32("layers", optarg); break;
-        case 'H': o.kv_heads = parse_u32("kv-heads", optarg); break;
-        case 'D': o.head_dim = parse_u32("head-dim", optarg); break;
-        case 'h': o.hidden = parse_u32("hidden", optarg); break;
-        case 'P': o.page_kib = parse_u32("page-kib", optarg); break;
-        case 't': o.tokens = parse_u32("tokens", optarg); break;
-        case 'u': o.layer_us = parse_u32("layer-us", optarg); break;
-        case 'r': o.ref_tokens = parse_u32("ref-tokens", optarg); break;
-        case 'p': o.prefillers = parse_u32("prefillers", optarg); break;
-        case 'n': o.requests = parse_u32("requests", optarg); break;
+        case 'L': o.layers = parse_u32("--layers", optarg, 1, 4096); break;
+        case 'H': o.kv_heads = parse_u32("--kv-heads", optarg, 1, 4096); break;
+        case 'D': o.head_dim = parse_u32("--head-dim", optarg, 1, 65536); break;
+        case 'h': o.hidden = parse_u32("--hidden", optarg, 1, 1u << 20); break;
+        case 'P': o.page_kib = parse_u32("--page-kib", optarg, 1, 65536); break;
+        case 't': o.tokens = parse_u32("--tokens", optarg, 1, 1u << 24); break;
+        case 'u': o.layer_us = parse_u32("--layer-us", optarg, 0, 60000000); break;
+        case 'r': o.ref_tokens = parse_u32("--ref-tokens", optarg, 1, 1u << 24); break;
+        case 'p': o.prefillers = parse_u32("--prefillers", optarg, 1, 16); break;
+        case 'n': o.requests = parse_u32("--requests", optarg, 1, 1000000); break;
         case 's': o.store = optarg; break;
         case 'c': o.cluster = optarg; break;
         case 'N': o.name = optarg; break;
-        case 'S': o.seconds = parse_pos("seconds", optarg); break;
-        case 'g': o.link_gbps = parse_pos("link-gbps", optarg); break;
-        case 'o': o.pool_pages = parse_u32("pool-pages", optarg); break;
-        case 'x': if (o.nsets < 32) o.sets[o.nsets++] = optarg; break;
+        case 'S': o.seconds = parse_pos("--seconds", optarg, 1e9); break;
+        case 'g': o.link_gbps = parse_pos("--link-gbps", optarg, 1e6); break;
+        case 'o': o.pool_pages = parse_u32("--pool-pages", optarg, 0, 1u << 24); break;
+        case 'x':
+            if (o.nsets < 32)
+                o.sets[o.nsets] = optarg;
+            o.nsets++;
+            break;
         case 'F': o.no_fill = 1; break;
-        case 'T': o.request_ms = parse_u32("request-ms", optarg); break;
-        case 'C': o.cancel_every = parse_u32("cancel-every", optarg); break;
+        case 'T': o.request_ms = parse_u32("--request-ms", optarg, 0, 3600000); break;
+        case 'C': o.cancel_every = parse_u32("--cancel-every", optarg, 0, 1000000); break;
         case 'Z': o.poison = 1; break;
         case 'A': o.allow_failed = 1; break;
         case '?' + 256: usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default:
+            te_arg_getopt_error("te-kv", c, argv, optind, optopt);
+            return 2;
         }
     }
-    if (!o.tokens || !o.requests || o.requests > 1000000 || !o.page_kib) {
-        fprintf(stderr, "te-kv: --tokens, --requests, --page-kib must be > 0\n");
+    if (te_arg_no_operands("te-kv", argc, argv, optind))
+        return 2;
+    if (o.nsets > 32) {
+        fprintf(stderr, "te-kv: --set: at most 32\n");
         return 2;
     }
+    te_kv_shape shape;
+    /* Every role but members needs the model: refused here, once, before
+     * any process or engine starts. */
+    if (strcmp(role, "members") &&
+        (kv_tool_shape_of(&o, &shape) || check_sizes(&o, &shape)))
+        return 2;
     if (!strcmp(role, "prefill"))
         return run_prefill(&o);
     if (!strcmp(role, "decode"))
@@ -518,7 +585,5 @@ int main(int argc, char **argv)
         return kv_tool_run_bench(&o);
     if (!strcmp(role, "members"))
         return run_members(&o);
-    fprintf(stderr, "te-kv: unknown role \"%s\" (demo, prefill, decode, "
-            "bench)\n", role);
-    return 2;
+    return 2; /* not reached: roles[] was checked above */
 }

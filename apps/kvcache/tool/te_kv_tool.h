@@ -42,6 +42,11 @@ te_engine *kv_tool_engine(const struct opts *o);
 /* te_kv_done_fn: counts, verifies and releases (arg: struct tally). */
 void kv_tool_on_done(uint64_t id, int status, const char *why, void *arg);
 
+/* decode's result line: only completed requests count as bytes moved and
+ * verified; with none, it says nothing arrived (dt: seconds of the run). */
+void kv_tool_decode_summary(const struct opts *o, struct tally *t,
+                            const te_kv_shape *s, int npf, double dt);
+
 int kv_tool_run_bench(const struct opts *o);
 
 #endif

@@ -15,8 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "moe_bench.h"
+#include "te_args.h"
 #include "moe_job.h"
 
 #define MAX_SETS 32
@@ -69,19 +71,34 @@ static const char help_text[] =
     "  -h, --help       this text\n";
 
 /* A whole number in [lo, hi], or -1 with a message naming the option. */
-static int parse_u32(const char *opt, const char *s, unsigned long lo,
-                     unsigned long hi, uint32_t *out)
+static int parse_u32(const char *opt, const char *s, uint32_t lo, uint32_t hi,
+                     uint32_t *out)
 {
-    char *end = NULL;
-    errno = 0;
-    unsigned long v = (*s >= '0' && *s <= '9') ? strtoul(s, &end, 10) : 0;
-    if (!end || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "te-moe: --%s: expected a whole number in %lu..%lu, "
-                "got \"%s\"\n", opt, lo, hi, s);
-        return -1;
-    }
-    *out = (uint32_t)v;
-    return 0;
+    char name[32];
+    snprintf(name, sizeof(name), "--%s", opt);
+    return te_arg_u32("te-moe", name, s, lo, hi, out);
+}
+
+/* The buffers every rank registers (moe_rank.c: a dispatch and a combine
+ * slot per peer, sent and received, each max_tokens rows), all ranks in
+ * this process, checked before any is allocated: past the machine's memory
+ * the job would be killed by the OOM killer instead of refused. Rows are
+ * counted with 64 bytes of header, at least moe_rank.c's. */
+static int check_memory(const te_moe_config *c)
+{
+    uint64_t elem = c->dtype == TE_MOE_BF16 ? 2 : 4;
+    uint64_t row = (uint64_t)c->hidden * elem + 64, crow = 16 + (uint64_t)c->hidden * 4;
+    uint64_t per_rank = 2ull * c->ranks * c->max_tokens * (row + crow);
+    uint64_t need = per_rank * c->ranks;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    uint64_t phys = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : UINT64_MAX;
+    if (need <= phys / 2)
+        return 0;
+    fprintf(stderr, "te-moe: --ranks %u x --tokens %u x --hidden %u need %.1f GiB "
+            "of buffers; this machine has %.1f GiB: at most half of it is used\n",
+            c->ranks, c->max_tokens, c->hidden, (double)need / (1 << 30),
+            (double)phys / (1 << 30));
+    return -1;
 }
 
 static int parse_set(const char *s)
@@ -245,6 +262,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "(te-moe %s --help lists the options)\n", cmd);
         return 2;
     }
+    if (check_memory(&c))
+        return 2;
     c.timeout_ms = (int32_t)timeout;
     if (!have_private) {
         c.private_rows = c.max_tokens * 2 / c.ranks;
