@@ -113,6 +113,15 @@ const struct te_config_key te_engine_keys[] = {
      "device_direct), or a comma list of zero_copy, native_imm, native_rma, "
      "device_direct, hardware, auto_progress (docs/paths.md); degraded "
      "paths are logged once either way"},
+    {"auth_key", "",
+     "shared secret of the job (text, at least 16 bytes): every transport "
+     "then authenticates its peers at connection set-up and refuses those "
+     "without it; empty = no authentication (docs/security.md). Prefer "
+     "auth_key_file: this text is visible to whoever reads the config"},
+    {"auth_key_file", "",
+     "path of a file holding the shared secret (trailing newlines dropped); "
+     "refused when group or others may access it (chmod 600); set this or "
+     "auth_key, not both"},
     {"log_level", "1",
      "0 errors, 1 warnings, 2 info, 3 debug; messages go to the log sink "
      "(te_set_log_fn, default stderr; docs/logging.md)"},

@@ -12,6 +12,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "cuda_copy.h"
 #include "engine_internal.h"
 #include "paths.h"
@@ -424,6 +425,8 @@ TE_API int te_engine_create(const te_config *cfg, te_engine **out)
     }
     if ((rc = validate_config(e)) || (rc = read_settings(e->cfg, &e->s)))
         goto fail_cfg;
+    if ((rc = te_auth_load(e->cfg, &e->auth)))
+        goto fail_cfg;
     if ((rc = te_plugin_load(e->s.plugin, e->s.plugin_path, &e->plugin)))
         goto fail_cfg;
     if ((rc = validate_plugin_section(e)))
@@ -443,6 +446,7 @@ TE_API int te_engine_create(const te_config *cfg, te_engine **out)
     e->host.config_bool = host_config_bool;
     e->host.config_double = host_config_double;
     e->host.config_enum = host_config_enum;
+    te_auth_host_install(&e->host);
     te_cuda_host_install(&e->host); /* device copies (loopback) */
     te_error_clear();
     rc = e->plugin.ops->init(&e->host, &e->pctx);
@@ -534,6 +538,7 @@ fail_plugin:
     te_pcfg_free(&e->pcfg);
     te_plugin_unload(&e->plugin);
 fail_cfg:
+    te_auth_free(e->auth);
     te_config_free(e->cfg);
     free(e->topo);
     free(e);
@@ -570,6 +575,7 @@ TE_API void te_engine_destroy(te_engine *e)
     e->plugin.ops->fini(e->pctx);
     te_pcfg_free(&e->pcfg);
     te_plugin_unload(&e->plugin);
+    te_auth_free(e->auth); /* wipes the secret */
     te_config_free(e->cfg);
     free(e->topo);
     free(e);

@@ -294,6 +294,7 @@ struct te_engine {
     struct te_pcfg pcfg;        /* the plugin's declared keys */
     te_plugin_ctx *pctx;
     struct te_plugin_host host;
+    struct te_auth *auth;       /* job secret (auth.c); NULL = none */
     uint64_t engine_id;
     uint32_t ngroups;
     struct te_group *groups;

@@ -133,6 +133,17 @@ int efa_nic_open(te_plugin_ctx *ctx, int idx,
         efa_ctx_err(ctx, "cannot open device %d: %u devices", idx, ctx->ndev);
         return -ENODEV;
     }
+    /* Fail closed (docs/security.md): a job that set a secret expects its
+     * peers authenticated, and this transport cannot do that yet. */
+    const struct te_plugin_host *h = &ctx->host;
+    if (h->struct_size >= offsetof(struct te_plugin_host, auth_verify) +
+                              sizeof(h->auth_verify) &&
+        h->auth_required && h->auth_required(h->host_ctx) == 1) {
+        efa_ctx_err(ctx, "engine.auth_key is set and the efa transport cannot "
+                   "authenticate its peers yet: refused rather than accept "
+                   "unauthenticated peers (docs/security.md)");
+        return -ENOTSUP;
+    }
     efa_nic *nic = calloc(1, sizeof(*nic));
     if (!nic)
         return -ENOMEM;

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lb_internal.h"
+#include "lb_auth.h"
 
 /* ---------------------------------------------------------------- registry */
 
@@ -63,15 +63,7 @@ static socklen_t lb_sockaddr(struct sockaddr_un *sa, const char *name)
 int lb_listen(lb_nic *nic)
 {
     struct lb_addr *a = &nic->addr;
-    memset(a, 0, sizeof(*a));
-    a->magic = LB_ADDR_MAGIC;
-    a->version = LB_ADDR_VERSION;
-    a->size = sizeof(*a);
-    a->pid = (uint32_t)getpid();
-    a->nic_index = nic->index;
-    a->nic_id = nic->id;
-    snprintf(a->sock_name, sizeof(a->sock_name), "te-lb-%u-%016llx", a->pid,
-             (unsigned long long)nic->id);
+    lb_addr_fill(a, (uint32_t)getpid(), nic->index, nic->id);
 
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -171,6 +163,11 @@ static int lb_peer_connect_local(lb_nic *nic, const struct lb_addr *a,
         lb_err(nic, "peer NIC lo%u (id %016llx) of this process is not open",
                a->nic_index, (unsigned long long)a->nic_id);
         return -ECONNREFUSED;
+    }
+    int arc = lb_auth_local(nic, t, a); /* t cannot close: registry lock */
+    if (arc) {
+        pthread_mutex_unlock(&lb_registry_lock);
+        return arc;
     }
     struct lb_shm *shm = aligned_alloc(64, (size + 63) & ~(size_t)63);
     if (!shm) {
@@ -288,6 +285,8 @@ static int lb_peer_connect_remote(lb_nic *nic, const struct lb_addr *a,
         .pid = (uint32_t)getpid(), .nic_index = nic->index,
         .nic_id = nic->id, .target_nic_id = a->nic_id, .shm_size = size,
     };
+    if ((e = -lb_auth_hello_fill(nic, &h)))
+        goto fail;
     struct iovec iov = {&h, sizeof(h)};
     union {
         char buf[CMSG_SPACE(sizeof(int))];
@@ -311,6 +310,9 @@ static int lb_peer_connect_remote(lb_nic *nic, const struct lb_addr *a,
         nanosleep(&(struct timespec){0, 1000000}, NULL);
     }
     close(mfd);
+    mfd = -1;
+    if ((e = -lb_auth_initiate(nic, fd, &h, a, shm)))
+        goto fail;
     /*
      * The socket alone misses a target whose fds live on in a forked child;
      * a pidfd of the listener (as the kernel recorded it) does not.
@@ -455,23 +457,38 @@ int lb_peer_remove(te_plugin_nic *nic, te_plugin_peer h)
     return 0;
 }
 
-/* The target went away: finish what it did, fail the rest, report it once. */
-void lb_peer_down(lb_nic *nic, struct lb_peer *p, const char *why, bool orderly)
+/* The target went away (or refused us): finish what it did, fail the rest
+ * with status, report it once. */
+static void peer_down(lb_nic *nic, struct lb_peer *p, const char *why,
+                      int op_status, int status, int level)
 {
     if (p->dead)
         return;
     if (p->shm)
         atomic_store(&p->shm->init_state, LB_ST_CLOSED);
-    lb_peer_fail(nic, p, -ECONNRESET, true);
+    lb_peer_fail(nic, p, op_status, true);
     lb_chan_release(nic, p);
     p->dead = true;
     nic->peers_gen++;
-    lb_log(nic->ctx, orderly ? 2 : 1, "%s: peer lo%u of pid %u is down (%s)",
+    lb_log(nic->ctx, level, "%s: peer lo%u of pid %u is down (%s)",
            nic->name, p->nic_index, p->pid, why);
-    struct te_plugin_cq_entry e = {.kind = TE_PCQ_PEER_DOWN,
-                                   .status = orderly ? -ESHUTDOWN : -ECONNRESET,
+    struct te_plugin_cq_entry e = {.kind = TE_PCQ_PEER_DOWN, .status = status,
                                    .peer = p->handle};
     lb_cq_push(nic, &e);
+}
+
+void lb_peer_down(lb_nic *nic, struct lb_peer *p, const char *why, bool orderly)
+{
+    peer_down(nic, p, why, -ECONNRESET, orderly ? -ESHUTDOWN : -ECONNRESET,
+              orderly ? 2 : 1);
+}
+
+void lb_peer_refused(lb_nic *nic, struct lb_peer *p, const char *why)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "failed authentication: %s", why);
+    lb_err(nic, "peer lo%u of pid %u %s", p->nic_index, p->pid, msg);
+    peer_down(nic, p, msg, -EACCES, -EACCES, 0);
 }
 
 /* fault_kill_after: this NIC died; its ops to p fail, p's target forgets us. */

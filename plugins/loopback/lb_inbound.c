@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "lb_internal.h"
+#include "lb_auth.h"
 
 static int lb_inbound_new(lb_nic *nic, struct lb_shm *shm, uint32_t cap,
                           size_t map_len, int fd, uint32_t pid,
@@ -119,6 +119,7 @@ void lb_inbound_free_all(lb_nic *nic, uint32_t state)
         lb_inbound_release(nic, nic->in[i], state);
     }
     nic->nin = 0;
+    lb_auth_free_all(nic); /* before their fds close below */
     for (uint32_t i = 0; i < nic->nhello; i++)
         lb_fd_close(nic, nic->hello_fds[i]);
     nic->nhello = 0;
@@ -144,9 +145,19 @@ te_plugin_peer lb_inbound_peer(lb_nic *nic, struct lb_inbound *in)
 /* ------------------------------------------------------------------ hello */
 
 /* Returns 1 when fd was consumed (adopted or closed), 0 to wait for more. */
+int lb_inbound_adopt(lb_nic *nic, int fd, const struct lb_hello *h,
+                     void *map, uint32_t cap, uint32_t cred_pid)
+{
+    return lb_inbound_new(nic, map, cap, h->shm_size, fd, cred_pid,
+                          h->nic_index, h->nic_id, false);
+}
+
 static int lb_hello_recv(lb_nic *nic, int fd)
 {
-    struct lb_hello h;
+    int pr = lb_auth_proof(nic, fd); /* fd answered with a challenge */
+    if (pr >= 0)
+        return pr;
+    struct lb_hello h = {0};
     union {
         char buf[CMSG_SPACE(4 * sizeof(int))];
         struct cmsghdr align;
@@ -179,7 +190,12 @@ static int lb_hello_recv(lb_nic *nic, int fd)
     socklen_t cl = sizeof(cred);
     void *map = MAP_FAILED;
     uint32_t cap = 0;
-    if (n != (ssize_t)sizeof(h) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+    int auth = 0;
+    /* A hello without the auth fields (an initiator built before them)
+     * reads as one without a key. */
+    if ((n != (ssize_t)sizeof(h) &&
+         n != (ssize_t)offsetof(struct lb_hello, auth)) ||
+        (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
         why = "malformed hello";
     else if (h.magic != LB_HELLO_MAGIC || h.version != LB_ADDR_VERSION)
         why = "hello of another protocol version";
@@ -199,14 +215,21 @@ static int lb_hello_recv(lb_nic *nic, int fd)
         why = "cannot map channel memory";
     else if (lb_shm_check(map, h.shm_size, &cap) < 0)
         why = "corrupt channel memory";
+    /* Not executed before the initiator proves the job key (lb_auth.h). */
+    else if ((auth = lb_auth_hello(nic, fd, &h, map, cap,
+                                   (uint32_t)cred.pid)) < 0)
+        why = auth == -EACCES ? "authentication refused" : "authentication "
+                                                           "failed";
     /* process_vm_* go to the pid the kernel vouches for, not the claimed one. */
-    else if (lb_inbound_new(nic, map, cap, h.shm_size, fd, (uint32_t)cred.pid,
-                            h.nic_index, h.nic_id, false) < 0)
+    else if (auth == 0 &&
+             lb_inbound_adopt(nic, fd, &h, map, cap, (uint32_t)cred.pid) < 0)
         why = "out of memory";
     if (mfd >= 0)
         close(mfd);
+    if (auth == 1)
+        return 0; /* the proof comes on fd */
     if (why) {
-        if (n > 0 || n < 0)
+        if ((n > 0 || n < 0) && auth != -EACCES) /* that one was logged */
             lb_log(nic->ctx, 1, "%s: rejected a connection: %s", nic->name, why);
         if (map != MAP_FAILED)
             munmap(map, h.shm_size);
@@ -234,6 +257,17 @@ static void lb_hello_add(lb_nic *nic, int fd)
 }
 
 /* ------------------------------------------------------------ housekeeping */
+
+static void lb_accept_all(lb_nic *nic)
+{
+    for (;;) {
+        int fd = accept4(nic->listen_fd, NULL, NULL,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            break;
+        lb_hello_add(nic, fd);
+    }
+}
 
 void lb_housekeeping(lb_nic *nic)
 {
@@ -272,6 +306,12 @@ void lb_housekeeping(lb_nic *nic)
         /* A target that closed its NIC in order said so in the channel
          * before its socket closed or its process ended. */
         bool closed = p->shm && atomic_load(&p->shm->tgt_state) == LB_ST_CLOSED;
+        if (p->shm && atomic_load(&p->shm->tgt_state) == LB_ST_REFUSED) {
+            lb_peer_refused(nic, p, "it requires authentication and this "
+                            "engine has no key (engine.auth_key) or a "
+                            "different one");
+            continue;
+        }
         short rev = pf[k].revents;
         /* POLLIN alone is doorbells (lb_wait.c), unless it is the EOF. */
         if (rev && !(rev & (POLLHUP | POLLERR | POLLNVAL)) &&
@@ -314,18 +354,24 @@ void lb_housekeeping(lb_nic *nic)
     uint32_t keep = 0;
     for (uint32_t i = 0; i < nhello; i++) {
         int fd = nic->hello_fds[i];
-        if (!pf[1 + i].revents || !lb_hello_recv(nic, fd))
+        if (!pf[1 + i].revents ? !lb_auth_expire(nic, fd)
+                               : !lb_hello_recv(nic, fd))
             nic->hello_fds[keep++] = fd;
     }
     nic->nhello = keep; /* nothing was accepted since pf was built */
 
-    if (pf[0].revents & POLLIN) {
-        for (;;) {
-            int fd = accept4(nic->listen_fd, NULL, NULL,
-                             SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd < 0)
-                break;
-            lb_hello_add(nic, fd);
-        }
+    if (pf[0].revents & POLLIN)
+        lb_accept_all(nic);
+}
+
+void lb_hellos_service(lb_nic *nic)
+{
+    lb_accept_all(nic);
+    for (uint32_t i = 0; i < nic->nhello;) {
+        int fd = nic->hello_fds[i];
+        if (lb_hello_recv(nic, fd))
+            nic->hello_fds[i] = nic->hello_fds[--nic->nhello];
+        else
+            i++;
     }
 }

@@ -70,9 +70,17 @@ struct lb_hello {
     uint64_t nic_id;        /* initiator NIC */
     uint64_t target_nic_id; /* the NIC it wants to reach */
     uint64_t shm_size;
+    /* Authentication (lb_auth.c): 1 when the initiator has the job key,
+     * then nonce is its fresh challenge to the target. */
+    uint32_t auth;
+    uint32_t reserved;
+    uint8_t nonce[16];
 };
 
-enum lb_state { LB_ST_OK = 0, LB_ST_CLOSED = 1, LB_ST_DEAD = 2 };
+/* LB_ST_REFUSED: the side refused the other's authentication (lb_auth.c);
+ * the other side reads it to report why the channel closed. */
+enum lb_state { LB_ST_OK = 0, LB_ST_CLOSED = 1, LB_ST_DEAD = 2,
+                LB_ST_REFUSED = 3 };
 
 /*
  * Channel memory shared by initiator and target (malloc in-process, memfd
@@ -340,6 +348,9 @@ struct te_plugin_nic {
     int listen_fd;
     int *hello_fds;
     uint32_t nhello, hello_cap;
+    /* hellos answered with a challenge, awaiting the proof (lb_auth.c) */
+    struct lb_auth_pend *auth_pend;
+    uint32_t nauth_pend, auth_pend_cap;
     void *pfds; /* struct pollfd scratch */
     uint32_t pfds_cap;
     uint64_t hk_next_ns;

@@ -68,6 +68,17 @@ int mx_nic_open(te_plugin_ctx *ctx, int idx,
                                "rdma_rxe loaded?");
         return -ENODEV;
     }
+    /* Fail closed (docs/security.md): a job that set a secret expects its
+     * peers authenticated, and this transport cannot do that yet. */
+    const struct te_plugin_host *h = &ctx->host;
+    if (h->struct_size >= offsetof(struct te_plugin_host, auth_verify) +
+                              sizeof(h->auth_verify) &&
+        h->auth_required && h->auth_required(h->host_ctx) == 1) {
+        mx_ctx_err(ctx, "engine.auth_key is set and the mlx5 transport cannot "
+                   "authenticate its peers yet: refused rather than accept "
+                   "unauthenticated peers (docs/security.md)");
+        return -ENOTSUP;
+    }
     const struct mx_cfg *cfg = &ctx->cfg;
     uint32_t qd = cfg->queue_depth, rd = 0;
     if (attr && attr->struct_size >= offsetof(struct te_plugin_nic_attr, recv_depth) &&

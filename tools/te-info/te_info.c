@@ -202,6 +202,9 @@ static void print_key(void *arg, const char *section, const char *name,
         printf("[%s]\n", section);
     }
     const char *v = te_config_get(kp->cfg, section, name);
+    /* The job secret is never shown (docs/security.md). */
+    if (v && v[0] && !strcmp(section, "engine") && !strcmp(name, "auth_key"))
+        v = "(set, not shown)";
     printf("  %-24s = %-12s (default %s)\n      %s\n", name,
            v ? v : (def ? def : ""), def && def[0] ? def : "\"\"", doc);
     if (values)
