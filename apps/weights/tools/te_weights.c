@@ -14,12 +14,15 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
 
+#include "te_args.h"
 #include "te_weights_cli.h"
 
 static double now_s(void)
@@ -64,6 +67,134 @@ static void usage(FILE *f)
 "  runs the job uncapped and capped, and compares with the simulator (docs/weights.md)\n");
 }
 
+/* The whole-number options, their fields and ranges. The ranges bound
+ * what a plan allocates (per trainer, per rank): 99999999999 trainers
+ * grew the process to 7.3 GB before it was killed. */
+#define WT_MAX_TRAINERS 65536u
+#define WT_MAX_RANKS 4096u /* kimi-k2 at 65536 ranks: 3.5 GB, 19 s */
+static const struct {
+    const char *name;
+    size_t off, size; /* the field of struct wt_cli: 4 or 8 bytes */
+    uint64_t min, max;
+} num_opts[] = {
+#define N(opt, field, lo, hi) \
+    {opt, offsetof(struct wt_cli, field), sizeof(((struct wt_cli *)0)->field), \
+     lo, hi}
+    N("--trainers", trainers, 1, WT_MAX_TRAINERS),
+    N("--ranks", ranks, 1, WT_MAX_RANKS),
+    N("--tp", tp, 1, WT_MAX_RANKS),
+    N("--ep", ep, 1, WT_MAX_RANKS),
+    N("--nics", nics, 1, 64),
+    N("--watermark", watermark_mib, 1, 1u << 20),
+    N("--seed", seed, 0, UINT64_MAX),
+    N("--rank", rank, 0, WT_MAX_RANKS - 1),
+    N("--timeout-ms", timeout_ms, 1, 3600000),
+    N("--runs", runs, 3, 16),
+#undef N
+};
+static const struct {
+    const char *name;
+    size_t off;
+    double min, max;
+} dbl_opts[] = {
+    {"--gbps", offsetof(struct wt_cli, gbps), 1e-3, 1e6},
+    {"--write-us", offsetof(struct wt_cli, write_us), 0, 1e6},
+    {"--read-us", offsetof(struct wt_cli, read_us), 0, 1e6},
+    {"--quant-gbps", offsetof(struct wt_cli, quant_gbps), 1e-3, 1e6},
+    {"--h2d-gbps", offsetof(struct wt_cli, h2d_gbps), 0, 1e6},
+};
+
+static int is_option(const char *a)
+{
+    return a[0] == '-' && a[1] == '-';
+}
+
+/* 1: `a` is a number option and `v` its valid value (stored); 0: `a` is
+ * not one; -1: refused (message printed). */
+static int parse_number(struct wt_cli *o, const char *a, const char *v)
+{
+    for (size_t k = 0; k < sizeof(num_opts) / sizeof(*num_opts); k++) {
+        if (strcmp(a, num_opts[k].name))
+            continue;
+        uint64_t x;
+        if (!v) {
+            te_arg_bad_option("te-weights", a, 1);
+            return -1;
+        }
+        if (te_arg_u64("te-weights", a, v, num_opts[k].min, num_opts[k].max, &x))
+            return -1;
+        char *f = (char *)o + num_opts[k].off;
+        if (num_opts[k].size == 8)
+            memcpy(f, &x, 8);
+        else
+            memcpy(f, &(uint32_t){(uint32_t)x}, 4); /* int or uint32_t */
+        return 1;
+    }
+    for (size_t k = 0; k < sizeof(dbl_opts) / sizeof(*dbl_opts); k++) {
+        if (strcmp(a, dbl_opts[k].name))
+            continue;
+        if (!v) {
+            te_arg_bad_option("te-weights", a, 1);
+            return -1;
+        }
+        return te_arg_double("te-weights", a, v, dbl_opts[k].min, dbl_opts[k].max,
+                             (double *)((char *)o + dbl_opts[k].off)) ? -1 : 1;
+    }
+    return 0;
+}
+
+/* --die-at VERSION:PCT, PCT in 1..99. */
+static int parse_die_at(struct wt_cli *o, const char *v)
+{
+    char ver[24];
+    const char *colon = strchr(v, ':');
+    if (!colon || (size_t)(colon - v) >= sizeof(ver)) {
+        fprintf(stderr, "te-weights: --die-at: expected VERSION:PCT, got \"%s\"\n", v);
+        return -1;
+    }
+    memcpy(ver, v, (size_t)(colon - v));
+    ver[colon - v] = 0;
+    return te_arg_u32("te-weights", "--die-at VERSION", ver, 1, UINT32_MAX,
+                      &o->die_version) ||
+           te_arg_u32("te-weights", "--die-at PCT", colon + 1, 1, 99, &o->die_pct)
+           ? -1 : 0;
+}
+
+/* --update V=CHECKPOINT (repeatable). */
+static int parse_update(struct wt_cli *o, const char *v)
+{
+    char ver[24];
+    const char *eq = strchr(v, '=');
+    if (o->nupdates == WT_CLI_MAX_UPDATES) {
+        fprintf(stderr, "te-weights: --update: at most %d\n", WT_CLI_MAX_UPDATES);
+        return -1;
+    }
+    if (!eq || !eq[1] || (size_t)(eq - v) >= sizeof(ver)) {
+        fprintf(stderr, "te-weights: --update: expected VERSION=CHECKPOINT, got "
+                "\"%s\"\n", v);
+        return -1;
+    }
+    memcpy(ver, v, (size_t)(eq - v));
+    ver[eq - v] = 0;
+    if (te_arg_u32("te-weights", "--update VERSION", ver, 1, UINT32_MAX,
+                   &o->updates[o->nupdates].version))
+        return -1;
+    o->updates[o->nupdates++].checkpoint = eq + 1;
+    return 0;
+}
+
+/* Layout options that only make sense together, refused before a model is
+ * loaded or a plan built. */
+static int check_layout(const struct wt_cli *o)
+{
+    if (o->tp > o->ranks || (o->ep && o->ep > o->ranks)) {
+        fprintf(stderr, "te-weights: --tp %u / --ep %u: at most --ranks (%u)\n",
+                o->tp, o->ep, o->ranks);
+        return -1;
+    }
+    return 0;
+}
+
 int wt_cli_parse(int argc, char **argv, struct wt_cli *o)
 {
     memset(o, 0, sizeof(*o));
@@ -82,57 +213,44 @@ int wt_cli_parse(int argc, char **argv, struct wt_cli *o)
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int rc = parse_number(o, a, v);
+        if (rc == 1) { /* a number option and its value */
+            i++;
+            continue;
+        }
+        if (rc < 0)
+            return -1;
 #define ARG(name) (!strcmp(a, name) && v && (i++, 1))
         if (ARG("--model")) o->model = v;
-        else if (ARG("--trainers")) o->trainers = (uint32_t)atoi(v);
-        else if (ARG("--ranks")) o->ranks = (uint32_t)atoi(v);
-        else if (ARG("--tp")) o->tp = (uint32_t)atoi(v);
-        else if (ARG("--ep")) o->ep = (uint32_t)atoi(v);
-        else if (ARG("--nics")) o->nics = (uint32_t)atoi(v);
-        else if (ARG("--watermark")) o->watermark_mib = strtoull(v, NULL, 0);
         else if (ARG("--out")) o->out = v;
-        else if (ARG("--gbps")) o->gbps = atof(v);
-        else if (ARG("--write-us")) o->write_us = atof(v);
-        else if (ARG("--read-us")) o->read_us = atof(v);
-        else if (ARG("--quant-gbps")) o->quant_gbps = atof(v);
-        else if (ARG("--h2d-gbps")) o->h2d_gbps = atof(v);
-        else if (ARG("--seed")) o->seed = strtoull(v, NULL, 0);
-        else if (ARG("--rank")) o->rank = (uint32_t)atoi(v);
         else if (ARG("--dir")) o->dir = v;
         else if (ARG("--schedule")) o->schedule = v;
         else if (ARG("--config")) o->config = v;
-        else if (ARG("--timeout-ms")) o->timeout_ms = atoi(v);
-        else if (ARG("--runs")) o->runs = atoi(v);
-        else if (ARG("--link-gbps")) o->link_gbps = v;
+        else if (ARG("--link-gbps")) {
+            double g;
+            if (te_arg_double("te-weights", "--link-gbps", v, 1e-3, 1e6, &g))
+                return -1;
+            o->link_gbps = v; /* passed on as loopback.link_gbps */
+        }
         else if (ARG("--die-at")) {
-            char *end;
-            unsigned long ver = strtoul(v, &end, 10), pct = 0;
-            if (end != v && *end == ':')
-                pct = strtoul(end + 1, &end, 10);
-            if (*end || !ver || !pct || pct > 99)
-                return fprintf(stderr, "te-weights: --die-at wants VERSION:PCT with "
-                               "PCT in 1..99, got \"%s\"\n", v), -1;
-            o->die_version = (uint32_t)ver;
-            o->die_pct = (uint32_t)pct;
+            if (parse_die_at(o, v))
+                return -1;
         }
         else if (ARG("--update")) {
-            if (o->nupdates == WT_CLI_MAX_UPDATES)
-                return fprintf(stderr, "te-weights: too many --update\n"), -1;
-            char *eq = strchr(v, '=');
-            if (!eq)
-                return fprintf(stderr, "te-weights: --update wants V=CHECKPOINT\n"), -1;
-            o->updates[o->nupdates].version = (uint32_t)atoi(v);
-            o->updates[o->nupdates++].checkpoint = eq + 1;
+            if (parse_update(o, v))
+                return -1;
         }
         else if (!strcmp(a, "--fp8")) o->fp8 = 1;
         else if (!strcmp(a, "--progress")) o->progress = 1;
         else if (!strcmp(a, "--target-charged")) o->target_charged = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
-        else
-            return fprintf(stderr, "te-weights: unknown or incomplete option '%s'\n", a), -1;
+        else {
+            te_arg_bad_option("te-weights", a, !v && is_option(a));
+            return -1;
+        }
 #undef ARG
     }
-    return 0;
+    return check_layout(o);
 }
 
 int wt_cli_load(const struct wt_cli *o, te_wt_model **m, te_wt_sharding **sh)
