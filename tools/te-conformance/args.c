@@ -27,6 +27,8 @@ void conf_usage(FILE *f)
         "                       children (repeatable, at most %d), e.g. the\n"
         "                       source address of their network namespace\n"
         "  --case NAME          run only this case (repeatable; --list)\n"
+        "  --skip NAME          run every case but this one (repeatable); it\n"
+        "                       is reported as skipped\n"
         "  --strict             a missing optional behaviour (a NOTE line,\n"
         "                       e.g. no -ESHUTDOWN for an orderly close) fails\n"
         "  --mem host|cuda      memory of every test region (default host)\n"
@@ -105,6 +107,7 @@ static const struct option opts[] = {
     {"two-process", no_argument, 0, 't'},
     {"remotes", required_argument, 0, 'r'},
     {"case", required_argument, 0, 'k'},
+    {"skip", required_argument, 0, 'K'},
     {"list", no_argument, 0, 'l'},
     {"verbose", no_argument, 0, 'v'},
     {"strict", no_argument, 0, 'x'},
@@ -146,12 +149,17 @@ static int one(int o, const char *v, struct conf *c, struct conf_args *a)
             }
         return bad("--remote-set", v, "too many --remote-set options");
     case 'k':
+    case 'K': {
+        const char *opt = o == 'k' ? "--case" : "--skip";
+        const char **list = o == 'k' ? a->only : a->left_out;
+        int *n = o == 'k' ? &a->nonly : &a->nleft_out;
         if (!known_case(v))
-            return bad("--case", v, "no such case (te-conformance --list)");
-        if (a->nonly >= CONF_MAX_ONLY)
-            return bad("--case", v, "too many --case options");
-        a->only[a->nonly++] = v;
+            return bad(opt, v, "no such case (te-conformance --list)");
+        if (*n >= CONF_MAX_ONLY)
+            return bad(opt, v, "too many of this option");
+        list[(*n)++] = v;
         return 0;
+    }
     case 'r':
         return number("--remotes", v, 1, CONF_MAX_REMOTES, &c->nremotes);
     case 'S':

@@ -13,6 +13,8 @@
 struct conf_args {
     const char *only[CONF_MAX_ONLY]; /* --case names, all known cases */
     int nonly;
+    const char *left_out[CONF_MAX_ONLY]; /* --skip names, known cases */
+    int nleft_out;
     int list;                        /* --list */
     int help;                        /* --help */
     int serve_fd;                    /* --serve FD (internal), else -1 */
@@ -25,8 +27,8 @@ extern const struct conf_case *const conf_suites[];
 /*
  * Parse argv into c and a. Every number is checked strictly (digits only:
  * no sign, no spaces, no suffix, no overflow, inside its range), every
- * --set/--remote-set has the form section.key=value, every --case names a
- * case, and the lists have room. Returns 0, or 2 after printing one line
+ * --set/--remote-set has the form section.key=value, every --case and
+ * --skip names a case, and the lists have room. Returns 0, or 2 after printing one line
  * "te-conformance: --OPTION VALUE: what is wrong" to stderr.
  */
 int conf_args_parse(int argc, char **argv, struct conf *c,

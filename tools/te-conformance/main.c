@@ -24,12 +24,10 @@ const struct conf_case *const conf_suites[] = {
     conf_cases_xfer, conf_cases_misc, conf_cases_fault, conf_cases_peer,
     conf_cases_spaces, NULL};
 
-static int selected(const struct conf_args *a, const char *name)
+static int listed(const char *const *list, int n, const char *name)
 {
-    if (!a->nonly)
-        return 1;
-    for (int i = 0; i < a->nonly; i++)
-        if (strcmp(a->only[i], name) == 0)
+    for (int i = 0; i < n; i++)
+        if (strcmp(list[i], name) == 0)
             return 1;
     return 0;
 }
@@ -47,11 +45,11 @@ static void append(char *list, size_t cap, const char *name, const char *why)
 }
 
 static void run_case(struct conf *c, const struct conf_case *k,
-                     struct tally *t)
+                     int left_out, struct tally *t)
 {
     c->why[0] = c->note[0] = 0;
     uint64_t t0 = conf_now_ms();
-    int r = k->fn(c);
+    int r = left_out ? conf_skip(c, "left out by --skip") : k->fn(c);
     uint64_t ms = conf_now_ms() - t0;
     if (r == CONF_SKIP) {
         const char *why = c->why[0] ? c->why : "(the case gave no reason)";
@@ -181,8 +179,9 @@ int main(int argc, char **argv)
     memset(&t, 0, sizeof(t));
     for (int s = 0; conf_suites[s]; s++)
         for (const struct conf_case *k = conf_suites[s]; k->name; k++)
-            if (selected(&a, k->name))
-                run_case(&c, k, &t);
+            if (!a.nonly || listed(a.only, a.nonly, k->name))
+                run_case(&c, k, listed(a.left_out, a.nleft_out, k->name),
+                         &t);
     stop(&c);
     summary(&t);
     return t.failed ? 1 : 0;
