@@ -518,15 +518,16 @@ static void check_peers(te_kv_decoder *d)
  * queue ahead of them. */
 static void hold_queued_accepts(te_kv_decoder *d, uint64_t now)
 {
-    for (uint32_t i = 0; i < d->o.max_requests; i++) {
-        const struct kv_req *b = &d->req[i];
-        if (b->state != R_ARMED && b->state != R_CANCELLING)
-            continue;
-        for (uint32_t k = 0; k < d->o.max_requests; k++)
-            if (d->req[k].state == R_SENT && d->req[k].pf == b->pf)
-                d->req[k].phase_ns = now + (uint64_t)d->o.accept_timeout_ms *
-                                               1000000ull;
-    }
+    uint8_t serving[MAX_PREFILLERS] = {0}; /* two passes: linear per turn */
+    for (uint32_t i = 0; i < d->o.max_requests; i++)
+        if ((d->req[i].state == R_ARMED || d->req[i].state == R_CANCELLING) &&
+            d->req[i].pf < MAX_PREFILLERS)
+            serving[d->req[i].pf] = 1;
+    for (uint32_t k = 0; k < d->o.max_requests; k++)
+        if (d->req[k].state == R_SENT && d->req[k].pf < MAX_PREFILLERS &&
+            serving[d->req[k].pf])
+            d->req[k].phase_ns = now + (uint64_t)d->o.accept_timeout_ms *
+                                           1000000ull;
 }
 
 static void check_deadlines(te_kv_decoder *d)
