@@ -100,10 +100,7 @@ static int case_fail_every(struct conf *c)
         q.u.xfer.len = SZ;
         if (i >= N / 2) /* second half: to a region only failures skip */
             q.u.xfer.remote_off += (1u << 19);
-        int64_t id;
-        while ((id = te_submit(p.a, &q)) == -EAGAIN)
-            ;
-        if (id < 0)
+        if (conf_submit_to(p.a, &q) < 0)
             break;
     }
     te_completion *done = calloc(N, sizeof(*done));
@@ -179,10 +176,7 @@ static int case_peer_death(struct conf *c)
         q.u.send.peer = a_at_b;
         q.u.send.buf = &i;
         q.u.send.len = sizeof(i);
-        int64_t id;
-        while ((id = te_submit(p.b, &q)) == -EAGAIN)
-            ;
-        if (id > 0)
+        if (conf_submit_to(p.b, &q) > 0)
             submitted++;
     }
     te_completion *done = calloc(N, sizeof(*done));

@@ -91,16 +91,6 @@ static te_request trial_write(struct trial *t, uint64_t off, uint64_t len)
     return q;
 }
 
-/* te_submit, retrying a full queue (-EAGAIN) within the deadline. */
-static int64_t trial_submit(struct trial *t, te_request *q)
-{
-    uint64_t deadline = conf_now_ms() + CONF_TIMEOUT_MS;
-    int64_t id;
-    while ((id = te_submit(t->e, q)) == -EAGAIN && conf_now_ms() < deadline)
-        usleep(100);
-    return id;
-}
-
 /* Wait until the remote reads as down, at most ms; 1 if it does. */
 static int trial_down_within(struct trial *t, int ms)
 {
@@ -119,7 +109,7 @@ static int trial_down_within(struct trial *t, int ms)
 static int write_to_gone(struct trial *t)
 {
     te_request q = trial_write(t, 0, 4096);
-    int64_t id = trial_submit(t, &q);
+    int64_t id = conf_submit_to(t->e, &q);
     if (id < 0) {
         CHECK(id == -ECONNRESET, "write to a gone remote refused with %lld "
               "(%s), want -ECONNRESET", (long long)id, te_last_error());
@@ -150,7 +140,7 @@ static int case_peer_killed(struct conf *c)
     for (int i = 0; i < N; i++) {
         te_request q = trial_write(&t, (uint64_t)(i % 32) * SZ, SZ);
         q.user_data = (uint64_t)i;
-        int64_t id = trial_submit(&t, &q);
+        int64_t id = conf_submit_to(t.e, &q);
         submitted += id >= 0;
         /* Once the peer is down, submit refuses requests to it. */
         refused += id == -ECONNRESET;
@@ -204,7 +194,7 @@ static int case_peer_closed(struct conf *c)
     }
     te_request q = trial_write(&t, 0, 64 * 1024);
     te_completion done;
-    int64_t id = trial_submit(&t, &q);
+    int64_t id = conf_submit_to(t.e, &q);
     int got = id >= 0 ? conf_wait_engine(t.e, &done, 1) : 0;
     if (got != 1 || done.status) {
         trial_close(&t);

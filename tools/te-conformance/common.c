@@ -96,6 +96,15 @@ int conf_wait_completions(struct conf *c, te_completion *out, int n)
     return 0;
 }
 
+int64_t conf_submit_to(te_engine *e, te_request *r)
+{
+    uint64_t deadline = conf_now_ms() + CONF_TIMEOUT_MS;
+    int64_t id;
+    while ((id = te_submit(e, r)) == -EAGAIN && conf_now_ms() < deadline)
+        usleep(100);
+    return id;
+}
+
 int conf_wait_engine(te_engine *e, te_completion *out, int n)
 {
     uint64_t deadline = conf_now_ms() + CONF_TIMEOUT_MS;

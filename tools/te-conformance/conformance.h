@@ -143,6 +143,9 @@ int conf_run(struct conf *c, te_request *r, te_completion *out);
 int64_t conf_submit(struct conf *c, te_request *r);
 /* Wait for `n` completions from the queue into out (deadline). */
 int conf_wait_completions(struct conf *c, te_completion *out, int n);
+/* te_submit on an engine of a case's own, retrying a full queue (-EAGAIN)
+ * within the suite's deadline. */
+int64_t conf_submit_to(te_engine *e, te_request *r);
 /* Up to n completions of an engine of a case's own (not c->e) within the
  * suite's deadline; returns how many arrived, or a negative errno. */
 int conf_wait_engine(te_engine *e, te_completion *out, int n);
