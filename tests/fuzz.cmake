@@ -97,7 +97,8 @@ foreach(entry ${TE_FUZZ_TARGETS})
     target_include_directories(${exe} PRIVATE ${PROJECT_SOURCE_DIR}/plugins/loopback
                                ${CMAKE_CURRENT_SOURCE_DIR}/lib)
     target_compile_definitions(${exe} PRIVATE _GNU_SOURCE)
-    target_link_libraries(${exe} PRIVATE Threads::Threads PkgConfig::INIH m)
+    target_link_libraries(${exe} PRIVATE te-plugin-common Threads::Threads
+                          PkgConfig::INIH m)
   endif()
   target_compile_definitions(${exe} PRIVATE TE_VERSION_STRING="${PROJECT_VERSION}")
 
@@ -129,6 +130,7 @@ add_executable(fuzz_gen_seeds EXCLUDE_FROM_ALL ${TE_FUZZ_DIR}/gen_seeds.c
 target_include_directories(fuzz_gen_seeds PRIVATE ${TE_FUZZ_DIR}
   ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/core
   ${PROJECT_SOURCE_DIR}/plugins/loopback)
+target_link_libraries(fuzz_gen_seeds PRIVATE te-plugin-common)
 
 # Race reproducers (a thread plays the hostile process); probabilistic, so
 # not tests. Usage in tests/fuzz/race_lb.c and docs/reliability.md.
@@ -138,4 +140,5 @@ target_include_directories(fuzz_race_lb PRIVATE ${TE_FUZZ_DIR}
   ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/plugins/loopback
   ${PROJECT_SOURCE_DIR}/core ${CMAKE_CURRENT_SOURCE_DIR}/lib)
 target_compile_definitions(fuzz_race_lb PRIVATE _GNU_SOURCE)
-target_link_libraries(fuzz_race_lb PRIVATE Threads::Threads PkgConfig::INIH m)
+target_link_libraries(fuzz_race_lb PRIVATE te-plugin-common Threads::Threads
+                      PkgConfig::INIH m)

@@ -20,46 +20,13 @@
 
 #include "efa_internal.h"
 
-
 /* ---------------------------------------------------------------- fifo */
-
-int efa_fifo_init(struct efa_fifo *f, uint32_t cap)
-{
-    uint32_t c = 16;
-    while (c < cap)
-        c *= 2;
-    f->buf = calloc(c, sizeof(*f->buf));
-    f->cap = f->buf ? c : 0;
-    f->head = f->count = 0;
-    return f->buf ? 0 : -ENOMEM;
-}
-
-void efa_fifo_free(struct efa_fifo *f)
-{
-    free(f->buf);
-    memset(f, 0, sizeof(*f));
-}
 
 void efa_cq_push(efa_nic *nic, const struct te_plugin_cq_entry *e)
 {
-    struct efa_fifo *f = &nic->cq_fifo;
-    if (f->count == f->cap) {
-        uint32_t cap = f->cap ? 2 * f->cap : 16;
-        struct te_plugin_cq_entry *b = malloc(cap * sizeof(*b));
-        if (!b) {
-            efa_log(nic->ctx, 0, "%s: out of memory queueing a completion "
-                    "(kind %u)", nic->name, e->kind);
-            return;
-        }
-        for (uint32_t i = 0; i < f->count; i++)
-            b[i] = f->buf[(f->head + i) & (f->cap - 1)];
-        free(f->buf);
-        f->buf = b;
-        f->cap = cap;
-        f->head = 0;
-    }
-    f->buf[(f->head + f->count) & (f->cap - 1)] = *e;
-    f->count++;
+    if (tpc_fifo_push(&nic->cq_fifo, e) != 0)
+        efa_log(nic->ctx, 0, "%s: out of memory queueing a completion "
+                "(kind %u)", nic->name, e->kind);
 }
 
 /* Hand one entry to the core, keeping the outstanding counts. */
@@ -76,11 +43,10 @@ static void emit(efa_nic *nic, const struct te_plugin_cq_entry *e,
 static void fifo_drain(efa_nic *nic, struct te_plugin_cq_entry *out, int max,
                        int *n)
 {
-    struct efa_fifo *f = &nic->cq_fifo;
+    struct tpc_fifo *f = &nic->cq_fifo;
     while (*n < max && f->count) {
-        emit(nic, &f->buf[f->head], out, n);
-        f->head = (f->head + 1) & (f->cap - 1);
-        f->count--;
+        emit(nic, tpc_fifo_at(f, 0), out, n);
+        tpc_fifo_pop(f);
     }
 }
 
@@ -259,7 +225,7 @@ int efa_wait_arm(te_plugin_nic *nic)
      * CQ wait fd does not watch). The core retries it every turn, so the
      * mark stays fresh while it lasts. */
     if (nic->cq_fifo.count || nic->pending || nic->reposts_due ||
-        (nic->held_ns && efa_now_ns() - nic->held_ns < EFA_HELD_SPIN_NS)) {
+        (nic->held_ns && tpc_now_ns() - nic->held_ns < EFA_HELD_SPIN_NS)) {
         rc = -EAGAIN;
     } else {
         /* Safe to block only when libfabric says so: it clears the fd's
@@ -294,7 +260,7 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
     /* Liveness costs a syscall: look at most every EFA_HK_INTERVAL_NS,
      * reading the clock every 256 polls. */
     if ((++nic->hk_polls & 255) == 0) {
-        uint64_t now = efa_now_ns();
+        uint64_t now = tpc_now_ns();
         if (now >= nic->hk_next_ns) {
             nic->hk_next_ns = now + EFA_HK_INTERVAL_NS;
             efa_peers_housekeeping(nic);

@@ -27,6 +27,12 @@
 #include <rdma/fi_rma.h>
 
 #include "te/plugin.h"
+#include "tpc_clock.h"
+#include "tpc_fifo.h"
+#include "tpc_host.h"
+#include "tpc_log.h"
+#include "tpc_ops.h"
+#include "tpc_rng.h"
 #include "efa_local.h"
 #include "efa_proc.h"
 #include "efa_shm_name.h"
@@ -176,12 +182,6 @@ struct efa_peer {
     struct efa_local *local; /* an endpoint of this process, or NULL */
 };
 
-/* Unbounded FIFO of completions poll() returns before reading the CQ. */
-struct efa_fifo {
-    struct te_plugin_cq_entry *buf;
-    uint32_t cap, head, count;
-};
-
 struct te_plugin_mr {
     struct fid_mr *mr;
     void *desc;
@@ -245,7 +245,8 @@ struct te_plugin_nic {
     uint32_t *av_map;         /* fi_addr -> peer index + 1 */
     size_t av_map_cap;
 
-    struct efa_fifo cq_fifo;
+    /* completions poll() returns before reading the CQ */
+    struct tpc_fifo cq_fifo; /* struct te_plugin_cq_entry */
     uint32_t hk_polls;
     uint64_t hk_next_ns;
     uint32_t reposts_due;     /* FI_RX_CQ_DATA receives to post again */
@@ -255,14 +256,14 @@ typedef struct te_plugin_nic efa_nic;
 
 /* ------------------------------------------------------- efa_plugin.c */
 
-void efa_err(efa_nic *nic, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void efa_ctx_err(efa_ctx *ctx, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void efa_log(efa_ctx *ctx, int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-uint64_t efa_now_ns(void);
-uint64_t efa_random64(void);
+/* Errors of a NIC ("efa shm:shm: ...") and of the context ("efa: ...")
+ * for the engine's last error, and log lines (plugins/common/tpc_log.h).
+ * efa_err evaluates nic twice. */
+#define efa_err(nic, ...) \
+    tpc_err(&(nic)->ctx->host, EFA_NAME, (nic)->name, __VA_ARGS__)
+#define efa_ctx_err(ctx, ...) tpc_err(&(ctx)->host, EFA_NAME, NULL, __VA_ARGS__)
+#define efa_log(ctx, level, ...) \
+    tpc_log(&(ctx)->host, EFA_NAME, level, __VA_ARGS__)
 /* libfabric error (positive FI_ value) as a negative errno for the core. */
 int efa_errno(int fi_err);
 
@@ -366,8 +367,7 @@ int efa_wait_fd(te_plugin_nic *nic);
 int efa_wait_arm(te_plugin_nic *nic);
 /* efa_paths.c: plugin ABI 1.1 */
 int efa_describe_paths(te_plugin_nic *nic, struct te_plugin_path *out, int max);
+/* Queue a completion poll() will return before reading the CQ. */
 void efa_cq_push(efa_nic *nic, const struct te_plugin_cq_entry *e);
-int efa_fifo_init(struct efa_fifo *f, uint32_t cap);
-void efa_fifo_free(struct efa_fifo *f);
 
 #endif

@@ -42,7 +42,7 @@ static void nic_free(efa_nic *nic)
     free(nic->landing);
     free(nic->slots);
     free(nic->av_map);
-    efa_fifo_free(&nic->cq_fifo);
+    tpc_fifo_free(&nic->cq_fifo);
     pthread_mutex_destroy(&nic->lock);
     free(nic);
 }
@@ -189,7 +189,7 @@ int efa_nic_open(te_plugin_ctx *ctx, int idx,
     nic->prov_key = (mode & FI_MR_PROV_KEY) != 0;
     nic->hmem = ctx->paths.hmem;
     nic->mint_keys = ctx->paths.key_check;
-    nic->key_secret = efa_random64();
+    nic->key_secret = tpc_random64();
     nic->write_flags = ctx->paths.write_flags;
     nic->use_inject = ctx->paths.inject;
     nic->inject_max = ctx->paths.inject_max;
@@ -203,7 +203,9 @@ int efa_nic_open(te_plugin_ctx *ctx, int idx,
 
     const char *what = "out of memory";
     int rc = -ENOMEM;
-    if (efa_slots_init(nic) < 0 || efa_fifo_init(&nic->cq_fifo, 2 * nic->qd))
+    if (efa_slots_init(nic) < 0 ||
+        tpc_fifo_init(&nic->cq_fifo, sizeof(struct te_plugin_cq_entry),
+                      2 * nic->qd))
         goto fail;
     if ((rc = open_objects(nic, &what)))
         goto fail_fi;

@@ -1,76 +1,17 @@
 /*
  * efa plugin entry: the ops table, the context (discovery, probing, path
- * decisions) and the helpers every module uses.
+ * decisions) and the libfabric errno mapping every module uses.
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "efa_internal.h"
 
 /* ---------------------------------------------------------------- helpers */
-
-static void vhost_err(const struct te_plugin_host *h, const char *prefix,
-                      const char *fmt, va_list ap)
-{
-    char msg[768];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    if (h->set_error)
-        h->set_error(h->host_ctx, "%s%s", prefix, msg);
-    if (h->log)
-        h->log(h->host_ctx, 3, "%s%s", prefix, msg);
-}
-
-void efa_err(efa_nic *nic, const char *fmt, ...)
-{
-    char prefix[80];
-    snprintf(prefix, sizeof(prefix), EFA_NAME " %s: ", nic->name);
-    va_list ap;
-    va_start(ap, fmt);
-    vhost_err(&nic->ctx->host, prefix, fmt, ap);
-    va_end(ap);
-}
-
-void efa_ctx_err(efa_ctx *ctx, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vhost_err(&ctx->host, EFA_NAME ": ", fmt, ap);
-    va_end(ap);
-}
-
-void efa_log(efa_ctx *ctx, int level, const char *fmt, ...)
-{
-    if (!ctx->host.log)
-        return;
-    char msg[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    ctx->host.log(ctx->host.host_ctx, level, EFA_NAME ": %s", msg);
-}
-
-uint64_t efa_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t efa_random64(void)
-{
-    uint64_t v = 0;
-    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
-        v = efa_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
-    return v ? v : 1;
-}
 
 int efa_errno(int fi_err)
 {
@@ -117,7 +58,7 @@ static int probe(efa_ctx *ctx)
             return 0;
         }
     char err[256] = "";
-    uint64_t t0 = efa_now_ns();
+    uint64_t t0 = tpc_now_ns();
     int rc = efa_probe_run(i, ctx->cfg.probe_timeout_ms, ctx->cfg.completion,
                            &ctx->probe, err, sizeof(err));
     if (rc == 0) {
@@ -132,7 +73,7 @@ static int probe(efa_ctx *ctx)
         return rc;
     }
     efa_log(ctx, 2, "probed provider %s in %llu ms", i->fabric_attr->prov_name,
-            (unsigned long long)((efa_now_ns() - t0) / 1000000u));
+            (unsigned long long)((tpc_now_ns() - t0) / 1000000u));
     return 0;
 }
 
@@ -149,15 +90,12 @@ static void efa_fini(te_plugin_ctx *ctx)
 
 static int efa_init(const struct te_plugin_host *host, te_plugin_ctx **out)
 {
-    if (!host || !out ||
-        host->struct_size < offsetof(struct te_plugin_host, log))
+    if (!out || !tpc_host_ok(host))
         return -EINVAL;
     efa_ctx *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
         return -ENOMEM;
-    memcpy(&ctx->host, host,
-           host->struct_size < sizeof(ctx->host) ? host->struct_size
-                                                 : sizeof(ctx->host));
+    tpc_host_copy(&ctx->host, host);
     if (fi_version() < EFA_FI_VERSION) {
         efa_ctx_err(ctx, "built for libfabric %d.%d, running with %u.%u",
                     FI_MAJOR_VERSION, FI_MINOR_VERSION,

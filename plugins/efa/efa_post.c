@@ -65,24 +65,11 @@ struct efa_slot *efa_slot_of(efa_nic *nic, void *op_context)
 
 /* ---------------------------------------------------------------- helpers */
 
-static const char *op_name(uint32_t kind)
-{
-    switch (kind) {
-    case TE_POP_WRITE: return "WRITE";
-    case TE_POP_READ: return "READ";
-    case TE_POP_SEND: return "SEND";
-    case TE_POP_RECV: return "RECV";
-    default: return "op";
-    }
-}
-
 /* A LOCAL (or RECV) completion produced here instead of by the provider. */
 static void complete_now(efa_nic *nic, const struct te_plugin_op *op,
                          int status, te_plugin_peer peer)
 {
-    struct te_plugin_cq_entry e = {
-        .kind = op->kind == TE_POP_RECV ? TE_PCQ_RECV : TE_PCQ_LOCAL,
-        .status = status, .context = op->context, .peer = peer};
+    struct te_plugin_cq_entry e = tpc_op_completion(op, status, peer);
     efa_cq_push(nic, &e);
     if (op->kind == TE_POP_RECV)
         nic->rx_out++;
@@ -163,7 +150,7 @@ static bool stalled(efa_nic *nic, struct efa_peer *p)
     uint32_t limit = nic->ctx->cfg.stall_timeout_ms;
     if (!limit || p->live_ops)
         return false;
-    uint64_t now = efa_now_ns();
+    uint64_t now = tpc_now_ns();
     if (!p->stall_since_ns) {
         p->stall_since_ns = now;
         return false;
@@ -185,7 +172,7 @@ static bool stalled(efa_nic *nic, struct efa_peer *p)
  * efa_internal.h). A dead peer is turned down here. */
 static void check_alive(efa_nic *nic, struct efa_peer *p)
 {
-    uint64_t now = efa_now_ns();
+    uint64_t now = tpc_now_ns();
     if (now - p->pidfd_read_ns < EFA_POST_CHECK_NS)
         return;
     p->pidfd_read_ns = now;
@@ -213,12 +200,12 @@ static int post_one(efa_nic *nic, const struct te_plugin_op *op)
     struct efa_peer *p = efa_peer_get(nic, op->peer);
     if (!p || p->state == EFA_PEER_REMOVED) {
         efa_err(nic, "%s: peer handle 0x%llx is not a peer of this NIC",
-                op_name(op->kind), (unsigned long long)op->peer);
+                tpc_op_name(op->kind), (unsigned long long)op->peer);
         return -EINVAL;
     }
     if (op->len && !op->mr) {
         efa_err(nic, "%s of %llu bytes without a local registration",
-                op_name(op->kind), (unsigned long long)op->len);
+                tpc_op_name(op->kind), (unsigned long long)op->len);
         return -EINVAL;
     }
     if (nic->tx_out >= nic->qd)
@@ -263,7 +250,7 @@ static int post_to(efa_nic *nic, const struct te_plugin_op *op,
                !efa_key_valid(p->key_secret, rkey)) {
         efa_err(nic, "%s: rkey 0x%llx was not issued by the target NIC "
                 "(forged, corrupted or another NIC's key); nothing sent",
-                op_name(op->kind), (unsigned long long)rkey);
+                tpc_op_name(op->kind), (unsigned long long)rkey);
         complete_now(nic, op, -EACCES, op->peer);
         return 1;
     }
@@ -309,7 +296,7 @@ static int post_to(efa_nic *nic, const struct te_plugin_op *op,
     p->stall_since_ns = 0;
     if (rc) {
         efa_slot_free(nic, s);
-        efa_err(nic, "%s to peer 0x%llx: %s", op_name(op->kind),
+        efa_err(nic, "%s to peer 0x%llx: %s", tpc_op_name(op->kind),
                 (unsigned long long)op->peer, fi_strerror((int)-rc));
         complete_now(nic, op, efa_errno((int)rc), op->peer);
         return 1;
@@ -336,7 +323,7 @@ int efa_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
     }
     /* Held back (queue full, or the provider's -FI_EAGAIN, e.g. while it
      * connects): what frees it may signal no wait fd, see efa_wait_arm. */
-    nic->held_ns = i < n && rc == 0 ? efa_now_ns() : 0;
+    nic->held_ns = i < n && rc == 0 ? tpc_now_ns() : 0;
     pthread_mutex_unlock(&nic->lock);
     if (rc < 0 && i == 0)
         return rc;

@@ -267,10 +267,10 @@ static int lb_peer_connect_remote(lb_nic *nic, const struct lb_addr *a,
     struct sockaddr_un sa;
     socklen_t sl = lb_sockaddr(&sa, a->sock_name);
     /* A full backlog answers EAGAIN; give the target a moment to accept. */
-    uint64_t deadline = lb_now_ns() + 1000000000ull;
+    uint64_t deadline = tpc_now_ns() + 1000000000ull;
     while (connect(fd, (struct sockaddr *)&sa, sl) < 0) {
         e = errno;
-        if ((e != EAGAIN && e != EINTR) || lb_now_ns() > deadline) {
+        if ((e != EAGAIN && e != EINTR) || tpc_now_ns() > deadline) {
             lb_err(nic, "cannot reach peer NIC lo%u of pid %u at @%s: %s",
                    a->nic_index, a->pid, a->sock_name,
                    e == ECONNREFUSED ? "not listening (NIC closed or process gone)"
@@ -302,7 +302,7 @@ static int lb_peer_connect_remote(lb_nic *nic, const struct lb_addr *a,
     memcpy(CMSG_DATA(c), &mfd, sizeof(int));
     while (sendmsg(fd, &msg, MSG_NOSIGNAL) < 0) {
         e = errno;
-        if ((e != EAGAIN && e != EINTR) || lb_now_ns() > deadline) {
+        if ((e != EAGAIN && e != EINTR) || tpc_now_ns() > deadline) {
             lb_err(nic, "cannot send hello to peer NIC lo%u of pid %u: %s",
                    a->nic_index, a->pid, strerror(e));
             goto fail;
@@ -400,8 +400,8 @@ static void lb_chan_quiesce(lb_nic *nic, struct lb_peer *p, uint32_t state)
     uint64_t deadline = 0;
     while (atomic_load(&p->shm->tgt_busy)) {
         if (!deadline)
-            deadline = lb_now_ns() + 2000000000ull;
-        else if (lb_now_ns() > deadline || lb_peer_hung_up(p)) {
+            deadline = tpc_now_ns() + 2000000000ull;
+        else if (tpc_now_ns() > deadline || lb_peer_hung_up(p)) {
             lb_log(nic->ctx, 1, "%s: target lo%u of pid %u stays busy; "
                    "closing the channel anyway", nic->name, p->nic_index, p->pid);
             break;

@@ -119,7 +119,7 @@ static void lb_deliver(lb_nic *nic, struct lb_inbound *in,
                        const struct lb_req *r, struct lb_resp *resp,
                        struct te_plugin_cq_entry *e)
 {
-    struct lb_recv *rv = lb_fifo_at(&nic->recvq, 0);
+    struct lb_recv *rv = tpc_fifo_at(&nic->recvq, 0);
     *e = (struct te_plugin_cq_entry){.kind = TE_PCQ_RECV,
                                      .context = rv->context,
                                      .peer = lb_inbound_peer_fast(nic, in)};
@@ -145,7 +145,7 @@ static void lb_deliver(lb_nic *nic, struct lb_inbound *in,
             e->len = r->len;
         }
     }
-    lb_fifo_pop(&nic->recvq);
+    tpc_fifo_pop(&nic->recvq);
 }
 
 /* Execute one request; returns 1 if it produced a completion in *e. */
@@ -200,7 +200,7 @@ static int lb_exec(lb_nic *nic, struct lb_inbound *in, const struct lb_req *r,
         if (nic->pending.count || !nic->recvq.count) {
             /* Receiver not ready: keep it, in arrival order, for later. */
             struct lb_pending p = {.in = in, .req = *r};
-            if (lb_fifo_push(&nic->pending, &p) == 0)
+            if (tpc_fifo_push(&nic->pending, &p) == 0)
                 return 0;
             lb_fail(&resp, -ENOMEM, LB_R_NONE, 0, 0, 0);
             break;
@@ -245,7 +245,7 @@ static int lb_pending_run(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
     int n = 0;
     pthread_mutex_lock(&nic->exec_lock);
     while (nic->pending.count && nic->recvq.count && n < room) {
-        struct lb_pending *p = lb_fifo_at(&nic->pending, 0);
+        struct lb_pending *p = tpc_fifo_at(&nic->pending, 0);
         struct lb_inbound *in = p->in;
         if (!in->gone && lb_busy_enter(in)) {
             struct lb_resp resp = {.slot = p->req.slot, .gen = p->req.gen};
@@ -253,7 +253,7 @@ static int lb_pending_run(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
             lb_respond(nic, in, &resp);
             lb_busy_leave(in);
         }
-        lb_fifo_pop(&nic->pending);
+        tpc_fifo_pop(&nic->pending);
     }
     pthread_mutex_unlock(&nic->exec_lock);
     return n;
@@ -261,13 +261,13 @@ static int lb_pending_run(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
 
 void lb_pending_purge(lb_nic *nic, struct lb_inbound *in)
 {
-    struct lb_fifo *f = &nic->pending;
+    struct tpc_fifo *f = &nic->pending;
     uint32_t keep = 0, count = f->count;
     for (uint32_t i = 0; i < count; i++) {
-        struct lb_pending *p = lb_fifo_at(f, i);
+        struct lb_pending *p = tpc_fifo_at(f, i);
         if (p->in != in) {
             if (keep != i)
-                memcpy(lb_fifo_at(f, keep), p, sizeof(*p));
+                memcpy(tpc_fifo_at(f, keep), p, sizeof(*p));
             keep++;
         }
     }
@@ -303,7 +303,7 @@ int lb_target_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
             const struct lb_req *r = lb_ring_cons_slot(&in->req, take);
             if (r->not_before_ns) {
                 if (!now)
-                    now = lb_now_ns();
+                    now = tpc_now_ns();
                 if (now < r->not_before_ns)
                     break; /* FIFO: everything behind it is younger */
             }

@@ -84,7 +84,7 @@ bool lb_link_admit(lb_nic *nic, uint64_t len)
     if (!gbps || !len)
         return true;
     if (nic->tokens <= 0) {
-        uint64_t now = lb_now_ns(), dt = now - nic->tok_last_ns;
+        uint64_t now = tpc_now_ns(), dt = now - nic->tok_last_ns;
         if (dt > 1000000000ull)
             dt = 1000000000ull;
         nic->tok_last_ns = now;

@@ -12,13 +12,6 @@
 
 #include "lb_internal.h"
 
-static const char *const lb_kind_name[] = {"op", "WRITE", "READ", "SEND", "RECV"};
-
-static const char *lb_kname(uint32_t kind)
-{
-    return kind <= TE_POP_RECV ? lb_kind_name[kind] : "op";
-}
-
 int lb_slots_init(lb_nic *nic)
 {
     nic->slots = calloc(nic->qd, sizeof(*nic->slots));
@@ -43,36 +36,18 @@ static void lb_slot_free(lb_nic *nic, uint32_t idx)
 /* Local protection check, as a NIC does it with the lkey. */
 static int lb_local_check(lb_nic *nic, const struct te_plugin_op *op)
 {
-    if (!op->len)
-        return 0;
     const lb_mr *mr = op->mr;
-    uint64_t a = (uint64_t)(uintptr_t)op->local_addr;
-    uint64_t base = (uint64_t)(uintptr_t)mr->addr;
-    if (a < base || a - base > mr->len || op->len > mr->len - (a - base)) {
-        lb_err(nic, "%s: local buffer of %llu bytes at %+lld is outside its "
-                    "region of %llu bytes",
-               lb_kname(op->kind), (unsigned long long)op->len,
-               (long long)(a - base), (unsigned long long)mr->len);
-        return -EACCES;
-    }
-    if ((op->kind == TE_POP_READ || op->kind == TE_POP_RECV) &&
-        !(mr->access & TE_PMR_LOCAL_WRITE)) {
-        lb_err(nic, "%s: local region lacks TE_PMR_LOCAL_WRITE",
-               lb_kname(op->kind));
-        return -EACCES;
-    }
-    return 0;
+    return op->len ? tpc_op_local_check(&nic->ctx->host, LB_NAME, nic->name,
+                                        op, mr->addr, mr->len, mr->access)
+                   : 0;
 }
 
 static const char *lb_malformed(lb_nic *nic, const struct te_plugin_op *op,
                                 struct lb_peer **pp)
 {
-    if (op->kind < TE_POP_WRITE || op->kind > TE_POP_RECV)
-        return "unknown op kind";
-    if (op->len && !op->mr)
-        return "no local registration for a non-empty buffer";
-    if (op->mr && op->mr->nic != nic)
-        return "local registration belongs to another NIC";
+    const char *bad = tpc_op_malformed(op, op->mr ? op->mr->nic : NULL, nic);
+    if (bad)
+        return bad;
     if (op->len > LB_MAX_MSG_SIZE)
         return "length exceeds max_msg_size";
     if (op->kind != TE_POP_RECV && !(*pp = lb_peer_get(nic, op->peer)))
@@ -82,9 +57,7 @@ static const char *lb_malformed(lb_nic *nic, const struct te_plugin_op *op,
 
 static void lb_fail_now(lb_nic *nic, const struct te_plugin_op *op, int status)
 {
-    struct te_plugin_cq_entry e = {
-        .kind = op->kind == TE_POP_RECV ? TE_PCQ_RECV : TE_PCQ_LOCAL,
-        .status = status, .context = op->context};
+    struct te_plugin_cq_entry e = tpc_op_completion(op, status, 0);
     lb_cq_push(nic, &e);
 }
 
@@ -135,7 +108,7 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
             }
             struct lb_recv rv = {.context = op->context,
                                  .addr = op->local_addr, .len = op->len};
-            if (lb_fifo_push(&nic->recvq, &rv) < 0)
+            if (tpc_fifo_push(&nic->recvq, &rv) < 0)
                 break;
             continue;
         }
@@ -183,7 +156,7 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
         s->peer = p->handle;
 
         if (nic->delay_ns && !not_before)
-            not_before = lb_now_ns() + nic->delay_ns;
+            not_before = tpc_now_ns() + nic->delay_ns;
         *r = (struct lb_req){
             .kind = (uint8_t)op->kind, .flags = (uint8_t)op->flags,
             .imm = op->imm, .slot = idx, .gen = s->gen,
@@ -209,7 +182,7 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
 static void lb_report(lb_nic *nic, const struct lb_peer *p,
                       const struct lb_resp *r, uint32_t kind)
 {
-    const char *k = lb_kname(kind);
+    const char *k = tpc_op_name(kind);
     char tgt[24];
     snprintf(tgt, sizeof(tgt), "lo%u", p->nic_index);
     switch (r->reason) {
@@ -275,7 +248,7 @@ static int lb_complete(lb_nic *nic, struct lb_peer *p, const void *entry,
     if (bad) {
         lb_err(nic, "%s to lo%u: the target answered with status %d, which "
                     "is not 0 or a negative errno; failing the op",
-               lb_kname(s->kind), p->nic_index, (int)r.status);
+               tpc_op_name(s->kind), p->nic_index, (int)r.status);
         r.status = -EPROTO;
     }
     *e = (struct te_plugin_cq_entry){.kind = TE_PCQ_LOCAL, .status = r.status,
@@ -342,10 +315,10 @@ void lb_peer_fail(lb_nic *nic, struct lb_peer *p, int status, bool drain)
 void lb_recvq_fail(lb_nic *nic, int status)
 {
     while (nic->recvq.count) {
-        struct lb_recv *rv = lb_fifo_at(&nic->recvq, 0);
+        struct lb_recv *rv = tpc_fifo_at(&nic->recvq, 0);
         struct te_plugin_cq_entry e = {.kind = TE_PCQ_RECV, .status = status,
                                        .context = rv->context};
         lb_cq_push(nic, &e);
-        lb_fifo_pop(&nic->recvq);
+        tpc_fifo_pop(&nic->recvq);
     }
 }

@@ -19,6 +19,12 @@
 
 #include "te/plugin.h"
 #include "lb_ring.h"
+#include "tpc_clock.h"
+#include "tpc_fifo.h"
+#include "tpc_host.h"
+#include "tpc_log.h"
+#include "tpc_ops.h"
+#include "tpc_rng.h"
 
 #define LB_NAME "loopback"
 #define LB_VERSION "0.1.0"
@@ -170,30 +176,6 @@ struct lb_resp {
 };
 _Static_assert(sizeof(struct lb_resp) == LB_RING_ENTRY, "response entry size");
 
-/* ---------------------------------------------------------- growable FIFO */
-
-/* Unbounded FIFO of fixed-size elements, for the rare paths only. */
-struct lb_fifo {
-    unsigned char *buf;
-    uint32_t esize;
-    uint32_t cap; /* power of two */
-    uint32_t head;
-    uint32_t count;
-};
-
-int lb_fifo_init(struct lb_fifo *f, uint32_t esize, uint32_t cap);
-void lb_fifo_free(struct lb_fifo *f);
-int lb_fifo_push(struct lb_fifo *f, const void *e);
-static inline void *lb_fifo_at(struct lb_fifo *f, uint32_t i)
-{
-    return f->buf + (size_t)((f->head + i) & (f->cap - 1)) * f->esize;
-}
-static inline void lb_fifo_pop(struct lb_fifo *f)
-{
-    f->head = (f->head + 1) & (f->cap - 1);
-    f->count--;
-}
-
 /* ------------------------------------------------------------------ objects */
 
 /* Most entries of loopback.link_gbps (NIC i uses entry i mod count). */
@@ -334,14 +316,14 @@ struct te_plugin_nic {
     uint32_t in_seen;
     struct lb_shm **in_new;
     uint32_t nin_new, in_new_cap;
-    struct lb_fifo recvq;   /* struct lb_recv */
-    struct lb_fifo pending; /* struct lb_pending */
+    struct tpc_fifo recvq;   /* struct lb_recv */
+    struct tpc_fifo pending; /* struct lb_pending */
     struct lb_work *batch;
     void *cuda_stream;      /* device copies of this NIC (lb_device.c) */
     unsigned char *bounce;  /* staging for cross-process device copies */
 
     /* ---- completions that did not fit in poll()'s array */
-    struct lb_fifo cq; /* struct te_plugin_cq_entry */
+    struct tpc_fifo cq; /* struct te_plugin_cq_entry */
     bool resp_first;
 
     /* ---- sockets */
@@ -374,14 +356,13 @@ typedef struct te_plugin_nic lb_nic;
 
 /* ------------------------------------------------------------- lb_plugin.c */
 
-void lb_err(lb_nic *nic, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void lb_ctx_err(lb_ctx *ctx, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void lb_log(lb_ctx *ctx, int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-uint64_t lb_now_ns(void);
-uint64_t lb_random64(void);
+/* Errors of a NIC ("loopback lo0: ...") and of the context ("loopback:
+ * ...") for the engine's last error, and log lines (plugins/common/
+ * tpc_log.h). lb_err evaluates nic twice. */
+#define lb_err(nic, ...) \
+    tpc_err(&(nic)->ctx->host, LB_NAME, (nic)->name, __VA_ARGS__)
+#define lb_ctx_err(ctx, ...) tpc_err(&(ctx)->host, LB_NAME, NULL, __VA_ARGS__)
+#define lb_log(ctx, level, ...) tpc_log(&(ctx)->host, LB_NAME, level, __VA_ARGS__)
 /* Queue a completion poll() will return later; never fails silently. */
 void lb_cq_push(lb_nic *nic, const struct te_plugin_cq_entry *e);
 

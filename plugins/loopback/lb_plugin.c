@@ -3,82 +3,19 @@
  * the poll() driver that runs target and initiator progress.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "lb_internal.h"
 
 /* ---------------------------------------------------------------- helpers */
 
-static void lb_vhost_err(const struct te_plugin_host *h, const char *prefix,
-                         const char *fmt, va_list ap)
-{
-    char msg[512];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    if (h->set_error)
-        h->set_error(h->host_ctx, "%s%s", prefix, msg);
-    if (h->log)
-        h->log(h->host_ctx, 3, "%s%s", prefix, msg);
-}
-
-void lb_err(lb_nic *nic, const char *fmt, ...)
-{
-    char prefix[40];
-    snprintf(prefix, sizeof(prefix), LB_NAME " %s: ", nic->name);
-    va_list ap;
-    va_start(ap, fmt);
-    lb_vhost_err(&nic->ctx->host, prefix, fmt, ap);
-    va_end(ap);
-}
-
-void lb_ctx_err(lb_ctx *ctx, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    lb_vhost_err(&ctx->host, LB_NAME ": ", fmt, ap);
-    va_end(ap);
-}
-
-void lb_log(lb_ctx *ctx, int level, const char *fmt, ...)
-{
-    if (!ctx->host.log)
-        return;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    ctx->host.log(ctx->host.host_ctx, level, LB_NAME ": %s", msg);
-}
-
-uint64_t lb_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t lb_random64(void)
-{
-    uint64_t v = 0;
-    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v)) {
-        /* No entropy yet (early boot): uniqueness is all we need. */
-        static _Atomic uint64_t ctr;
-        v = lb_now_ns() ^ ((uint64_t)getpid() << 32) ^
-            atomic_fetch_add(&ctr, 0x9e3779b97f4a7c15ull);
-    }
-    return v ? v : 1;
-}
-
 void lb_cq_push(lb_nic *nic, const struct te_plugin_cq_entry *e)
 {
-    if (lb_fifo_push(&nic->cq, e) != 0)
+    if (tpc_fifo_push(&nic->cq, e) != 0)
         lb_log(nic->ctx, 0, "%s: out of memory queueing a completion (kind %u)",
                nic->name, e->kind);
 }
@@ -87,14 +24,12 @@ void lb_cq_push(lb_nic *nic, const struct te_plugin_cq_entry *e)
 
 static int lb_init(const struct te_plugin_host *host, te_plugin_ctx **out)
 {
-    if (!host || !out || host->struct_size < offsetof(struct te_plugin_host, log))
+    if (!out || !tpc_host_ok(host))
         return -EINVAL;
     lb_ctx *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
         return -ENOMEM;
-    memcpy(&ctx->host, host,
-           host->struct_size < sizeof(ctx->host) ? host->struct_size
-                                                 : sizeof(ctx->host));
+    tpc_host_copy(&ctx->host, host);
     int rc = lb_config_parse(ctx);
     if (rc < 0) {
         free(ctx);
@@ -146,9 +81,9 @@ static void lb_nic_free(lb_nic *nic)
         close(nic->hello_fds[i]);
     free(nic->hello_fds);
     lb_mr_free_all(nic);
-    lb_fifo_free(&nic->cq);
-    lb_fifo_free(&nic->recvq);
-    lb_fifo_free(&nic->pending);
+    tpc_fifo_free(&nic->cq);
+    tpc_fifo_free(&nic->recvq);
+    tpc_fifo_free(&nic->pending);
     free(nic->slots);
     free(nic->peers);
     free(nic->in);
@@ -188,28 +123,28 @@ static int lb_nic_open(te_plugin_ctx *ctx, int idx,
         return -ENOMEM;
     nic->ctx = ctx;
     nic->index = (uint32_t)idx;
-    nic->id = lb_random64();
+    nic->id = tpc_random64();
     snprintf(nic->name, sizeof(nic->name), "lo%d", idx);
     nic->qd = qd;
     nic->recv_cap = rd > qd ? rd : qd;
     nic->listen_fd = -1;
     nic->epfd = nic->bell = -1;
     nic->mr_free = UINT32_MAX;
-    nic->rkey_seq = lb_random64();
+    nic->rkey_seq = tpc_random64();
     pthread_mutex_init(&nic->exec_lock, NULL);
     pthread_mutex_init(&nic->in_lock, NULL);
     nic->rng = ctx->cfg.fault_seed ^ (0x9e3779b97f4a7c15ull * (idx + 1));
     nic->faults = ctx->cfg.fault_fail_every || ctx->cfg.fault_kill_after;
     nic->delay_ns = ctx->cfg.fault_delay_us * 1000;
     nic->link_gbps = lb_link_gbps(ctx, idx);
-    nic->tok_last_ns = lb_now_ns();
+    nic->tok_last_ns = tpc_now_ns();
 
     int rc = -ENOMEM;
     nic->batch = calloc(LB_BATCH, sizeof(*nic->batch));
     if (!nic->batch || lb_slots_init(nic) < 0 ||
-        lb_fifo_init(&nic->cq, sizeof(struct te_plugin_cq_entry), 2 * qd) < 0 ||
-        lb_fifo_init(&nic->recvq, sizeof(struct lb_recv), nic->recv_cap) < 0 ||
-        lb_fifo_init(&nic->pending, sizeof(struct lb_pending), 64) < 0)
+        tpc_fifo_init(&nic->cq, sizeof(struct te_plugin_cq_entry), 2 * qd) < 0 ||
+        tpc_fifo_init(&nic->recvq, sizeof(struct lb_recv), nic->recv_cap) < 0 ||
+        tpc_fifo_init(&nic->pending, sizeof(struct lb_pending), 64) < 0)
         goto fail;
     if ((rc = lb_wait_open(nic)) < 0 || (rc = lb_listen(nic)) < 0 ||
         (rc = lb_wait_add(nic, nic->listen_fd)) < 0)
@@ -262,11 +197,11 @@ static int lb_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
         lb_wait_disarm(nic);
     int n = 0;
     while (n < max && nic->cq.count) {
-        struct te_plugin_cq_entry *e = lb_fifo_at(&nic->cq, 0);
+        struct te_plugin_cq_entry *e = tpc_fifo_at(&nic->cq, 0);
         if (e->kind == TE_PCQ_LOCAL)
             nic->outstanding--;
         out[n++] = *e;
-        lb_fifo_pop(&nic->cq);
+        tpc_fifo_pop(&nic->cq);
     }
     if (n == max || atomic_load_explicit(&nic->dead, memory_order_relaxed))
         return n;
@@ -277,16 +212,16 @@ static int lb_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
      */
     if ((++nic->hk_polls & 63) == 0 || nic->hk_polls & 0x80000000u) {
         nic->hk_polls &= 0x7fffffffu;
-        uint64_t now = lb_now_ns();
+        uint64_t now = tpc_now_ns();
         if (now >= nic->hk_next_ns) {
             nic->hk_next_ns = now + LB_HK_INTERVAL_NS;
             lb_housekeeping(nic);
             while (n < max && nic->cq.count) {
-                struct te_plugin_cq_entry *e = lb_fifo_at(&nic->cq, 0);
+                struct te_plugin_cq_entry *e = tpc_fifo_at(&nic->cq, 0);
                 if (e->kind == TE_PCQ_LOCAL)
                     nic->outstanding--;
                 out[n++] = *e;
-                lb_fifo_pop(&nic->cq);
+                tpc_fifo_pop(&nic->cq);
             }
             if (n == max || atomic_load_explicit(&nic->dead, memory_order_relaxed))
                 return n;

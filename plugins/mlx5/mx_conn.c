@@ -141,7 +141,7 @@ static struct mx_conn *mx_conn_new(mx_nic *nic, const struct mx_addr *ra,
     if (idx == nic->nconns)
         nic->nconns++;
     mx_hs_init(&c->hs, c->qp->qp_num, mx_psn_random(), ++nic->epoch, initiator,
-               mx_now_ns(), &nic->hsp);
+               tpc_now_ns(), &nic->hsp);
     mx_conn_sync(nic, c);
     return c;
 }
@@ -187,7 +187,7 @@ static int mx_conn_renew(mx_nic *nic, struct mx_conn *c, int status)
         return -1;
     }
     mx_hs_renewed(&c->hs, c->qp->qp_num, mx_psn_random(), ++nic->epoch,
-                  mx_now_ns(), &nic->hsp);
+                  tpc_now_ns(), &nic->hsp);
     c->down_reported = false;
     mx_conn_sync(nic, c);
     mx_log(nic->ctx, 2, "%s: QP towards NIC %016llx replaced by 0x%x",
@@ -243,7 +243,7 @@ void mx_conn_fix_broken(mx_nic *nic)
         if ((mx_hs_on_error(&c->hs) & MX_HS_RENEW) &&
             mx_conn_renew(nic, c, -ECONNRESET) == 0) {
             struct mx_hs_wire out;
-            mx_conn_act(nic, c, mx_hs_on_timer(&c->hs, mx_now_ns(), &nic->hsp,
+            mx_conn_act(nic, c, mx_hs_on_timer(&c->hs, tpc_now_ns(), &nic->hsp,
                                                &out), &out, true);
         }
     }
@@ -254,7 +254,7 @@ void mx_conn_fix_broken(mx_nic *nic)
 void mx_conn_on_datagram(mx_nic *nic, struct mx_conn *c,
                          const struct mx_hs_wire *m)
 {
-    uint64_t now = mx_now_ns();
+    uint64_t now = tpc_now_ns();
     struct mx_hs_wire out;
     if (c->hs.state == MX_HS_FAILED) {
         /* The core still holds this peer as down. A newer QP of the remote
@@ -298,7 +298,7 @@ struct mx_conn *mx_conn_passive(mx_nic *nic, const struct mx_hs_wire *m)
 
 void mx_conn_timers(mx_nic *nic)
 {
-    uint64_t now = mx_now_ns();
+    uint64_t now = tpc_now_ns();
     for (uint32_t i = 0; i < nic->nconns && nic->connecting; i++) {
         struct mx_conn *c = nic->conns[i];
         if (!c || c->hs.state != MX_HS_CONNECTING ||
@@ -368,9 +368,9 @@ int mx_peer_add(te_plugin_nic *nic, const void *addr, size_t len,
     *out = c->handle;
     /* Send the first datagram now rather than at the next poll. */
     if (c->hs.state == MX_HS_CONNECTING &&
-        mx_hs_next_event(&c->hs) <= mx_now_ns()) {
+        mx_hs_next_event(&c->hs) <= tpc_now_ns()) {
         struct mx_hs_wire m;
-        mx_conn_act(nic, c, mx_hs_on_timer(&c->hs, mx_now_ns(), &nic->hsp, &m),
+        mx_conn_act(nic, c, mx_hs_on_timer(&c->hs, tpc_now_ns(), &nic->hsp, &m),
                     &m, true);
     }
     return 0;
@@ -422,8 +422,8 @@ void mx_conns_free_all(mx_nic *nic)
         }
     }
     /* Let the byes leave before the UD QP goes (bounded: 100 ms). */
-    uint64_t deadline = mx_now_ns() + 100000000ull;
-    while (sent && nic->nud_free < MX_UD_SENDS && mx_now_ns() < deadline)
+    uint64_t deadline = tpc_now_ns() + 100000000ull;
+    while (sent && nic->nud_free < MX_UD_SENDS && tpc_now_ns() < deadline)
         mx_oob_progress(nic);
     for (uint32_t i = 0; i < nic->nconns; i++) {
         struct mx_conn *c = nic->conns[i];

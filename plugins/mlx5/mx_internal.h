@@ -25,6 +25,12 @@
 #include <stdint.h>
 
 #include "te/plugin.h"
+#include "tpc_clock.h"
+#include "tpc_fifo.h"
+#include "tpc_host.h"
+#include "tpc_log.h"
+#include "tpc_ops.h"
+#include "tpc_rng.h"
 #include "mx_hs.h"
 #include "mx_wire.h"
 
@@ -45,30 +51,6 @@
 #define MX_HK_INTERVAL_NS 1000000ull
 /* A ring entry that is not the last work request of its op. */
 #define MX_FILLER 0x80000000u
-
-/* ---------------------------------------------------------- growable FIFO */
-
-/* Unbounded FIFO of fixed-size elements (overflow completions, RECVs). */
-struct mx_fifo {
-    unsigned char *buf;
-    uint32_t esize;
-    uint32_t cap; /* power of two */
-    uint32_t head;
-    uint32_t count;
-};
-
-int mx_fifo_init(struct mx_fifo *f, uint32_t esize, uint32_t cap);
-void mx_fifo_free(struct mx_fifo *f);
-int mx_fifo_push(struct mx_fifo *f, const void *e);
-static inline void *mx_fifo_at(struct mx_fifo *f, uint32_t i)
-{
-    return f->buf + (size_t)((f->head + i) & (f->cap - 1)) * f->esize;
-}
-static inline void mx_fifo_pop(struct mx_fifo *f)
-{
-    f->head = (f->head + 1) & (f->cap - 1);
-    f->count--;
-}
 
 /* --------------------------------------------------------- u64 -> ptr map */
 
@@ -253,9 +235,9 @@ struct te_plugin_nic {
     uint32_t srq_depth;
     uint32_t srq_posted;
     uint32_t srq_batch;
-    struct mx_fifo recvq;   /* struct mx_recv */
+    struct tpc_fifo recvq;   /* struct mx_recv */
     uint32_t recv_cap;
-    struct mx_fifo pending; /* struct mx_pending */
+    struct tpc_fifo pending; /* struct mx_pending */
 
     /* handshake UD buffers: MX_UD_RECVS receive slots then MX_UD_SENDS */
     unsigned char *ubuf;
@@ -266,7 +248,7 @@ struct te_plugin_nic {
     bool closing;         /* nic_close(): serve no more datagrams */
 
     /* completions that did not fit in poll()'s array */
-    struct mx_fifo cq; /* struct te_plugin_cq_entry */
+    struct tpc_fifo cq; /* struct te_plugin_cq_entry */
 
     uint64_t hk_next_ns;
     uint32_t hk_polls;
@@ -279,15 +261,13 @@ typedef struct te_plugin_nic mx_nic;
 
 /* ------------------------------------------------------------ mx_plugin.c */
 
-void mx_err(mx_nic *nic, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void mx_ctx_err(mx_ctx *ctx, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void mx_log(mx_ctx *ctx, int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-uint64_t mx_now_ns(void);
-uint64_t mx_random64(void);
-void mx_random_bytes(void *buf, size_t len);
+/* Errors of a NIC ("mlx5 rxe0: ...") and of the context ("mlx5: ...")
+ * for the engine's last error, and log lines (plugins/common/tpc_log.h).
+ * mx_err evaluates nic twice. */
+#define mx_err(nic, ...) \
+    tpc_err(&(nic)->ctx->host, MX_NAME, (nic)->name, __VA_ARGS__)
+#define mx_ctx_err(ctx, ...) tpc_err(&(ctx)->host, MX_NAME, NULL, __VA_ARGS__)
+#define mx_log(ctx, level, ...) tpc_log(&(ctx)->host, MX_NAME, level, __VA_ARGS__)
 /* Queue a completion poll() will return later. */
 void mx_cq_push(mx_nic *nic, const struct te_plugin_cq_entry *e);
 /* Put e into out[*n] if room, else into the overflow FIFO. */

@@ -31,7 +31,7 @@ static void mx_nic_free(mx_nic *nic)
     }
     if (nic->vctx)
         ibv_close_device(nic->vctx);
-    mx_fifo_free(&nic->cq);
+    tpc_fifo_free(&nic->cq);
     free(nic->slots);
     free(nic->conns);
     free(nic->handles);
@@ -162,11 +162,11 @@ int mx_nic_open(te_plugin_ctx *ctx, int idx,
         goto fail;
     }
     if ((rc = mx_recv_init(nic)) || (rc = mx_slots_init(nic)) ||
-        (rc = mx_fifo_init(&nic->cq, sizeof(struct te_plugin_cq_entry), 2 * qd)) ||
+        (rc = tpc_fifo_init(&nic->cq, sizeof(struct te_plugin_cq_entry), 2 * qd)) ||
         (rc = mx_oob_init(nic)))
         goto fail;
 
-    nic->addr.nic_id = mx_random64();
+    nic->addr.nic_id = tpc_random64();
     memcpy(nic->addr.gid, nic->gid.raw, 16);
     nic->addr.lid = nic->lid;
     nic->addr.port = nic->port;
@@ -175,7 +175,7 @@ int mx_nic_open(te_plugin_ctx *ctx, int idx,
     nic->addr.msg_size = nic->msg_size;
     nic->addr.mtu = nic->mtu;
     nic->addr.gid_index = (uint8_t)nic->gid_index;
-    mx_random_bytes(nic->addr.secret, MX_SECRET_LEN);
+    tpc_random_bytes(nic->addr.secret, MX_SECRET_LEN);
     mx_addr_encode(&nic->addr, nic->addr_bytes);
     mx_srq_refill(nic);
     *out = nic;

@@ -1,104 +1,20 @@
 /*
- * mlx5 plugin entry: the ops table, the context, error helpers and the
+ * mlx5 plugin entry: the ops table, the context and the
  * poll() driver that runs send completions, receive completions and the
  * connection handshake of one NIC.
  */
 #include <errno.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "mx_internal.h"
 
 /* ---------------------------------------------------------------- helpers */
 
-static void mx_vhost_err(const struct te_plugin_host *h, const char *prefix,
-                         const char *fmt, va_list ap)
-{
-    char msg[512];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    if (h->set_error)
-        h->set_error(h->host_ctx, "%s%s", prefix, msg);
-    if (h->log)
-        h->log(h->host_ctx, 3, "%s%s", prefix, msg);
-}
-
-void mx_err(mx_nic *nic, const char *fmt, ...)
-{
-    char prefix[80];
-    snprintf(prefix, sizeof(prefix), MX_NAME " %s: ", nic->name);
-    va_list ap;
-    va_start(ap, fmt);
-    mx_vhost_err(&nic->ctx->host, prefix, fmt, ap);
-    va_end(ap);
-}
-
-void mx_ctx_err(mx_ctx *ctx, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    mx_vhost_err(&ctx->host, MX_NAME ": ", fmt, ap);
-    va_end(ap);
-}
-
-void mx_log(mx_ctx *ctx, int level, const char *fmt, ...)
-{
-    if (!ctx->host.log)
-        return;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    ctx->host.log(ctx->host.host_ctx, level, MX_NAME ": %s", msg);
-}
-
-uint64_t mx_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-void mx_random_bytes(void *buf, size_t len)
-{
-    unsigned char *p = buf;
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = getrandom(p + got, len - got, GRND_NONBLOCK);
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    if (got < len) {
-        /* No entropy yet (early boot in a guest): mix what we have. The
-         * secret then only guards against accidents, not attackers. */
-        static _Atomic uint64_t ctr;
-        for (; got < len; got++) {
-            uint64_t x = mx_now_ns() ^ ((uint64_t)getpid() << 32) ^
-                         atomic_fetch_add(&ctr, 0x9e3779b97f4a7c15ull);
-            x ^= x >> 29;
-            x *= 0xbf58476d1ce4e5b9ull;
-            p[got] = (unsigned char)(x >> 56);
-        }
-    }
-}
-
-uint64_t mx_random64(void)
-{
-    uint64_t v = 0;
-    mx_random_bytes(&v, sizeof(v));
-    return v ? v : 1; /* ids are never 0 */
-}
-
 void mx_cq_push(mx_nic *nic, const struct te_plugin_cq_entry *e)
 {
-    if (mx_fifo_push(&nic->cq, e) != 0)
+    if (tpc_fifo_push(&nic->cq, e) != 0)
         mx_log(nic->ctx, 0, "%s: out of memory queueing a completion (kind %u)",
                nic->name, e->kind);
 }
@@ -107,14 +23,12 @@ void mx_cq_push(mx_nic *nic, const struct te_plugin_cq_entry *e)
 
 static int mx_init(const struct te_plugin_host *host, te_plugin_ctx **out)
 {
-    if (!host || !out || host->struct_size < offsetof(struct te_plugin_host, log))
+    if (!out || !tpc_host_ok(host))
         return -EINVAL;
     mx_ctx *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
         return -ENOMEM;
-    memcpy(&ctx->host, host,
-           host->struct_size < sizeof(ctx->host) ? host->struct_size
-                                                 : sizeof(ctx->host));
+    tpc_host_copy(&ctx->host, host);
     int rc = mx_config_parse(ctx);
     if (rc == 0)
         rc = mx_devices_scan(ctx);
@@ -138,8 +52,8 @@ static int mx_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
         return -EINVAL;
     int n = 0;
     while (n < max && nic->cq.count) {
-        out[n++] = *(struct te_plugin_cq_entry *)mx_fifo_at(&nic->cq, 0);
-        mx_fifo_pop(&nic->cq);
+        out[n++] = *(struct te_plugin_cq_entry *)tpc_fifo_at(&nic->cq, 0);
+        tpc_fifo_pop(&nic->cq);
     }
     /* Alternate which CQ goes first so a flood of send completions cannot
      * starve the SRQ's refill (and vice versa) when max is small. */
@@ -163,15 +77,15 @@ static int mx_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
         nic->hk_polls & 0x80000000u) {
         nic->hk_polls &= 0x7fffffffu;
         mx_oob_progress(nic);
-        uint64_t now = mx_now_ns();
+        uint64_t now = tpc_now_ns();
         if (now >= nic->hk_next_ns) {
             nic->hk_next_ns = now + MX_HK_INTERVAL_NS;
             if (nic->connecting)
                 mx_conn_timers(nic);
         }
         while (n < max && nic->cq.count) {
-            out[n++] = *(struct te_plugin_cq_entry *)mx_fifo_at(&nic->cq, 0);
-            mx_fifo_pop(&nic->cq);
+            out[n++] = *(struct te_plugin_cq_entry *)tpc_fifo_at(&nic->cq, 0);
+            tpc_fifo_pop(&nic->cq);
         }
     }
     if (n == 0)

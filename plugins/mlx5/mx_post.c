@@ -26,14 +26,6 @@
 
 #include "mx_internal.h"
 
-static const char *const mx_kind_name[] = {"op", "WRITE", "READ", "SEND",
-                                           "RECV"};
-
-static const char *mx_kname(uint32_t kind)
-{
-    return kind <= TE_POP_RECV ? mx_kind_name[kind] : "op";
-}
-
 int mx_slots_init(mx_nic *nic)
 {
     nic->slots = calloc(nic->qd, sizeof(*nic->slots));
@@ -91,48 +83,28 @@ void mx_conn_fail_ops(mx_nic *nic, struct mx_conn *c, int status)
 
 /* --------------------------------------------------------------- post */
 
+/* Local protection check, as the NIC makes it with the lkey (with our
+ * message instead of a completion error). */
 static int mx_local_check(mx_nic *nic, const struct te_plugin_op *op)
 {
-    if (!op->len)
-        return 0;
     const mx_mr *mr = op->mr;
-    uint64_t a = (uint64_t)(uintptr_t)op->local_addr;
-    uint64_t base = (uint64_t)(uintptr_t)mr->addr;
-    if (a < base || a - base > mr->len || op->len > mr->len - (a - base)) {
-        mx_err(nic, "%s: local buffer of %llu bytes at %+lld is outside its "
-                    "region of %llu bytes",
-               mx_kname(op->kind), (unsigned long long)op->len,
-               (long long)(a - base), (unsigned long long)mr->len);
-        return -EACCES;
-    }
-    if ((op->kind == TE_POP_READ || op->kind == TE_POP_RECV) &&
-        !(mr->access & TE_PMR_LOCAL_WRITE)) {
-        mx_err(nic, "%s: local region lacks TE_PMR_LOCAL_WRITE",
-               mx_kname(op->kind));
-        return -EACCES;
-    }
-    return 0;
+    return op->len ? tpc_op_local_check(&nic->ctx->host, MX_NAME, nic->name,
+                                        op, mr->addr, mr->len, mr->access)
+                   : 0;
 }
 
 static const char *mx_malformed(mx_nic *nic, const struct te_plugin_op *op,
                                 struct mx_conn **pc)
 {
-    if (op->kind < TE_POP_WRITE || op->kind > TE_POP_RECV)
-        return "unknown op kind";
-    if (op->len && !op->mr)
-        return "no local registration for a non-empty buffer";
-    if (op->mr && op->mr->nic != nic)
-        return "local registration belongs to another NIC";
-    if (op->kind != TE_POP_RECV && !(*pc = mx_handle_conn(nic, op->peer)))
-        return "unknown peer handle";
-    return NULL;
+    const char *bad = tpc_op_malformed(op, op->mr ? op->mr->nic : NULL, nic);
+    if (!bad && op->kind != TE_POP_RECV && !(*pc = mx_handle_conn(nic, op->peer)))
+        bad = "unknown peer handle";
+    return bad;
 }
 
 static void mx_fail_now(mx_nic *nic, const struct te_plugin_op *op, int status)
 {
-    struct te_plugin_cq_entry e = {
-        .kind = op->kind == TE_POP_RECV ? TE_PCQ_RECV : TE_PCQ_LOCAL,
-        .status = status, .context = op->context};
+    struct te_plugin_cq_entry e = tpc_op_completion(op, status, 0);
     mx_cq_push(nic, &e);
 }
 
@@ -297,7 +269,7 @@ int mx_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
         if (c->hs.state == MX_HS_FAILED) {
             MX_FLUSH();
             mx_err(nic, "%s to NIC %016llx: peer is down: %s",
-                   mx_kname(op->kind), (unsigned long long)c->rid,
+                   tpc_op_name(op->kind), (unsigned long long)c->rid,
                    c->down_why ? c->down_why : "connection failed");
             mx_fail_now(nic, op, c->down_status ? c->down_status : -ECONNRESET);
             continue;
@@ -319,7 +291,7 @@ int mx_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
                 k > MX_POST_CHAIN) {
                 mx_err(nic, "%s of %llu bytes exceeds %llu work requests of "
                             "max_msg_sz %llu",
-                       mx_kname(op->kind), (unsigned long long)op->len,
+                       tpc_op_name(op->kind), (unsigned long long)op->len,
                        (unsigned long long)(nic->qp_depth / 2),
                        (unsigned long long)nic->max_msg);
                 st = -EMSGSIZE;
@@ -372,7 +344,7 @@ static void mx_report(mx_nic *nic, const struct mx_slot *s,
     }
     mx_err(nic, "%s to NIC %016llx failed: %s (status %d, vendor error "
                 "0x%x)%s",
-           mx_kname(s->kind), (unsigned long long)s->conn->rid,
+           tpc_op_name(s->kind), (unsigned long long)s->conn->rid,
            mx_wc_status(wc->status), (int)wc->status, wc->vendor_err, hint);
 }
 

@@ -11,7 +11,7 @@
 
 uint32_t mx_psn_random(void)
 {
-    return (uint32_t)mx_random64() & 0xffffffu;
+    return (uint32_t)tpc_random64() & 0xffffffu;
 }
 
 struct ibv_qp *mx_qp_create(mx_nic *nic)

@@ -39,8 +39,8 @@ int mx_recv_init(mx_nic *nic)
     nic->rbuf = aligned_alloc(4096, (sz + 4095) & ~(size_t)4095);
     nic->rfree = calloc(nic->nrbuf, sizeof(*nic->rfree));
     if (!nic->rbuf || !nic->rfree ||
-        mx_fifo_init(&nic->recvq, sizeof(struct mx_recv), nic->recv_cap) ||
-        mx_fifo_init(&nic->pending, sizeof(struct mx_pending), 64))
+        tpc_fifo_init(&nic->recvq, sizeof(struct mx_recv), nic->recv_cap) ||
+        tpc_fifo_init(&nic->pending, sizeof(struct mx_pending), 64))
         return -ENOMEM;
     for (uint32_t i = 0; i < nic->nrbuf; i++)
         nic->rfree[i] = nic->nrbuf - 1 - i;
@@ -86,8 +86,8 @@ void mx_recv_fini(mx_nic *nic)
     free(nic->rfree);
     nic->rbuf = NULL;
     nic->rfree = NULL;
-    mx_fifo_free(&nic->recvq);
-    mx_fifo_free(&nic->pending);
+    tpc_fifo_free(&nic->recvq);
+    tpc_fifo_free(&nic->pending);
 }
 
 void mx_srq_refill(mx_nic *nic)
@@ -130,7 +130,7 @@ int mx_recv_post(mx_nic *nic, const struct te_plugin_op *op)
         return -ENOSPC;
     struct mx_recv r = {.context = op->context, .addr = op->local_addr,
                         .len = op->len};
-    return mx_fifo_push(&nic->recvq, &r);
+    return tpc_fifo_push(&nic->recvq, &r);
 }
 
 /* Hand the message in pool buffer b to the oldest posted RECV. */
@@ -138,7 +138,7 @@ static void mx_deliver(mx_nic *nic, uint32_t b, uint32_t len,
                        te_plugin_peer peer, struct te_plugin_cq_entry *out,
                        int *n, int max)
 {
-    struct mx_recv *r = mx_fifo_at(&nic->recvq, 0);
+    struct mx_recv *r = tpc_fifo_at(&nic->recvq, 0);
     struct te_plugin_cq_entry e = {.kind = TE_PCQ_RECV, .context = r->context,
                                    .peer = peer};
     if (len > r->len) {
@@ -150,7 +150,7 @@ static void mx_deliver(mx_nic *nic, uint32_t b, uint32_t len,
         memcpy(r->addr, mx_rbuf(nic, b), len);
         e.len = len;
     }
-    mx_fifo_pop(&nic->recvq);
+    tpc_fifo_pop(&nic->recvq);
     nic->rfree[nic->nrfree++] = b;
     mx_emit(nic, out, n, max, &e);
 }
@@ -159,9 +159,9 @@ int mx_recv_progress(mx_nic *nic, struct te_plugin_cq_entry *out, int n,
                      int max)
 {
     while (nic->pending.count && nic->recvq.count && n < max) {
-        struct mx_pending *p = mx_fifo_at(&nic->pending, 0);
+        struct mx_pending *p = tpc_fifo_at(&nic->pending, 0);
         struct mx_pending m = *p;
-        mx_fifo_pop(&nic->pending);
+        tpc_fifo_pop(&nic->pending);
         mx_deliver(nic, m.buf, m.len, m.peer, out, &n, max);
     }
     if (n >= max)
@@ -202,7 +202,7 @@ int mx_recv_progress(mx_nic *nic, struct te_plugin_cq_entry *out, int n,
             mx_deliver(nic, b, w->byte_len, peer, out, &n, max);
         } else {
             struct mx_pending p = {.buf = b, .len = w->byte_len, .peer = peer};
-            if (mx_fifo_push(&nic->pending, &p)) {
+            if (tpc_fifo_push(&nic->pending, &p)) {
                 nic->rfree[nic->nrfree++] = b;
                 mx_log(nic->ctx, 0, "%s: out of memory: message dropped",
                        nic->name);

@@ -1,59 +1,12 @@
 /*
- * Small containers of the mlx5 plugin: a growable FIFO for the rare paths
- * (overflow completions, receive buffers, waiting messages) and a u64-keyed
- * hash map (remote NIC id -> conn, QP number -> conn) so that lookups stay
- * O(1) with thousands of peers.
+ * The mlx5 plugin's u64-keyed hash map (remote NIC id -> conn, QP number ->
+ * conn), so that lookups stay O(1) with thousands of peers.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mx_internal.h"
-
-/* ------------------------------------------------------------------ FIFO */
-
-int mx_fifo_init(struct mx_fifo *f, uint32_t esize, uint32_t cap)
-{
-    uint32_t c = 16;
-    while (c < cap)
-        c <<= 1;
-    f->buf = calloc(c, esize);
-    if (!f->buf)
-        return -ENOMEM;
-    f->esize = esize;
-    f->cap = c;
-    f->head = 0;
-    f->count = 0;
-    return 0;
-}
-
-void mx_fifo_free(struct mx_fifo *f)
-{
-    free(f->buf);
-    f->buf = NULL;
-    f->count = 0;
-}
-
-int mx_fifo_push(struct mx_fifo *f, const void *e)
-{
-    if (f->count == f->cap) {
-        /* Unwrap into a buffer twice as large; rare by construction. */
-        unsigned char *nb = malloc((size_t)f->cap * 2 * f->esize);
-        if (!nb)
-            return -ENOMEM;
-        uint32_t first = f->cap - f->head;
-        memcpy(nb, f->buf + (size_t)f->head * f->esize, (size_t)first * f->esize);
-        memcpy(nb + (size_t)first * f->esize, f->buf, (size_t)f->head * f->esize);
-        free(f->buf);
-        f->buf = nb;
-        f->head = 0;
-        f->cap *= 2;
-    }
-    memcpy(f->buf + (size_t)((f->head + f->count) & (f->cap - 1)) * f->esize,
-           e, f->esize);
-    f->count++;
-    return 0;
-}
 
 /* ------------------------------------------------------------------- map */
 
