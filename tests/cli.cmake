@@ -9,4 +9,8 @@ if(TARGET te-kv-tool)
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/kv_demo_loaded.sh ${CMAKE_BINARY_DIR})
   set_tests_properties(kvcache_demo_loaded PROPERTIES TIMEOUT 600
     LABELS "cli;kvcache" ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}")
+  add_test(NAME kvcache_decode_mismatch
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/kv_decode_mismatch.sh ${CMAKE_BINARY_DIR})
+  set_tests_properties(kvcache_decode_mismatch PROPERTIES TIMEOUT 300
+    LABELS "cli;kvcache" ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}")
 endif()
