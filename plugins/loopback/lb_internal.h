@@ -20,6 +20,7 @@
 #include "te/plugin.h"
 #include "lb_ring.h"
 #include "tpc_clock.h"
+#include "tpc_entry.h"
 #include "tpc_fifo.h"
 #include "tpc_host.h"
 #include "tpc_log.h"

@@ -127,14 +127,6 @@ __attribute__((visibility("default"))) const struct te_plugin_ops *
 te_plugin_entry(uint32_t core_major, uint32_t core_minor, char *err,
                 size_t errlen)
 {
-    /* Same major, and at least 1.4: the typed configuration getters. */
-    if (core_major != TE_PLUGIN_ABI_MAJOR || core_minor < 4) {
-        if (err && errlen)
-            snprintf(err, errlen,
-                     MX_NAME " plugin speaks plugin ABI %u.%u, core speaks %u.%u",
-                     TE_PLUGIN_ABI_MAJOR, TE_PLUGIN_ABI_MINOR, core_major,
-                     core_minor);
-        return NULL;
-    }
-    return &mx_ops;
+    /* At least 1.4: the typed configuration getters. */
+    return tpc_entry(&mx_ops, 4, core_major, core_minor, err, errlen);
 }
