@@ -4,14 +4,20 @@
  * refused files), the MAC itself (RFC 4231 vector, wrong key, bit flip),
  * and loopback connection set-up with the same key (transfers work), a
  * different key and no key on one side (refused on both sides, with the
- * reason, and nothing written), in one process and across two.
+ * reason, and nothing written), in one process and across two; and a raw
+ * client that cannot prove the key, which the target must drop.
  */
+#define _GNU_SOURCE /* memmem, memfd_create, file seals */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -304,6 +310,101 @@ START_TEST(twoproc_refused)
 }
 END_TEST
 
+/* ------------------------------------------- a hostile loopback initiator */
+
+/* The loopback wire formats as the plugin defines them (lb_internal.h,
+ * lb_auth.c), written out here as an outsider would. */
+struct rogue_hello {
+    uint32_t magic, version, pid, nic_index;
+    uint64_t nic_id, target_nic_id, shm_size;
+    uint32_t auth, reserved;
+    uint8_t nonce[16];
+};
+struct rogue_auth {
+    uint32_t magic, type;
+    uint8_t nonce[16];
+    uint8_t mac[32];
+};
+
+/* A raw client that follows the protocol up to the proof, which it cannot
+ * make without the key: the target must drop it (not adopt the channel,
+ * whose requests it would then execute) and say why. */
+START_TEST(rogue_initiator_refused)
+{
+    atomic_store(&auth_logged, 0);
+    te_set_log_fn(watch_log, NULL);
+    te_engine *t = te_test_engine(ini_with(KEY_A));
+    uint8_t addr[TE_ADDR_MAX];
+    size_t len = sizeof addr;
+    ck_assert_int_eq(te_engine_address(t, 0, addr, &len), 0);
+    /* the plugin's address inside: its socket name and, 24 bytes before
+     * the name, the lb_addr whose nic_id is at offset 16 */
+    const uint8_t *name = memmem(addr, len, "te-lb-", 6);
+    ck_assert_ptr_nonnull(name);
+    uint64_t nic_id;
+    memcpy(&nic_id, name - 24 + 16, sizeof nic_id);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t nl = strnlen((const char *)name, sizeof sa.sun_path - 2);
+    memcpy(sa.sun_path + 1, name, nl);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa,
+                             (socklen_t)(offsetof(struct sockaddr_un,
+                                                  sun_path) + 1 + nl)), 0);
+    /* channel memory that passes the target's checks (magic, version,
+     * ring capacity 16 within the size), sealed like the plugin's */
+    const size_t size = 64 << 10;
+    int mfd = memfd_create("rogue", MFD_ALLOW_SEALING);
+    ck_assert_int_ge(mfd, 0);
+    ck_assert_int_eq(ftruncate(mfd, (off_t)size), 0);
+    uint32_t *hdr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                         mfd, 0);
+    ck_assert(hdr != MAP_FAILED);
+    hdr[0] = 0x4d484c54u; /* LB_SHM_MAGIC */
+    hdr[1] = 1;           /* LB_SHM_VERSION */
+    hdr[2] = 16;          /* cap */
+    ck_assert_int_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+                                                 F_SEAL_SEAL), 0);
+    struct rogue_hello h = {.magic = 0x4c484c54u, .version = 1,
+                            .pid = (uint32_t)getpid(), .nic_id = 77,
+                            .target_nic_id = nic_id, .shm_size = size,
+                            .auth = 1};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } cm;
+    memset(&cm, 0, sizeof cm);
+    struct iovec iov = {&h, sizeof h};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
+                         .msg_control = cm.buf, .msg_controllen = sizeof cm.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &mfd, sizeof(int));
+    ck_assert_int_eq(sendmsg(fd, &msg, 0), (ssize_t)sizeof h);
+    close(mfd);
+
+    struct pollfd pf = {fd, POLLIN, 0};
+    struct rogue_auth w;
+    ck_assert_int_eq(poll(&pf, 1, 10000), 1);
+    ck_assert_int_eq(recv(fd, &w, sizeof w, 0), (ssize_t)sizeof w);
+    ck_assert_int_eq(w.type, 1); /* a challenge */
+    w.type = 2;                  /* a proof it cannot compute */
+    memset(w.mac, 0xa5, sizeof w.mac);
+    ck_assert_int_eq(send(fd, &w, sizeof w, 0), (ssize_t)sizeof w);
+    /* refused: the target closes the connection and marks the memory */
+    ck_assert_int_eq(poll(&pf, 1, 10000), 1);
+    char ch;
+    ck_assert_int_eq(recv(fd, &ch, 1, 0), 0);
+    ck_assert_uint_eq(hdr[7], 3); /* tgt_state = LB_ST_REFUSED */
+    ck_assert(te_test_wait_int(&auth_logged, 1, 10000));
+    close(fd);
+    munmap(hdr, size);
+    te_set_log_fn(NULL, NULL);
+    te_engine_destroy(t);
+}
+END_TEST
+
 int main(void)
 {
     return TE_TEST_RUN(
@@ -311,7 +412,8 @@ int main(void)
         TE_TCASE("keys", no_key_no_auth, text_key_and_env_override,
                  short_key_and_both_refused, key_from_file,
                  mac_rfc4231_and_verify),
-        {"loopback", TE_TESTS(inprocess_same_key_writes), 30, NULL, NULL,
+        {"loopback", TE_TESTS(inprocess_same_key_writes,
+                              rogue_initiator_refused), 30, NULL, NULL,
          TE_TESTS(inprocess_refused), 3},
         {"loopback_twoproc", TE_TESTS(twoproc_same_key), 60, NULL, NULL,
          TE_TESTS(twoproc_refused), 3});
