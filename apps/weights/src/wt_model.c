@@ -141,3 +141,31 @@ void te_wt_model_free(te_wt_model *m)
     free(m->metadata_json);
     free(m);
 }
+
+int te_wt_model_new(const char *name, const te_wt_tensor *tensors, uint32_t count,
+                    te_wt_model **out)
+{
+    wt_error_clear();
+    te_wt_model *m = calloc(1, sizeof(*m));
+    uint32_t cap = 0;
+    int rc = m && (m->name = strdup(name ? name : "model")) ? 0
+                                                         : wt_fail(-ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < count && !rc; i++) {
+        const te_wt_tensor *t = &tensors[i];
+        if (!t->name || !t->name[0])
+            rc = wt_fail(-EINVAL, "tensor %u: empty name", i);
+        else if (t->ndim > TE_WT_MAX_DIMS || (unsigned)t->dtype >= TE_WT_DTYPE_COUNT)
+            rc = wt_fail(-EINVAL, "tensor '%s': %u dims (at most %u), dtype %d",
+                         t->name, t->ndim, TE_WT_MAX_DIMS, (int)t->dtype);
+        else if (te_wt_model_find(m, t->name) >= 0)
+            rc = wt_fail(-EINVAL, "tensor '%s' appears twice", t->name);
+        else
+            rc = wt_model_push(m, &cap, t->name, t->dtype, t->ndim, t->shape);
+    }
+    if (rc) {
+        te_wt_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}

@@ -2,7 +2,7 @@
  * Rendezvous records: how trainers and receivers find each other. A record
  * is a file <dir>/<role>-<rank> holding
  *   "TEWR" | u32 ready_version | u32 imm_base | u32 addr_len | addr |
- *   u32 desc_len | desc
+ *   u32 desc_len | desc (desc_len 0: the descriptors are in the table)
  * written to a temporary name and renamed, so a reader sees a whole record
  * or none. Readers treat the bytes as untrusted (lengths checked, the
  * descriptor parsed by te_desc_parse).
@@ -34,9 +34,12 @@ int wt_publish(const char *dir, const char *role, uint32_t rank,
     size_t alen = TE_ADDR_MAX, dlen = TE_DESC_MAX;
     te_mr_desc d;
     int rc = te_engine_address(e, 0, buf + 16, &alen);
-    if (!rc)
+    /* No mr: the entries' descriptors travel in the table (wt_entries.c). */
+    if (!mr)
+        dlen = 0;
+    else if (!rc)
         rc = te_mr_describe(mr, &d);
-    if (!rc)
+    if (!rc && mr)
         rc = te_desc_serialize(&d, buf + 20 + alen, &dlen);
     if (rc)
         return wt_fail(rc, "publish %s-%u: %s", role, rank, te_last_error());
@@ -91,7 +94,8 @@ int wt_lookup(const char *dir, const char *role, uint32_t rank,
                 out->imm_base = base;
                 out->addr_len = alen;
                 memcpy(out->addr, buf + 16, alen);
-                if (te_desc_parse(buf + 20 + alen, dlen, &out->desc))
+                memset(&out->desc, 0, sizeof(out->desc));
+                if (dlen && te_desc_parse(buf + 20 + alen, dlen, &out->desc))
                     return wt_fail(-EBADMSG, "%s: descriptor: %s", path, te_last_error());
                 return 0;
             }

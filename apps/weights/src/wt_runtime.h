@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include "te/te.h"
+#include "wt_entries.h"
 #include "wt_internal.h"
 
 /* Params gathered ahead (gather buffers, each as large as the largest
@@ -39,6 +40,33 @@ void wt_track_sleep(wt_track *k, double until);
 int wt_track_quiesce(wt_track *k, double deadline);
 /* Start a push: a new serial, counts cleared. */
 void wt_track_begin(wt_track *k);
+
+/* A training rank (wt_trainer.c: pipeline; wt_sources.c: its tensors). */
+struct te_wt_trainer {
+    te_engine *e;
+    const te_wt_model *m;
+    const te_wt_sharding *sh;
+    const te_wt_schedule *s;
+    uint32_t rank;
+    uint8_t *staging, *gather[WT_GATHER_DEPTH];
+    te_mr *staging_mr, *gather_mr[WT_GATHER_DEPTH];
+    uint64_t gather_cap;
+    wt_entries src;              /* the framework's parts, one per tensor */
+    int bound;                   /* every tensor has a source */
+    te_wt_source_fn source_fn;   /* asked at each push (optional) */
+    void *source_arg;
+    uint8_t *load_buf;           /* te_wt_trainer_load()'s parts */
+    te_peer *peers;              /* other trainers */
+    te_mr_desc *descs;           /* [trainer * count + tensor]: their parts */
+    uint32_t *slice_index;
+    wt_track *k;                 /* completions (push state) */
+    te_wt_progress_fn progress;
+    void *progress_arg;
+};
+
+/* At a push: ask the source callback (if any) and check every tensor has a
+ * source. */
+int wt_sources_ready(te_wt_trainer *t);
 
 /* A parsed rendezvous record. */
 typedef struct wt_endpoint {

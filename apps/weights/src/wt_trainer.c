@@ -24,24 +24,6 @@
  * completions past the push's deadline. */
 #define WT_DRAIN_GRACE_S 5.0
 
-struct te_wt_trainer {
-    te_engine *e;
-    const te_wt_model *m;
-    const te_wt_sharding *sh;
-    const te_wt_schedule *s;
-    uint32_t rank;
-    uint8_t *fsdp, *staging, *gather[WT_GATHER_DEPTH];
-    te_mr *fsdp_mr, *staging_mr, *gather_mr[WT_GATHER_DEPTH];
-    uint64_t fsdp_len, gather_cap;
-    uint64_t *fsdp_off;          /* [trainer * count + tensor] */
-    te_peer *peers;              /* other trainers */
-    te_mr_desc *descs;
-    uint32_t *slice_index;
-    wt_track *k;                 /* completions (push state) */
-    te_wt_progress_fn progress;
-    void *progress_arg;
-};
-
 void te_wt_trainer_set_progress(te_wt_trainer *t, te_wt_progress_fn fn, void *arg)
 {
     t->progress = fn;
@@ -72,7 +54,7 @@ void wt_slice_request(const te_wt_schedule *s, const te_wt_slice *sl,
     r->route.kind = TE_ROUTE_SHARD;
     r->route.nics = s->nics;
     r->u.xfer.len = sl->bytes;
-    r->u.xfer.remote_off = sl->dst_off;
+    r->u.xfer.remote_off = 0; /* each slice's destination is its own registration */
 }
 
 /* The error and its reason are recorded at once: a later call of the
@@ -98,10 +80,7 @@ static int alloc_reg(te_wt_trainer *t, const char *what, uint64_t len,
 
 static int alloc_buffers(te_wt_trainer *t)
 {
-    int rc = alloc_reg(t, "FSDP", t->fsdp_len, TE_MR_REMOTE_READ, &t->fsdp,
-                       &t->fsdp_mr);
-    if (!rc)
-        rc = alloc_reg(t, "staging", t->s->staging_bytes, TE_MR_LOCAL, &t->staging,
+    int rc = alloc_reg(t, "staging", t->s->staging_bytes, TE_MR_LOCAL, &t->staging,
                        &t->staging_mr);
     for (int g = 0; g < WT_GATHER_DEPTH && !rc; g++)
         rc = alloc_reg(t, "gather", t->gather_cap, TE_MR_LOCAL, &t->gather[g],
@@ -137,24 +116,14 @@ int te_wt_trainer_create(te_engine *e, const te_wt_model *m,
         return wt_fail(-ENOMEM, "out of memory");
     *t = (te_wt_trainer){.e = e, .m = m, .sh = sh, .s = s, .rank = rank};
     uint32_t T = s->trainers;
-    t->fsdp_off = malloc((uint64_t)T * m->count * sizeof(uint64_t) + 8);
     t->peers = calloc(T, sizeof(te_peer));
-    t->descs = calloc(T, sizeof(te_mr_desc));
+    t->descs = calloc((uint64_t)T * m->count + 1, sizeof(te_mr_desc));
     t->slice_index = wt_slice_index(sh);
     t->k = t->slice_index ? new_track(t) : NULL;
-    if (!t->fsdp_off || !t->peers || !t->descs || !t->slice_index || !t->k) {
+    if (!t->peers || !t->descs || !t->slice_index || !t->k ||
+        wt_entries_init(&t->src, e, m->count, TE_MR_REMOTE_READ)) {
         te_wt_trainer_destroy(t);
         return wt_fail(-ENOMEM, "out of memory");
-    }
-    for (uint32_t r = 0; r < T; r++) {
-        uint64_t off = 0, b, en;
-        for (uint32_t i = 0; i < m->count; i++) {
-            t->fsdp_off[(uint64_t)r * m->count + i] = off;
-            te_wt_fsdp_range(&m->tensors[i], T, r, &b, &en);
-            off += en - b;
-        }
-        if (r == rank)
-            t->fsdp_len = off;
     }
     for (uint32_t p = 0; p < sh->nparams; p++) {
         uint64_t in = wt_param_input_bytes(m, sh, p);
@@ -170,56 +139,41 @@ int te_wt_trainer_create(te_engine *e, const te_wt_model *m,
     return 0;
 }
 
-int te_wt_trainer_load(te_wt_trainer *t, const char *checkpoint)
-{
-    wt_error_clear();
-    te_wt_model *ck;
-    int rc = te_wt_safetensors_load(checkpoint, &ck);
-    if (rc)
-        return rc;
-    if (te_wt_model_fingerprint(ck) != te_wt_model_fingerprint(t->m)) {
-        te_wt_model_free(ck);
-        return wt_fail(-EINVAL, "%s is not a checkpoint of model %s (tensor "
-                       "names, dtypes or shapes differ)", checkpoint, t->m->name);
-    }
-    int fd = open(checkpoint, O_RDONLY | O_CLOEXEC);
-    uint8_t lenb[8];
-    uint64_t hlen = 0;
-    if (fd < 0 || pread(fd, lenb, 8, 0) != 8)
-        rc = wt_fail(-EIO, "%s: cannot read", checkpoint);
-    for (int i = 7; i >= 0 && !rc; i--)
-        hlen = hlen << 8 | lenb[i];
-    for (uint32_t i = 0; i < t->m->count && !rc; i++) {
-        uint64_t b, e;
-        te_wt_fsdp_range(&t->m->tensors[i], t->s->trainers, t->rank, &b, &e);
-        uint64_t off = 8 + hlen + ck->tensors[i].offset + b;
-        if (e > b && pread(fd, t->fsdp + t->fsdp_off[(uint64_t)t->rank * t->m->count + i],
-                           e - b, (off_t)off) != (ssize_t)(e - b))
-            rc = wt_fail(-EIO, "%s: short read of tensor '%s'", checkpoint,
-                         t->m->tensors[i].name);
-    }
-    if (fd >= 0)
-        close(fd);
-    te_wt_model_free(ck);
-    return rc;
-}
-
 int te_wt_trainer_connect(te_wt_trainer *t, const char *dir, int timeout_ms)
 {
     wt_error_clear();
-    int rc = wt_publish(dir, "train", t->rank, 0, 0, t->e, t->fsdp_mr);
+    int rc = wt_publish(dir, "train", t->rank, 0, 0, t->e, NULL);
     for (uint32_t r = 0; r < t->s->trainers && !rc; r++) {
-        if (r == t->rank)
-            continue;
         wt_endpoint ep;
-        if ((rc = wt_lookup(dir, "train", r, 0, timeout_ms, &ep)))
-            break;
-        if ((rc = te_peer_add(t->e, 0, ep.addr, ep.addr_len, &t->peers[r])))
+        if (r != t->rank && !(rc = wt_lookup(dir, "train", r, 0, timeout_ms, &ep)) &&
+            (rc = te_peer_add(t->e, 0, ep.addr, ep.addr_len, &t->peers[r])))
             rc = wt_fail(rc, "trainer %u: peer trainer %u: %s", t->rank, r,
                          te_last_error());
-        t->descs[r] = ep.desc;
     }
     return rc;
+}
+
+/* Every other trainer's record and table of `state` (2v-1: its parts of
+ * version v): its address (a restarted trainer has a new one) and where
+ * each of its parts lives. */
+static int load_trainers(te_wt_trainer *t, const char *dir, uint32_t state)
+{
+    uint32_t n = t->m->count;
+    for (uint32_t r = 0; r < t->s->trainers; r++) {
+        wt_endpoint ep;
+        int rc;
+        if (r == t->rank)
+            continue;
+        if ((rc = wt_lookup(dir, "train", r, state, 1, &ep)))
+            return rc;
+        if ((rc = te_peer_add(t->e, 0, ep.addr, ep.addr_len, &t->peers[r])))
+            return wt_fail(rc, "trainer %u: peer trainer %u: %s", t->rank, r,
+                           te_last_error());
+        if ((rc = wt_table_read(dir, "train", r, state, n, &t->descs[(uint64_t)r * n])))
+            return wt_fail(rc, "trainer %u: trainer %u: %s", t->rank, r,
+                           te_wt_last_error());
+    }
+    return 0;
 }
 
 /* Submit with the tracker's callback; `outstanding` counts it first, as
@@ -290,9 +244,8 @@ static int start_gather(te_wt_trainer *t, uint32_t param, int g, double deadline
             te_wt_fsdp_range(ts, T, r, &b, &e);
             if (e == b)
                 continue;
-            uint64_t src = t->fsdp_off[(uint64_t)r * t->m->count + ti];
-            if (r == t->rank) {
-                memcpy(t->gather[g] + base + b, t->fsdp + src, e - b);
+            if (r == t->rank) { /* the framework's tensor, read in place */
+                memcpy(t->gather[g] + base + b, t->src.v[ti].addr, e - b);
                 continue;
             }
             te_request rq;
@@ -302,8 +255,8 @@ static int start_gather(te_wt_trainer *t, uint32_t param, int g, double deadline
             rq.u.xfer.peer = t->peers[r];
             rq.u.xfer.local = t->gather_mr[g];
             rq.u.xfer.local_off = base + b;
-            rq.u.xfer.remote = &t->descs[r];
-            rq.u.xfer.remote_off = src;
+            rq.u.xfer.remote = &t->descs[(uint64_t)r * t->m->count + ti];
+            rq.u.xfer.remote_off = 0;
             rq.u.xfer.len = e - b;
             add_reads(t->k, g, 1);
             int rc = submit(t, &rq, deadline);
@@ -438,6 +391,27 @@ int te_wt_trainer_wait_done(te_wt_trainer *t, const char *dir, uint32_t version,
     return wait_trainers(t, dir, 2 * version, wt_now() + timeout_ms / 1000.0);
 }
 
+/* Where receiver r wants each of its slices of `version`: one descriptor
+ * per slice (the engine's parameter), indexed by the sharding's slice. */
+static int read_receiver_table(te_wt_trainer *t, const char *dir, uint32_t r,
+                               uint32_t version, te_mr_desc *rdesc)
+{
+    const te_wt_sharding *sh = t->sh;
+    uint32_t n = 0;
+    for (uint64_t k = 0; k < sh->nslices; k++)
+        n += sh->slices[k].rank == r;
+    te_mr_desc *tab = malloc(((uint64_t)n + 1) * sizeof(te_mr_desc));
+    if (!tab)
+        return wt_fail(-ENOMEM, "out of memory");
+    int rc = wt_table_read(dir, "infer", r, version, n, tab);
+    for (uint64_t k = 0; k < sh->nslices && !rc; k++)
+        if (sh->slices[k].rank == r)
+            rdesc[k] = tab[t->slice_index[k]];
+    free(tab);
+    return rc ? wt_fail(rc, "trainer %u: receiver %u: %s", t->rank, r,
+                        te_wt_last_error()) : 0;
+}
+
 /* The first failure of an operation names the cause, whatever stopped us. */
 static int push_verdict(te_wt_trainer *t, int rc)
 {
@@ -464,20 +438,23 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
     uint32_t R = sh->layout.ranks;
     double deadline = wt_now() + timeout_ms / 1000.0;
     te_peer *rpeer = calloc(R, sizeof(te_peer));
-    te_mr_desc *rdesc = calloc(R, sizeof(te_mr_desc));
+    te_mr_desc *rdesc = calloc(sh->nslices + 1, sizeof(te_mr_desc)); /* per slice */
     uint32_t *rbase = calloc(R, sizeof(uint32_t));
     uint64_t first = s->trainer_first[t->rank], last = s->trainer_first[t->rank + 1];
     int rc = rpeer && rdesc && rbase ? 0 : wt_fail(-ENOMEM, "out of memory");
     if (!version || version > (1u << 30))
         rc = wt_fail(-EINVAL, "version %u out of range (1..2^30)", version);
+    if (!rc)
+        rc = wt_sources_ready(t);
     int started = !rc && !(rc = previous_done(t, deadline));
     if (started)
         wt_track_begin(t->k);
-    /* Our shard holds version v: say so, and wait until every trainer's does
-     * before gathering from them. */
-    if (!rc && !(rc = wt_publish(dir, "train", t->rank, 2 * version - 1, 0, t->e,
-                                 t->fsdp_mr)))
-        rc = wait_trainers(t, dir, 2 * version - 1, deadline);
+    /* Our shard holds version v: say where its parts are and that they hold
+     * it, and wait until every trainer's do before gathering from them. */
+    if (!rc && !(rc = wt_table_publish(dir, "train", t->rank, 2 * version - 1, &t->src)) &&
+        !(rc = wt_publish(dir, "train", t->rank, 2 * version - 1, 0, t->e, NULL)) &&
+        !(rc = wait_trainers(t, dir, 2 * version - 1, deadline)))
+        rc = load_trainers(t, dir, 2 * version - 1);
     for (uint32_t r = 0; r < R && !rc; r++) {
         wt_endpoint ep;
         int left = (int)((deadline - wt_now()) * 1000);
@@ -488,7 +465,8 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
                          "is abandoned", r, ep.ready_version, version);
         else if ((rc = te_peer_add(t->e, 0, ep.addr, ep.addr_len, &rpeer[r])))
             rc = wt_fail(rc, "receiver %u: %s", r, te_last_error());
-        rdesc[r] = ep.desc;
+        else
+            rc = read_receiver_table(t, dir, r, version, rdesc);
         rbase[r] = ep.imm_base;
     }
     double t0 = wt_now();
@@ -534,7 +512,7 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
             rq.u.xfer.peer = rpeer[sl->rank];
             rq.u.xfer.local = t->staging_mr;
             rq.u.xfer.local_off = x->staging_off;
-            rq.u.xfer.remote = &rdesc[sl->rank];
+            rq.u.xfer.remote = &rdesc[x->slice];
             if (!rc) {
                 /* before submit: a completion may race */
                 uint64_t in = add_inflight(t->k, sl->bytes, 0);
@@ -560,7 +538,9 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
     st->start_s = t0;
     st->end_s = wt_now();
     st->seconds = st->end_s - t0;
-    int prc = wt_publish(dir, "train", t->rank, 2 * version, 0, t->e, t->fsdp_mr);
+    /* A push refused before it started (bad version, no sources, buffers
+     * still busy) keeps its own error and says nothing. */
+    int prc = started ? wt_publish(dir, "train", t->rank, 2 * version, 0, t->e, NULL) : 0;
     if (!rc && prc)
         rc = prc;
     if (started)
@@ -579,13 +559,16 @@ void te_wt_trainer_destroy(te_wt_trainer *t)
      * wait a bounded time for them; one still missing then keeps the
      * tracker alive (leaked) rather than freed under a callback. */
     int busy = t->k && wt_track_quiesce(t->k, wt_now() + WT_DRAIN_GRACE_S);
-    te_mr *mrs[2 + WT_GATHER_DEPTH] = {t->fsdp_mr, t->staging_mr};
-    uint8_t *bufs[2 + WT_GATHER_DEPTH] = {t->fsdp, t->staging};
+    te_mr *mrs[1 + WT_GATHER_DEPTH] = {t->staging_mr};
+    uint8_t *bufs[1 + WT_GATHER_DEPTH] = {t->staging};
     for (int g = 0; g < WT_GATHER_DEPTH; g++) {
-        mrs[2 + g] = t->gather_mr[g];
-        bufs[2 + g] = t->gather[g];
+        mrs[1 + g] = t->gather_mr[g];
+        bufs[1 + g] = t->gather[g];
     }
-    for (int i = 0; i < 2 + WT_GATHER_DEPTH; i++) {
+    /* Sources before the load buffer they may point into. */
+    if (t->src.v && !wt_entries_release(&t->src))
+        free(t->load_buf);
+    for (int i = 0; i < 1 + WT_GATHER_DEPTH; i++) {
         /* A registration still used by an operation that outlived the push's
          * drain (-EBUSY) keeps its memory: leaked, never reused under a
          * transfer. te_engine_destroy() ends such operations. */
@@ -593,7 +576,6 @@ void te_wt_trainer_destroy(te_wt_trainer *t)
             continue;
         free(bufs[i]);
     }
-    free(t->fsdp_off);
     free(t->peers);
     free(t->descs);
     free(t->slice_index);

@@ -296,11 +296,34 @@ START_TEST(mr_reg_error_reaches_the_caller)
     ck_assert_int_eq(te_wt_schedule_build(m, sh, 1, 1, 1 << 20, &s), 0);
     te_engine *e = engine(NULL);
     te_wt_trainer *t = NULL;
-    fail_mr_reg = 1; /* the first: the FSDP buffer's */
+    fail_mr_reg = 1; /* the first: the staging buffer's */
     int rc = te_wt_trainer_create(e, m, sh, s, 0, &t);
     ck_assert_msg(rc == -EINVAL, "%d %s", rc, te_wt_last_error());
-    ck_assert_msg(strstr(te_wt_last_error(), "FSDP") &&
+    ck_assert_msg(strstr(te_wt_last_error(), "staging") &&
                   strstr(te_wt_last_error(), "access"), "%s", te_wt_last_error());
+    /* A source's registration: the tensor is named, and the trainer stays
+     * unbound (no push) until a bind succeeds. */
+    ck_assert_int_eq(te_wt_trainer_create(e, m, sh, s, 0, &t), 0);
+    te_wt_source *src = calloc(m->count, sizeof(*src));
+    uint8_t *part = malloc(m->data_bytes);
+    for (uint32_t i = 0; i < m->count; i++) {
+        src[i] = (te_wt_source){m->tensors[i].name, part + m->tensors[i].offset,
+                                m->tensors[i].nbytes, m->tensors[i].dtype,
+                                m->tensors[i].ndim, {0}, TE_MEM_HOST};
+        memcpy(src[i].shape, m->tensors[i].shape, sizeof(src[i].shape));
+    }
+    fail_mr_reg = 1;
+    rc = te_wt_trainer_bind(t, src, m->count);
+    ck_assert_msg(rc == -EINVAL && strstr(te_wt_last_error(), m->tensors[0].name) &&
+                  strstr(te_wt_last_error(), "access"), "%d %s", rc, te_wt_last_error());
+    te_wt_push_stats st;
+    ck_assert_int_eq(te_wt_trainer_push(t, "/nonexistent", 1, 100, &st), -EINVAL);
+    ck_assert_msg(strstr(te_wt_last_error(), "no sources bound"), "%s",
+                  te_wt_last_error());
+    ck_assert_int_eq(te_wt_trainer_bind(t, src, m->count), (int)m->count);
+    te_wt_trainer_destroy(t);
+    free(src);
+    free(part);
     te_engine_destroy(e);
     te_wt_schedule_free(s);
     te_wt_sharding_free(sh);

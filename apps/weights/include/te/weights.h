@@ -128,6 +128,15 @@ TE_API int te_wt_preset_parse(const char *name, te_wt_preset *out);
 /** Name of a preset. */
 TE_API const char *te_wt_preset_name(te_wt_preset p);
 
+/**
+ * A model from a framework's own tensor table (names, dtypes, shapes, e.g.
+ * torch's named_parameters()): `count` entries of `tensors` (name, dtype,
+ * ndim and shape read; offsets are laid out back to back). Names must be
+ * non-empty and distinct; errors name the tensor.
+ */
+TE_API int te_wt_model_new(const char *name, const te_wt_tensor *tensors,
+                           uint32_t count, te_wt_model **out);
+
 /** Total parameters (elements) of a model. */
 TE_API uint64_t te_wt_model_params(const te_wt_model *m);
 /** Index of a tensor by name, or -ENOENT. */
@@ -375,17 +384,64 @@ typedef struct te_wt_receiver te_wt_receiver; /**< an inference rank (opaque) */
 
 /**
  * A training rank on group 0 of engine e, for schedule s of model m / cut
- * sh (all must outlive it). Allocates and registers its FSDP buffer
- * (remote-readable: the other trainers gather from it), the staging ring
- * (s->staging_bytes: the watermark of bytes in flight) and two gather
- * buffers (the next param is gathered while the current one is written).
+ * sh (all must outlive it). Registers the staging ring (s->staging_bytes:
+ * the watermark of bytes in flight) and the gather buffers (the next params
+ * are gathered while the current one is written): the only memory of the
+ * library's. The weights themselves stay where the training framework
+ * holds them: hand them over with te_wt_trainer_bind() (or
+ * te_wt_trainer_set_source_fn(), or te_wt_trainer_load() for a file).
  * The engine's group 0 must have s->nics NICs.
  */
 TE_API int te_wt_trainer_create(te_engine *e, const te_wt_model *m,
                                 const te_wt_sharding *sh, const te_wt_schedule *s,
                                 uint32_t rank, te_wt_trainer **out);
-/** Fill the FSDP buffer with this rank's parts of a safetensors checkpoint
- *  of the same model (only those bytes are read). */
+
+/**
+ * Where this training rank's FSDP part of one tensor lives, as the
+ * framework holds it: elements [te_wt_fsdp_range()) of the full tensor,
+ * contiguous, in the model's dtype.
+ */
+typedef struct te_wt_source {
+    const char *name;     /**< checkpoint tensor name (as in the model) */
+    const void *addr;     /**< first byte of this rank's part */
+    uint64_t bytes;       /**< bytes readable at addr (>= the part's) */
+    te_wt_dtype dtype;    /**< dtype of the full tensor: must be the model's */
+    uint32_t ndim;        /**< full tensor's dims: must be the model's */
+    uint64_t shape[TE_WT_MAX_DIMS]; /**< full tensor's shape */
+    uint32_t mem;         /**< TE_MEM_HOST; TE_MEM_CUDA is refused (no GPU
+                               gather path yet, docs/weights.md) */
+} te_wt_source;
+
+/**
+ * Bind the trainer to the framework's tensors: one source per tensor of
+ * the model, any order. Everything is checked before anything changes: an
+ * unknown or repeated name, a missing tensor, a dtype or shape other than
+ * the model's, a range smaller than the part: -EINVAL naming the tensor.
+ * Each part is registered remote-readable (the other trainers gather from
+ * it) unless it is already registered for the same range: returns the
+ * number of registrations made (0 when every address is unchanged). The
+ * push reads the tensors where they are (no copy into a library buffer);
+ * they must hold the version being pushed until te_wt_trainer_wait_done().
+ */
+TE_API int te_wt_trainer_bind(te_wt_trainer *t, const te_wt_source *src, uint32_t n);
+
+/** Fill *out for tensor `tensor` of the model (0, or a negative errno). */
+typedef int (*te_wt_source_fn)(uint32_t tensor, te_wt_source *out, void *arg);
+/**
+ * Install a callback asked for every tensor's source at the start of each
+ * push (then te_wt_trainer_bind() of the answers): for frameworks that may
+ * move their shards between steps. NULL uninstalls it.
+ */
+TE_API void te_wt_trainer_set_source_fn(te_wt_trainer *t, te_wt_source_fn fn, void *arg);
+
+/** Registrations made for sources so far (re-registration test, stats). */
+TE_API uint64_t te_wt_trainer_registrations(const te_wt_trainer *t);
+
+/**
+ * Convenience for a checkpoint file: allocate (once) a buffer for this
+ * rank's parts, read them from a safetensors file of the same model (only
+ * those bytes), and te_wt_trainer_bind() them.
+ */
 TE_API int te_wt_trainer_load(te_wt_trainer *t, const char *checkpoint);
 /** Publish <dir>/train-<rank> and connect to every other trainer's record
  *  (waiting at most timeout_ms for them to appear). */
@@ -435,9 +491,62 @@ TE_API int te_wt_trainer_wait_done(te_wt_trainer *t, const char *dir, uint32_t v
                                    int timeout_ms);
 TE_API void te_wt_trainer_destroy(te_wt_trainer *t);
 
+/** What an inference rank holds of one param: the destination it needs. */
+typedef struct te_wt_rank_param {
+    const char *name;   /**< the param's first member tensor (owned by the model) */
+    uint32_t param;     /**< index in the sharding */
+    uint32_t members;   /**< fused checkpoint tensors, concatenated by rows */
+    uint32_t fp8;       /**< 1: E4M3 bytes, padded to 4, then float32 scales */
+    te_wt_dtype dtype;  /**< checkpoint dtype of the members */
+    uint64_t rows, cols; /**< the rank's part, in elements before quantisation */
+    uint64_t bytes;     /**< bytes the trainers write (the destination's size) */
+} te_wt_rank_param;
+
 /**
- * An inference rank: two weight buffers of sh->rank_bytes[rank] (live and
- * standby), registered remote-writable on group 0 of e.
+ * The params inference rank `rank` holds, in the order its slices are
+ * counted: fills out[0..cap) and returns how many there are (call with
+ * cap 0 to size the array).
+ */
+TE_API int64_t te_wt_rank_params(const te_wt_model *m, const te_wt_sharding *sh,
+                                 uint32_t rank, te_wt_rank_param *out, uint64_t cap);
+
+/** The engine's own memory for one param of this rank. */
+typedef struct te_wt_dest {
+    const char *name;   /**< te_wt_rank_param.name */
+    void *addr;         /**< where the engine keeps it */
+    uint64_t bytes;     /**< bytes writable at addr (>= te_wt_rank_param.bytes) */
+    uint32_t mem;       /**< TE_MEM_HOST or TE_MEM_CUDA */
+} te_wt_dest;
+
+/**
+ * An inference rank writing into the engine's own parameters. `set0` (and
+ * `set1`, or NULL) hold one destination per param of this rank, any order.
+ *  - two sets (double-buffered by the engine): version v is written into
+ *    the set not serving; when every slice has arrived te_wt_receiver_update()
+ *    returns 0 with report.live_set = that set, and the engine flips its
+ *    pointer to it. The serving set is never written: a version is applied
+ *    whole or not at all.
+ *  - one set (in place, set1 NULL): every version is written into the
+ *    serving parameters; the engine must not run while an update is in
+ *    flight. A complete version is whole; a failed one (deadline) leaves
+ *    the parameters with a mix of the previous and the new bytes
+ *    (report.clobbered = 1): the engine must not serve until a later
+ *    version completes. Half the memory, no atomic switch.
+ * Checked before anything is registered: an unknown, repeated or missing
+ * name, a range smaller than the param's bytes: -EINVAL naming it. Each
+ * destination is registered remote-writable on group 0 of e (the receiver's
+ * engine: a registration made on another engine is never used).
+ */
+TE_API int te_wt_receiver_create_into(te_engine *e, const te_wt_model *m,
+                                      const te_wt_sharding *sh,
+                                      const te_wt_schedule *s, uint32_t rank,
+                                      const te_wt_dest *set0, const te_wt_dest *set1,
+                                      uint32_t n, te_wt_receiver **out);
+
+/**
+ * Convenience: an inference rank with two weight buffers of the library's
+ * (sh->rank_bytes[rank] each, slices at their dst_off), built on
+ * te_wt_receiver_create_into(); te_wt_receiver_live() returns the serving one.
  */
 TE_API int te_wt_receiver_create(te_engine *e, const te_wt_model *m,
                                  const te_wt_sharding *sh, const te_wt_schedule *s,
@@ -450,6 +559,8 @@ typedef struct te_wt_update_report {
     uint32_t expected;    /**< slices this rank expects */
     uint32_t missing;     /**< slices that did not arrive complete */
     char missing_names[512]; /**< the first missing tensors, comma separated */
+    int32_t live_set;     /**< destination set serving afterwards (-1 = none) */
+    uint32_t clobbered;   /**< in place only: a failed version left mixed bytes */
 } te_wt_update_report;
 
 /**
@@ -472,8 +583,12 @@ TE_API int te_wt_receiver_update(te_wt_receiver *r, const char *dir, uint32_t ve
 TE_API int te_wt_receiver_wait_trainers(te_wt_receiver *r, const char *dir,
                                         uint32_t version, int timeout_ms);
 
-/** The live buffer (NULL before the first version) and its version. */
+/** The live buffer of te_wt_receiver_create() (NULL before the first
+ *  version, and for a receiver writing into the engine's memory). */
 TE_API const uint8_t *te_wt_receiver_live(const te_wt_receiver *r, uint32_t *version);
+/** The serving destination set (0 or 1; -1 before the first version) and
+ *  its version. */
+TE_API int te_wt_receiver_live_set(const te_wt_receiver *r, uint32_t *version);
 TE_API void te_wt_receiver_destroy(te_wt_receiver *r);
 
 #ifdef __cplusplus
