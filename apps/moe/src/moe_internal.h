@@ -7,23 +7,7 @@
 
 #include "te/moe.h"
 
-typedef struct moe_weights {
-    float *m; /* experts x 8 x 8 */
-} moe_weights;
-
 int moe_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int moe_weights_init(const te_moe_config *c, moe_weights *W);
-void moe_weights_free(moe_weights *W);
-void moe_expert_matrix(uint64_t seed, uint32_t e, float m[64]);
-void moe_expert_accumulate(const moe_weights *W, uint32_t e, float w,
-                           const float *x, uint32_t hidden, float *acc);
-void moe_partial(const te_moe_config *c, const moe_weights *W, uint32_t d,
-                 uint32_t nexp, const uint16_t *ex, const float *wt,
-                 const float *x, float *acc);
-void moe_token_f32(const te_moe_config *c, const void *x, uint32_t t,
-                   float *out);
-float moe_bf16_to_f32(uint16_t v);
-uint16_t moe_f32_to_bf16(float f);
 int moe_check_routing(const te_moe_config *c, uint32_t tokens,
                       const uint16_t *experts, const float *weights);
 
@@ -33,16 +17,18 @@ struct moe_row_meta {
     uint32_t nexp;
     uint16_t experts[TE_MOE_MAX_TOPK];
     float weights[TE_MOE_MAX_TOPK];
-    uint32_t pad[2];
+    uint8_t slots[TE_MOE_MAX_TOPK]; /* top-k position of each expert */
 };
 _Static_assert(sizeof(struct moe_row_meta) == 64, "row meta is 64 bytes");
 
-/* The head of a source's region at a receiver. */
+/* The head of a source's region at a receiver (dispatch and combine
+ * slots). status != 0: the writer failed or refused the batch, `why`
+ * says why (rows is then 0): the receiver fails the batch at once. */
 struct moe_head {
     uint32_t rows;
-    uint32_t pad0;
+    int32_t status;
     uint64_t batch;
-    uint32_t pad[12];
+    char why[48];
 };
 _Static_assert(sizeof(struct moe_head) == 64, "head is 64 bytes");
 
@@ -53,18 +39,31 @@ struct moe_peer {
     te_mr_desc desc;
 };
 
-/* A rank (moe_rank.c: setup; moe_batch.c: the batch). Its registration
- * holds four areas of one slot per peer:
+/* Where a batch is between the split calls. */
+enum moe_state { MOE_IDLE, MOE_DISPATCHING, MOE_DISPATCHED, MOE_COMBINING };
+
+/* One batch in progress. Every phase (dispatch; experts and combine; local
+ * completions) has its own deadline, timeout_ms from its start. */
+struct moe_batch {
+    enum moe_state state;
+    uint64_t batch, phase_ns, t0, t_dispatched, post_ns, pack_ns;
+    uint32_t tokens, writes, capacity;
+    uint32_t n[TE_MOE_MAX_RANKS];   /* rows we send to each rank */
+    uint32_t got[TE_MOE_MAX_RANKS]; /* rows each rank sent us */
+};
+
+/* A rank (moe_rank.c: setup; moe_dispatch.c, moe_combine.c: the batch;
+ * moe_write.c: writes and their completions). Its registration holds four
+ * areas of one slot per peer:
  *   off_sd  send_dispatch[d]  head + max_tokens rows      staged by us
  *   off_rd  recv_dispatch[s]  head + max_tokens rows      written by s
- *   off_sc  send_combine[s]   max_tokens combine rows     staged by us
- *   off_rc  recv_combine[d]   max_tokens combine rows     written by d
+ *   off_sc  send_combine[s]   head + max_tokens c-rows    staged by us
+ *   off_rc  recv_combine[d]   head + max_tokens c-rows    written by d
  * Our own slots of recv_dispatch / recv_combine are filled in place. */
 struct te_moe_rank {
     te_engine *e;
     te_moe_config c;
-    uint32_t rank, nics;
-    moe_weights W;
+    uint32_t rank, nics, local; /* local: experts per rank (L) */
     size_t row_bytes, crow_bytes, dslot, cslot;
     uint8_t *mem;
     size_t mem_len;
@@ -73,13 +72,16 @@ struct te_moe_rank {
     te_imm_space *space;
     struct moe_peer peers[TE_MOE_MAX_RANKS];
     te_moe_stats st;
-    float *xt, *acc;
+    struct moe_batch b;
+    /* [source][row][meta slot] -> the row's index among its local
+     * expert's rows in the caller's te_moe_recv (combine reads y there). */
+    uint32_t *pos;
     /* Local completions arrive through each write's own callback (never
      * the engine-wide queue, which other users of the engine own). The
      * callback thread counts them under mu; the batch waits on cv. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    uint64_t serial;   /* the current te_moe_batch call */
+    uint64_t serial;   /* the current batch */
     uint32_t completed, failed; /* of this serial's writes */
     uint64_t inflight; /* writes of any serial whose callback has not run */
     char failed_why[96];
@@ -88,6 +90,9 @@ struct te_moe_rank {
     int unconfirmed;
 };
 
+/* Immediate phases. */
+enum { MOE_PH_HEAD, MOE_PH_REST, MOE_PH_COMBINE };
+
 uint64_t moe_now_ns(void);
 /* The raw immediate of (batch, source, phase) at any rank of this job. */
 uint32_t moe_imm_of(const te_moe_rank *r, uint64_t batch, uint32_t src,
@@ -95,8 +100,30 @@ uint32_t moe_imm_of(const te_moe_rank *r, uint64_t batch, uint32_t src,
 /* Forget what is banked for batch `batch` (clear it before anyone can
  * write it: two batches ahead). */
 void moe_clear_batch_imms(te_moe_rank *r, uint64_t batch);
+
+/* moe_write.c */
 /* Wait until every write submitted by this rank has called back, at most
  * until deadline; 0 or -ETIMEDOUT, and what is left in *left (or NULL). */
 int moe_wait_inflight(te_moe_rank *r, uint64_t deadline, uint64_t *left);
+/* A write of the batch to peer d (one immediate, pinned to one NIC),
+ * counted in the stats; retried while the submit queue is full. */
+int moe_put(te_moe_rank *r, uint32_t d, size_t loff, size_t roff, size_t len,
+            uint32_t phase, uint64_t deadline, int combine);
+/* Wait for `count` arrivals of (batch, peer, phase). */
+int moe_wait_imm(te_moe_rank *r, uint32_t peer, uint32_t phase,
+                 uint64_t count, uint64_t deadline, const char *what);
+/* Refuse a batch while writes of an earlier one may still land (-EBUSY). */
+int moe_check_usable(te_moe_rank *r);
+/* Start batch `batch`: stats, serial, immediates two batches ahead. */
+void moe_begin_batch(te_moe_rank *r, uint64_t batch);
+/* End the batch (rc: its result so far): wait for its writes, then IDLE. */
+int moe_end_batch(te_moe_rank *r, int rc);
+/* Write a failure head (status rc, the current te_moe_last_error()) to
+ * every peer, as our dispatch head (combine = 0) or our combine head, so
+ * they fail the batch at once instead of waiting for us. */
+void moe_tell_peers(te_moe_rank *r, int rc, int combine);
+/* Check a head that arrived from s; 0 or -EPROTO naming s and its reason. */
+int moe_check_head(te_moe_rank *r, const struct moe_head *h, uint32_t s,
+                   uint32_t max_rows, const char *what);
 
 #endif

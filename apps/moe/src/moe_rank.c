@@ -1,12 +1,12 @@
 /*
  * A MoE rank: its engine, one registration holding four areas (the batch
- * itself is in moe_batch.c).
+ * itself is in moe_dispatch.c and moe_combine.c).
  *
  *   area                      per peer slot                  written by
  *   send_dispatch[d]          head + max_tokens rows          us (staging)
  *   recv_dispatch[s]          head + max_tokens rows          source s
- *   send_combine[s]           max_tokens combine rows         us (staging)
- *   recv_combine[d]           max_tokens combine rows         rank d
+ *   send_combine[s]           head + max_tokens combine rows  us (staging)
+ *   recv_combine[d]           head + max_tokens combine rows  rank d
  *
  * Every write is pinned to one NIC (chosen by destination), so it carries
  * exactly one immediate (te_expected_imms = 1), whatever the NIC count or
@@ -26,6 +26,8 @@
 #include "moe_internal.h"
 
 #define BLOB_MAGIC 0x454f4d54u /* "TMOE" */
+/* 2: combine slots start with a head (a rank's failure reaches its peers). */
+#define BLOB_VERSION 2u
 #define SPACE_BASE (TE_IMM_SPACE_REGION_START + 0x01000000u)
 /* Batches whose immediates are distinct: the slot of batch b is b mod
  * this, the same at every rank whatever failed where. */
@@ -137,16 +139,17 @@ int te_moe_rank_new(te_engine *e, const te_moe_config *c, uint32_t rank,
     r->row_bytes = sizeof(struct moe_row_meta) + c->hidden * elem;
     r->crow_bytes = 16 + (size_t)c->hidden * 4;
     r->dslot = sizeof(struct moe_head) + c->max_tokens * r->row_bytes;
-    r->cslot = c->max_tokens * r->crow_bytes;
+    r->cslot = sizeof(struct moe_head) + c->max_tokens * r->crow_bytes;
+    r->local = c->experts / c->ranks;
     r->off_sd = 0;
     r->off_rd = r->off_sd + c->ranks * r->dslot;
     r->off_sc = r->off_rd + c->ranks * r->dslot;
     r->off_rc = r->off_sc + c->ranks * r->cslot;
     r->mem_len = r->off_rc + c->ranks * r->cslot;
     r->mem = aligned_alloc(4096, (r->mem_len + 4095) & ~(size_t)4095);
-    r->xt = malloc(c->hidden * sizeof(float));
-    r->acc = malloc(c->hidden * sizeof(float));
-    if (!r->mem || !r->xt || !r->acc || moe_weights_init(c, &r->W)) {
+    r->pos = malloc((size_t)c->ranks * c->max_tokens * c->topk *
+                    sizeof(uint32_t));
+    if (!r->mem || !r->pos) {
         rc = moe_fail(-ENOMEM, "te-moe: %zu bytes of buffers", r->mem_len);
         goto fail;
     }
@@ -168,8 +171,7 @@ int te_moe_rank_new(te_engine *e, const te_moe_config *c, uint32_t rank,
 fail:
     if (!r->mr || !te_mr_dereg(e, r->mr))
         free(r->mem);
-    free(r->xt);
-    free(r->acc);
+    free(r->pos);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -185,7 +187,7 @@ struct blob_head {
 
 int te_moe_rank_blob(te_moe_rank *r, void *buf, size_t *len)
 {
-    struct blob_head h = {BLOB_MAGIC, 1, r->rank, r->c.ranks, r->c.experts,
+    struct blob_head h = {BLOB_MAGIC, BLOB_VERSION, r->rank, r->c.ranks, r->c.experts,
                           r->c.topk, r->c.hidden, r->c.dtype, r->c.max_tokens,
                           r->c.private_rows, r->c.naive, r->nics, 0, 0};
     uint8_t addr[TE_ADDR_MAX], desc[TE_DESC_MAX];
@@ -216,7 +218,7 @@ int te_moe_rank_connect(te_moe_rank *r, uint32_t peer, const void *blob,
         return moe_fail(-EBADMSG, "te-moe: blob of rank %u truncated (%zu "
                         "bytes)", peer, len);
     memcpy(&h, blob, sizeof(h));
-    if (h.magic != BLOB_MAGIC || h.version != 1)
+    if (h.magic != BLOB_MAGIC || h.version != BLOB_VERSION)
         return moe_fail(-EPROTO, "te-moe: blob of rank %u: bad magic/version",
                         peer);
     if (len != sizeof(h) + h.addr_len + h.desc_len || h.rank != peer ||
@@ -254,6 +256,10 @@ int te_moe_rank_connect(te_moe_rank *r, uint32_t peer, const void *blob,
 }
 
 void te_moe_rank_stats(te_moe_rank *r, te_moe_stats *out) { *out = r->st; }
+
+const te_moe_config *te_moe_rank_config(const te_moe_rank *r) { return &r->c; }
+
+uint32_t te_moe_rank_index(const te_moe_rank *r) { return r->rank; }
 
 int te_moe_rank_disconnect(te_moe_rank *r)
 {
@@ -297,9 +303,7 @@ void te_moe_rank_free(te_moe_rank *r)
                 te_last_error(), r->mem_len);
     else
         free(r->mem);
-    moe_weights_free(&r->W);
-    free(r->xt);
-    free(r->acc);
+    free(r->pos);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);

@@ -24,8 +24,7 @@ static te_moe_config cfg(uint32_t R, uint32_t k, uint32_t E, uint32_t P)
 {
     te_moe_config c = {.ranks = R, .experts = E, .topk = k, .hidden = 64,
                        .dtype = TE_MOE_FP32, .max_tokens = 48,
-                       .private_rows = P, .timeout_ms = 20000,
-                       .weights_seed = 99};
+                       .private_rows = P, .timeout_ms = 20000};
     return c;
 }
 
@@ -127,17 +126,20 @@ START_TEST(bad_input_refused_before_writing)
     moe_job_inputs(&j, tok, 1, 0);
     j.experts[0][3] = 200; /* out of range */
     float out[4 * 64];
-    ck_assert_int_eq(te_moe_batch(j.r[0], 0, 4, j.x[0], j.experts[0],
-                                  j.weights[0], out), -EINVAL);
+    ck_assert_int_eq(moe_ref_batch(j.r[0], NULL, 0, 4, j.x[0], j.experts[0],
+                                  j.weights[0], 0, out), -EINVAL);
     ck_assert_ptr_nonnull(strstr(te_moe_last_error(), "expert 200"));
     te_moe_stats st;
     te_moe_rank_stats(j.r[0], &st);
-    ck_assert_uint_eq(st.dispatch_writes[1], 0);
+    /* No row: only the head that tells rank 1 (te_moe_dispatch_start). */
+    ck_assert_uint_eq(st.rows_sent, 0);
+    ck_assert_uint_eq(st.dispatch_writes[1], 1);
+    ck_assert_uint_eq(st.dispatch_bytes[1], sizeof(struct moe_head));
     j.experts[0][3] = j.experts[0][2]; /* the same expert twice */
-    ck_assert_int_eq(te_moe_batch(j.r[0], 0, 4, j.x[0], j.experts[0],
-                                  j.weights[0], out), -EINVAL);
-    ck_assert_int_eq(te_moe_batch(j.r[0], 0, 49, j.x[0], j.experts[0],
-                                  j.weights[0], out), -E2BIG);
+    ck_assert_int_eq(moe_ref_batch(j.r[0], NULL, 0, 4, j.x[0], j.experts[0],
+                                  j.weights[0], 0, out), -EINVAL);
+    ck_assert_int_eq(moe_ref_batch(j.r[0], NULL, 0, 49, j.x[0], j.experts[0],
+                                  j.weights[0], 0, out), -E2BIG);
     ck_assert_ptr_nonnull(strstr(te_moe_last_error(), "48"));
     moe_job_close(&j);
     /* Mismatched hidden sizes / dtypes are refused at connect. */
@@ -195,7 +197,7 @@ static int child_rank(uint32_t rank, int fd, te_moe_config c)
         float w[4], x[4 * 64], out[4 * 64];
         memset(x, 0, sizeof(x));
         te_moe_route_random(&c, 4, rank + b, 0, ex, w);
-        int rc = te_moe_batch(r, b, 4, x, ex, w, out);
+        int rc = moe_ref_batch(r, NULL, b, 4, x, ex, w, 0, out);
         int32_t v = rc;
         if (write(fd, &v, 4) != 4)
             return 14;
@@ -206,6 +208,11 @@ static int child_rank(uint32_t rank, int fd, te_moe_config c)
                 return 15;
         }
     }
+    /* Alive until rank 0 is through batch 1 too: rank 0's error must
+     * come from rank 2, not from this rank's engine going away. */
+    char bye;
+    if (read(fd, &bye, 1) != 1)
+        return 16;
     te_moe_rank_free(r);
     te_engine_destroy(e);
     return 0;
@@ -262,7 +269,7 @@ START_TEST(killed_rank_fails_the_batch_everywhere)
         if (b == 0)
             ck_assert_int_eq(write(fd[2], &go, 1), 1);
         te_moe_route_random(&c, 4, b, 0, ex, w);
-        int rc = te_moe_batch(r, b, 4, x, ex, w, out);
+        int rc = moe_ref_batch(r, NULL, b, 4, x, ex, w, 0, out);
         int32_t rc1;
         ck_assert_int_eq(read(fd[1], &rc1, 4), 4);
         if (b == 0) {
@@ -282,6 +289,8 @@ START_TEST(killed_rank_fails_the_batch_everywhere)
                           msg);
         }
     }
+    char bye = 1;
+    ck_assert_int_eq(write(fd[1], &bye, 1), 1);
     int st;
     waitpid(pid[1], &st, 0);
     te_moe_rank_free(r);
@@ -371,17 +380,152 @@ START_TEST(failure_at_one_rank_does_not_stall_later_batches)
     uint32_t tok[2] = {20, 30};
     moe_job_inputs(&j, tok, 3, 0);
     ck_assert_msg(moe_job_batch(&j, 0) == 0, "%s", j.why[0]);
-    ck_assert_int_eq(te_moe_batch(j.r[1], 1, c.max_tokens + 1, j.x[1],
-                                  j.experts[1], j.weights[1], j.out[1]),
+    ck_assert_int_eq(moe_ref_batch(j.r[1], NULL, 1, c.max_tokens + 1, j.x[1],
+                                  j.experts[1], j.weights[1], 0, j.out[1]),
                      -E2BIG);
-    ck_assert_int_ne(te_moe_batch(j.r[0], 1, j.tokens[0], j.x[0],
-                                  j.experts[0], j.weights[0], j.out[0]), 0);
+    ck_assert_int_ne(moe_ref_batch(j.r[0], NULL, 1, j.tokens[0], j.x[0],
+                                  j.experts[0], j.weights[0], 0, j.out[0]), 0);
+    /* Told by rank 1's head, not timed out waiting for its rows. */
+    ck_assert_msg(strstr(te_moe_last_error(), "rank 1 failed batch 1") &&
+                  strstr(te_moe_last_error(), "48"), "%s", te_moe_last_error());
     for (uint64_t b = 2; b < 4; b++) {
         moe_job_inputs(&j, tok, 3 + b, 0);
         ck_assert_msg(moe_job_batch(&j, b) == 0, "batch %u: %s / %s",
                       (unsigned)b, j.why[0], j.why[1]);
         ck_assert_uint_eq(moe_job_check(&j), 0);
     }
+    moe_job_close(&j);
+}
+END_TEST
+
+/* Rank 1 refuses batch 0 (an expert out of range): ranks 0 and 2 fail it
+ * on rank 1's head, with its reason, instead of waiting for its rows
+ * until their deadline; batch 1 works everywhere. */
+START_TEST(refusal_reaches_the_other_ranks)
+{
+    te_moe_config c = cfg(3, 2, 6, 4);
+    struct moe_job j;
+    ck_assert_int_eq(moe_job_open(&j, &c, NULL), 0);
+    uint32_t tok[3] = {10, 10, 10};
+    moe_job_inputs(&j, tok, 21, 0);
+    j.experts[1][5] = 200;
+    ck_assert_int_ne(moe_job_batch(&j, 0), 0);
+    ck_assert_int_eq(j.rc[1], -EINVAL);
+    for (int i = 0; i < 3; i += 2)
+        ck_assert_msg(strstr(j.why[i], "rank 1 failed batch 0") &&
+                      strstr(j.why[i], "expert 200"), "rank %d: %s", i,
+                      j.why[i]);
+    moe_job_inputs(&j, tok, 22, 0);
+    ck_assert_msg(moe_job_batch(&j, 1) == 0, "%s", j.why[0]);
+    ck_assert_uint_eq(moe_job_check(&j), 0);
+    moe_job_close(&j);
+}
+END_TEST
+
+/* More rows for a local expert than the receive buffer holds: the rank
+ * refuses before writing anything there (-ENOSPC), its sources are told
+ * in its combine head; a batch with room works after it. */
+START_TEST(receive_capacity_refused_before_writing)
+{
+    te_moe_config c = cfg(4, 2, 16, 6);
+    struct moe_job j;
+    ck_assert_int_eq(moe_job_open(&j, &c, NULL), 0);
+    uint32_t tok[4] = {20, 20, 20, 20};
+    moe_job_inputs(&j, tok, 31, 1); /* every token to rank 0's experts */
+    ck_assert_msg(moe_job_batch(&j, 0) == 0, "%s", j.why[0]);
+    uint32_t room = j.capacity;
+    ck_assert_uint_gt(room, 1);
+    struct moe_ref_bufs *b0 = &j.bufs[0];
+    size_t xbytes = (size_t)4 * room * c.hidden * 4;
+    memset(b0->recv.x, 0xab, xbytes);
+    memset(b0->recv.count, 0xab, 4 * sizeof(uint32_t));
+    j.capacity = room - 1;
+    ck_assert_int_ne(moe_job_batch(&j, 1), 0);
+    ck_assert_int_eq(j.rc[0], -ENOSPC);
+    ck_assert_msg(strstr(j.why[0], "capacity"), "%s", j.why[0]);
+    for (size_t k = 0; k < xbytes; k++)
+        ck_assert_uint_eq(((uint8_t *)b0->recv.x)[k], 0xab);
+    for (size_t k = 0; k < 4 * sizeof(uint32_t); k++)
+        ck_assert_uint_eq(((uint8_t *)b0->recv.count)[k], 0xab);
+    for (int i = 1; i < 4; i++)
+        ck_assert_msg(strstr(j.why[i], "rank 0 failed batch 1"), "rank %d: %s",
+                      i, j.why[i]);
+    moe_job_inputs(&j, tok, 32, 1);
+    ck_assert_msg(moe_job_batch(&j, 2) == 0, "%s", j.why[0]);
+    ck_assert_uint_eq(moe_job_check(&j), 0);
+    moe_job_close(&j);
+}
+END_TEST
+
+/* Both ranks of a job driven from this one thread through the halves:
+ * every rank's dispatch is started before any is waited for. */
+static void dispatch_both(struct moe_job *j, uint64_t b)
+{
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(moe_ref_bufs_grow(&j->c, &j->bufs[i], 0), 0);
+        ck_assert_int_eq(te_moe_dispatch_start(j->r[i], b, j->tokens[i],
+                                               j->x[i], j->experts[i],
+                                               j->weights[i]), 0);
+    }
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg(te_moe_dispatch_wait(j->r[i], &j->bufs[i].recv) == 0,
+                      "%s", te_moe_last_error());
+}
+
+static te_moe_expert_out outputs_of(struct moe_job *j, int i)
+{
+    moe_ref_run_experts(j->r[i], &j->bufs[i]);
+    return (te_moe_expert_out){j->bufs[i].y, TE_MOE_FP32, 4,
+                               j->bufs[i].recv.capacity, j->c.hidden};
+}
+
+START_TEST(split_calls_and_their_misuse)
+{
+    te_moe_config c = cfg(2, 2, 8, 4);
+    struct moe_job j;
+    ck_assert_int_eq(moe_job_open(&j, &c, NULL), 0);
+    uint32_t tok[2] = {12, 9};
+    moe_job_inputs(&j, tok, 41, 0);
+    /* Batch 0: rank 0 hands combine outputs of the wrong shape. */
+    dispatch_both(&j, 0);
+    te_moe_expert_out y0 = outputs_of(&j, 0), y1 = outputs_of(&j, 1);
+    y0.hidden = c.hidden / 2;
+    ck_assert_int_eq(te_moe_combine_start(j.r[0], 0, &y0), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(te_moe_last_error(), "[4][96][32]"));
+    ck_assert_int_eq(te_moe_combine_start(j.r[1], 0, &y1), 0);
+    ck_assert_int_ne(te_moe_combine_wait(j.r[1], j.out[1]), 0);
+    ck_assert_msg(strstr(te_moe_last_error(), "rank 0 failed batch 0"), "%s",
+                  te_moe_last_error());
+    /* Batch 1: right, with a second combine and one of a batch that was
+     * never dispatched refused on the way. */
+    ck_assert_int_eq(te_moe_combine_start(j.r[0], 1, &y0), -EALREADY);
+    dispatch_both(&j, 1);
+    for (int i = 0; i < 2; i++) {
+        te_moe_expert_out y = outputs_of(&j, i);
+        ck_assert_int_eq(te_moe_combine_start(j.r[i], 1, &y), 0);
+        ck_assert_int_eq(te_moe_combine_start(j.r[i], 1, &y), -EALREADY);
+        ck_assert_ptr_nonnull(strstr(te_moe_last_error(), "combined already"));
+    }
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg(te_moe_combine_wait(j.r[i], j.out[i]) == 0, "%s",
+                      te_moe_last_error());
+    ck_assert_uint_eq(moe_job_check(&j), 0);
+    /* Where each row came from: rank 1's rows of rank 0's expert 0. */
+    const struct moe_ref_bufs *b = &j.bufs[0];
+    uint32_t seen = 0;
+    for (uint32_t i = 0; i < b->recv.count[0]; i++) {
+        te_moe_src s = b->recv.src[i];
+        ck_assert_uint_lt(s.rank, 2);
+        ck_assert_uint_eq(j.experts[s.rank][s.token * 2 + s.slot], 0);
+        ck_assert_float_eq(j.weights[s.rank][s.token * 2 + s.slot], s.weight);
+        seen++;
+    }
+    uint32_t want = 0;
+    for (int r = 0; r < 2; r++)
+        for (uint32_t k = 0; k < tok[r] * 2; k++)
+            want += j.experts[r][k] == 0;
+    ck_assert_uint_eq(seen, want);
+    ck_assert_int_eq(te_moe_combine_wait(j.r[0], j.out[0]), -EALREADY);
     moe_job_close(&j);
 }
 END_TEST
@@ -407,12 +551,12 @@ START_TEST(failed_batch_returns_after_its_writes)
     ck_assert_int_eq(moe_job_open(&j, &c, sets), 0);
     uint32_t tok[2] = {8, 8};
     moe_job_inputs(&j, tok, 11, 0);
-    int rc = te_moe_batch(j.r[0], 5, j.tokens[0], j.x[0], j.experts[0],
-                          j.weights[0], j.out[0]);
+    int rc = moe_ref_batch(j.r[0], NULL, 5, j.tokens[0], j.x[0], j.experts[0],
+                          j.weights[0], 0, j.out[0]);
     ck_assert_int_ne(rc, 0);
     if (strstr(te_moe_last_error(), "unusable"))
-        ck_assert_int_ne(te_moe_batch(j.r[0], 6, j.tokens[0], j.x[0],
-                                      j.experts[0], j.weights[0], j.out[0]), 0);
+        ck_assert_int_ne(moe_ref_batch(j.r[0], NULL, 6, j.tokens[0], j.x[0],
+                                      j.experts[0], j.weights[0], 0, j.out[0]), 0);
     else
         ck_assert_msg(head_batch_at(j.r[1]) == 5, "batch 5 returned (%s) "
                       "with its write still in flight", te_moe_last_error());
@@ -435,12 +579,12 @@ START_TEST(unconfirmed_writes_refuse_batches_and_keep_memory)
     ck_assert_int_eq(moe_job_open(&j, &c, sets), 0);
     uint32_t tok[2] = {8, 8};
     moe_job_inputs(&j, tok, 12, 0);
-    ck_assert_int_ne(te_moe_batch(j.r[0], 0, j.tokens[0], j.x[0],
-                                  j.experts[0], j.weights[0], j.out[0]), 0);
+    ck_assert_int_ne(moe_ref_batch(j.r[0], NULL, 0, j.tokens[0], j.x[0],
+                                  j.experts[0], j.weights[0], 0, j.out[0]), 0);
     ck_assert_msg(strstr(te_moe_last_error(), "unusable"), "%s",
                   te_moe_last_error());
-    ck_assert_int_eq(te_moe_batch(j.r[0], 1, j.tokens[0], j.x[0],
-                                  j.experts[0], j.weights[0], j.out[0]),
+    ck_assert_int_eq(moe_ref_batch(j.r[0], NULL, 1, j.tokens[0], j.x[0],
+                                  j.experts[0], j.weights[0], 0, j.out[0]),
                      -EBUSY);
     ck_assert_ptr_nonnull(strstr(te_moe_last_error(), "not completed"));
     moe_test_kept_rank = j.r[0];
@@ -466,6 +610,9 @@ int main(void)
     tcase_add_test(t, failure_at_one_rank_does_not_stall_later_batches);
     tcase_add_test(t, failed_batch_returns_after_its_writes);
     tcase_add_test(t, unconfirmed_writes_refuse_batches_and_keep_memory);
+    tcase_add_test(t, refusal_reaches_the_other_ranks);
+    tcase_add_test(t, receive_capacity_refused_before_writing);
+    tcase_add_test(t, split_calls_and_their_misuse);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -95,6 +95,12 @@ void moe_job_inputs(struct moe_job *j, const uint32_t *tokens, uint64_t seed,
         te_moe_route_random(c, t, seed * 7919 + i, skew, j->experts[i],
                             j->weights[i]);
     }
+    uint32_t rows[TE_MOE_MAX_EXPERTS] = {0};
+    j->capacity = 1;
+    for (uint32_t i = 0; i < c->ranks; i++)
+        for (size_t k = 0; k < (size_t)j->tokens[i] * c->topk; k++)
+            if (++rows[j->experts[i][k]] > j->capacity)
+                j->capacity = rows[j->experts[i][k]];
 }
 
 struct arg {
@@ -107,9 +113,9 @@ static void *run_rank(void *p)
 {
     struct arg *a = p;
     struct moe_job *j = a->j;
-    j->rc[a->i] = te_moe_batch(j->r[a->i], a->b, j->tokens[a->i], j->x[a->i],
-                               j->experts[a->i], j->weights[a->i],
-                               j->out[a->i]);
+    j->rc[a->i] = moe_ref_batch(j->r[a->i], &j->bufs[a->i], a->b,
+                                j->tokens[a->i], j->x[a->i], j->experts[a->i],
+                                j->weights[a->i], j->capacity, j->out[a->i]);
     snprintf(j->why[a->i], sizeof(j->why[0]), "%s",
              j->rc[a->i] ? te_moe_last_error() : "");
     return NULL;
@@ -138,8 +144,8 @@ uint64_t moe_job_check(struct moe_job *j)
     for (uint32_t i = 0; i < j->c.ranks; i++) {
         size_t n = (size_t)j->tokens[i] * j->c.hidden;
         float *ref = malloc((n ? n : 1) * sizeof(float));
-        te_moe_reference(&j->c, i, j->tokens[i], j->x[i], j->experts[i],
-                         j->weights[i], ref);
+        moe_ref_dense(&j->c, j->tokens[i], j->x[i], j->experts[i],
+                      j->weights[i], ref);
         for (size_t k = 0; k < n; k++)
             bad += ref[k] != j->out[i][k];
         free(ref);
@@ -160,6 +166,7 @@ void moe_job_close(struct moe_job *j)
         free(j->experts[i]);
         free(j->weights[i]);
         free(j->out[i]);
+        moe_ref_bufs_free(&j->bufs[i]);
     }
     for (uint32_t i = 0; i < j->c.ranks; i++)
         if (j->e[i])

@@ -5,6 +5,8 @@
 
 #include <te/moe.h>
 
+#include "moe_ref.h"
+
 struct moe_job {
     te_moe_config c;
     te_engine *e[TE_MOE_MAX_RANKS];
@@ -14,6 +16,12 @@ struct moe_job {
     uint16_t *experts[TE_MOE_MAX_RANKS];
     float *weights[TE_MOE_MAX_RANKS];
     float *out[TE_MOE_MAX_RANKS];
+    /* Receive buffers and expert outputs per rank, and the rows per local
+     * expert they are given: the most any expert gets in this batch (the
+     * job sees every rank's routing; ranks * max_tokens, which cannot
+     * overflow, would be 1 GB per rank at the decode shape). */
+    struct moe_ref_bufs bufs[TE_MOE_MAX_RANKS];
+    uint32_t capacity;
     int rc[TE_MOE_MAX_RANKS];
     char why[TE_MOE_MAX_RANKS][256];
 };
@@ -24,10 +32,11 @@ struct moe_job {
 int moe_job_open(struct moe_job *j, const te_moe_config *c,
                  const char *const *settings);
 /* Tokens and routing of every rank for a batch (skew: see
- * te_moe_route_random), deterministic in seed. */
+ * te_moe_route_random), deterministic in seed; sets capacity. */
 void moe_job_inputs(struct moe_job *j, const uint32_t *tokens, uint64_t seed,
                     uint32_t skew);
-/* Run batch b on every rank at once; 0 if every rank returned 0. */
+/* Run batch b on every rank at once (dispatch, the reference experts,
+ * combine: moe_ref_batch); 0 if every rank returned 0. */
 int moe_job_batch(struct moe_job *j, uint64_t b);
 /* Compare every rank's out with the dense reference: count of differing
  * floats (exact comparison). */

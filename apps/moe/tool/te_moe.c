@@ -175,7 +175,7 @@ int main(int argc, char **argv)
 {
     te_moe_config c = {.ranks = 8, .experts = 256, .topk = 8, .hidden = 7168,
                        .dtype = TE_MOE_FP32, .max_tokens = 128,
-                       .timeout_ms = 5000, .weights_seed = 1};
+                       .timeout_ms = 5000};
     uint32_t batches = 0, skew = 0, repeat = 1, timeout = 5000;
     int have_private = 0, have_repeat = 0;
     const char *sets[MAX_SETS + 1] = {0};

@@ -9,11 +9,15 @@
  * for the counts); only when there are more than P rows does a SECOND write
  * carry the rest. A row is one token for one destination rank with the
  * expert ids and gate weights of the experts of its top-k that live there.
- * The receiver runs its experts on every row and, in combine, writes ONE
- * contiguous block back to each source: per row, the weighted sum of its
- * local experts' outputs (zero-length when it got no rows). The source sums
- * the partial results of the ranks in rank order. ImmCounters end every
- * phase; every wait has a deadline.
+ * Two calls around the application's own experts: te_moe_dispatch() hands
+ * the receiver, per local expert, the rows that chose it (in the caller's
+ * te_moe_recv); the application runs its experts; te_moe_combine() takes
+ * their outputs, writes ONE contiguous block back to each source (a head,
+ * then per row the gate-weighted sum of the local experts' outputs) and
+ * the source sums the partial results of the ranks in rank order. Both
+ * have start/wait halves. ImmCounters end every phase; every wait has a
+ * deadline. A rank that fails or refuses a batch says so in the heads it
+ * writes anyway, so the other ranks fail it at once with its reason.
  *
  * Immediates: one immediate space per rank ("te-moe"), index
  * ((batch mod 16) * R + source) * 3 + phase (0 dispatch head, 1 dispatch
@@ -55,7 +59,6 @@ typedef struct te_moe_config {
     int32_t timeout_ms;     /**< deadline of every phase (0: 5 s) */
     uint32_t naive;         /**< baseline for benchmarks: a header, then
                                  one write per row (no private buffer) */
-    uint64_t weights_seed;  /**< the experts' weights (same on every rank) */
 } te_moe_config;
 
 /** One rank (te_moe_rank_new). */
@@ -94,29 +97,116 @@ TE_API int te_moe_route_random(const te_moe_config *c, uint32_t tokens,
                                uint64_t seed, uint32_t skew, uint16_t *experts,
                                float *weights);
 
+/** Where a received row came from (one per row of te_moe_recv). */
+typedef struct te_moe_src {
+    uint32_t rank;  /**< source rank */
+    uint32_t token; /**< the token's index in the source's batch */
+    uint32_t slot;  /**< position of this expert in the token's top-k */
+    float weight;   /**< its gate weight (combine applies it) */
+} te_moe_src;
+
 /**
- * Run one batch: dispatch `tokens` tokens (fp32: tokens * hidden floats;
- * bf16: uint16) with their routing, run the local experts on what arrives,
- * combine. out receives, per token, the sum over ranks (in rank order) of
- * that rank's gate-weighted expert outputs (fp32 always). Every rank of
- * the job calls it with the same batch number. Returns 0, or an error
- * naming the rank and phase that did not complete (-ETIMEDOUT,
- * -ECONNRESET, -EINVAL for bad routing, -E2BIG for rows that would not fit,
- * checked before anything is written). Returns only once this batch's
- * writes have ended (waiting up to timeout_ms more after a failure); if
- * they have not, later batches are refused with -EBUSY until they have.
+ * The caller's receive buffers (host memory; docs/moe.md "Layout"), for
+ * the L = experts / ranks local experts of this rank, local expert l being
+ * global expert rank * L + l. Row i of local expert l:
+ *   x     + (l * capacity + i) * hidden elements (the config's dtype)
+ *   src   [l * capacity + i] (may be NULL)
+ * count[l] = the rows of l. Rows are in source-rank order, then token
+ * order: the same for the same routing. capacity: rows per local expert
+ * (ranks * max_tokens can never overflow; smaller is refused at
+ * dispatch when more rows arrive, before anything is written to x).
  */
-TE_API int te_moe_batch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
-                        const void *x, const uint16_t *experts, const float *weights,
-                        float *out);
+typedef struct te_moe_recv {
+    void *x;
+    te_moe_src *src;
+    uint32_t *count;
+    uint32_t capacity;
+} te_moe_recv;
+
+/**
+ * The local experts' outputs handed to combine: fp32, shape
+ * [experts][rows][hidden] row-major, experts = L, rows = the capacity
+ * given to dispatch, hidden = the config's. The shape and dtype are the
+ * caller's statement of what y holds: any other is refused.
+ */
+typedef struct te_moe_expert_out {
+    const float *y;
+    uint32_t dtype;   /**< TE_MOE_FP32 */
+    uint32_t experts; /**< L */
+    uint32_t rows;    /**< the dispatch capacity */
+    uint32_t hidden;  /**< the config's */
+} te_moe_expert_out;
+
+/**
+ * Start dispatching batch `batch`: `tokens` tokens (fp32: tokens * hidden
+ * floats; bf16: uint16) with their routing are staged and their writes
+ * submitted; returns without waiting for the peers' rows. x, experts and
+ * weights may be reused once it returns (they are staged). Every rank of
+ * the job calls it with the same batch number, consecutive from batch to
+ * batch. Bad input (-E2BIG more tokens than max_tokens, -EINVAL an expert
+ * out of range or chosen twice, a non-finite weight, -EALREADY a batch in
+ * progress) is refused before any row is written; the peers are then
+ * sent a head saying so (not for -EALREADY), and fail the batch naming
+ * this rank and the reason instead of waiting for its rows.
+ */
+TE_API int te_moe_dispatch_start(te_moe_rank *r, uint64_t batch, uint32_t tokens,
+                                 const void *x, const uint16_t *experts,
+                                 const float *weights);
+
+/**
+ * Wait for every source's rows of the started batch and lay them out per
+ * local expert in `recv`. Fails (-ETIMEDOUT, -ECONNRESET, -EPROTO a peer
+ * that failed the batch, -ENOSPC more rows for a local expert than
+ * recv->capacity: checked before anything is written to recv) with an
+ * error naming the rank; then every source is told (the combine head) and
+ * the batch is over (it returns once its writes have ended).
+ */
+TE_API int te_moe_dispatch_wait(te_moe_rank *r, const te_moe_recv *recv);
+
+/** te_moe_dispatch_start() then te_moe_dispatch_wait(). */
+TE_API int te_moe_dispatch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
+                           const void *x, const uint16_t *experts,
+                           const float *weights, const te_moe_recv *recv);
+
+/**
+ * Start combining the dispatched batch `batch`: per source, per row, the
+ * sum over the row's local experts (top-k order) of weight * y's row,
+ * written back in one write per source. Refused before anything is
+ * written: -EINVAL outputs of another shape or dtype than te_moe_expert_out
+ * states (the batch then fails: its sources are told), -EALREADY a batch
+ * that is not the one dispatched, or combined already.
+ */
+TE_API int te_moe_combine_start(te_moe_rank *r, uint64_t batch,
+                                const te_moe_expert_out *y);
+
+/**
+ * Wait for every rank's partial results and sum them, per token, in rank
+ * order into out (tokens * hidden floats, the tokens of the dispatch).
+ * Returns only once this batch's writes have ended (up to timeout_ms more
+ * after a failure); if they have not, later batches are refused with
+ * -EBUSY until they have.
+ */
+TE_API int te_moe_combine_wait(te_moe_rank *r, float *out);
+
+/** te_moe_combine_start() then te_moe_combine_wait(). */
+TE_API int te_moe_combine(te_moe_rank *r, uint64_t batch,
+                          const te_moe_expert_out *y, float *out);
+
+/** The rank's configuration (timeout_ms with its default filled in). */
+TE_API const te_moe_config *te_moe_rank_config(const te_moe_rank *r);
+
+/** The rank's index (its local experts are index * L .. index * L + L - 1). */
+TE_API uint32_t te_moe_rank_index(const te_moe_rank *r);
 
 /**
  * What this rank did in the last batch: writes submitted to each peer per
  * phase, and where the time went. dispatch_us runs from the start of the
  * batch to the arrival of every source's rows; it is made of pack_us
  * (staging our rows), post_us (te_submit of the dispatch writes) and the
- * wait for the peers' rows. combine_us runs from there to the summed
- * output and includes experts_us (the local experts' compute).
+ * wait for the peers' rows (to the return of te_moe_dispatch_wait).
+ * combine_us runs from there to the summed output and includes
+ * experts_us (the caller's experts: from dispatch_wait's return to
+ * combine_start).
  */
 typedef struct te_moe_stats {
     uint32_t dispatch_writes[TE_MOE_MAX_RANKS];
@@ -151,14 +241,6 @@ TE_API int te_moe_rank_disconnect(te_moe_rank *r);
  * memory they use allocated (an error logged through te_set_log_fn's sink,
  * origin "te-moe", says so). */
 TE_API void te_moe_rank_free(te_moe_rank *r);
-
-/**
- * The dense single-process reference: the same result for all ranks'
- * tokens with no network (for tests and te-moe run).
- */
-TE_API int te_moe_reference(const te_moe_config *c, uint32_t rank, uint32_t tokens,
-                            const void *x, const uint16_t *experts,
-                            const float *weights, float *out);
 
 #ifdef __cplusplus
 }

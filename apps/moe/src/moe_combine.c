@@ -1,0 +1,167 @@
+/*
+ * Combine (te/moe.h): te_moe_combine_start weights the caller's expert
+ * outputs per received row and writes one block back to each source,
+ * te_moe_combine_wait sums every rank's partial results per token.
+ *
+ * Pipelined like dispatch: a source's partial results leave as soon as its
+ * rows are weighted (a head alone when it sent none). The sum goes in rank
+ * order and, per rank, over the token's top-k slots in order: a dense
+ * reference that sums in the same order gets the same fp32 bits.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "moe_internal.h"
+
+static int check_outputs(te_moe_rank *r, const te_moe_expert_out *y)
+{
+    if (!y)
+        return moe_fail(-EINVAL, "rank %u: no expert outputs", r->rank);
+    if (y->dtype != TE_MOE_FP32 || y->experts != r->local ||
+        y->rows != r->b.capacity || y->hidden != r->c.hidden)
+        return moe_fail(-EINVAL, "rank %u: expert outputs are dtype %u "
+                        "[%u][%u][%u], combine needs fp32 (%u) [%u][%u][%u]",
+                        r->rank, y->dtype, y->experts, y->rows, y->hidden,
+                        TE_MOE_FP32, r->local, r->b.capacity, r->c.hidden);
+    if (!y->y && r->b.capacity)
+        return moe_fail(-EINVAL, "rank %u: expert outputs are NULL", r->rank);
+    return 0;
+}
+
+/* Per row of source s: its token, then sum over the row's local experts
+ * (top-k order) of weight * y's row for it. */
+static void weigh_rows(te_moe_rank *r, const te_moe_expert_out *y, uint32_t s,
+                       uint8_t *crow)
+{
+    const te_moe_config *c = &r->c;
+    uint32_t base = r->rank * r->local;
+    for (uint32_t k = 0; k < r->b.got[s]; k++, crow += r->crow_bytes) {
+        const struct moe_row_meta *m =
+            (const struct moe_row_meta *)(r->mem + r->off_rd + s * r->dslot +
+                                          sizeof(struct moe_head) +
+                                          k * r->row_bytes);
+        const uint32_t *pos = r->pos + ((size_t)s * c->max_tokens + k) * c->topk;
+        float *acc = (float *)(crow + 16);
+        memcpy(crow, &m->token, 4);
+        memset(acc, 0, c->hidden * sizeof(float));
+        for (uint32_t j = 0; j < m->nexp; j++) {
+            const float *o = y->y + ((size_t)(m->experts[j] - base) *
+                                     r->b.capacity + pos[j]) * c->hidden;
+            float w = m->weights[j];
+            for (uint32_t h = 0; h < c->hidden; h++)
+                acc[h] += w * o[h];
+        }
+    }
+}
+
+/* Refusals with no batch of ours pending here: nobody waits for us. */
+static int check_state(te_moe_rank *r, uint64_t batch)
+{
+    if (r->b.state == MOE_COMBINING && batch == r->b.batch)
+        return moe_fail(-EALREADY, "rank %u: batch %" PRIu64 " combined "
+                        "already", r->rank, batch);
+    if (r->b.state == MOE_IDLE || r->b.state == MOE_COMBINING)
+        return moe_fail(-EALREADY, "rank %u: batch %" PRIu64 " was not "
+                        "dispatched (or is over)", r->rank, batch);
+    return 0;
+}
+
+int te_moe_combine_start(te_moe_rank *r, uint64_t batch,
+                         const te_moe_expert_out *y)
+{
+    const te_moe_config *c = &r->c;
+    int rc = check_state(r, batch);
+    if (rc)
+        return rc;
+    r->st.experts_us = (double)(moe_now_ns() - r->b.t_dispatched) / 1e3;
+    /* Batch b is pending here and its sources wait for our results: a
+     * refusal now fails it, and they are told. */
+    if (r->b.state != MOE_DISPATCHED || batch != r->b.batch)
+        rc = moe_fail(-EALREADY, "rank %u: combine of batch %" PRIu64 " while "
+                      "batch %" PRIu64 " is %s", r->rank, batch, r->b.batch,
+                      r->b.state == MOE_DISPATCHING ? "still dispatching"
+                                                    : "dispatched");
+    if (!rc)
+        rc = check_outputs(r, y);
+    if (rc) {
+        /* The pending batch cannot end well here: tell its sources. */
+        moe_tell_peers(r, rc, 1);
+        return moe_end_batch(r, rc);
+    }
+    uint64_t deadline = moe_now_ns() + r->b.phase_ns;
+    for (uint32_t i = 1; i <= c->ranks; i++) {
+        uint32_t s = (r->rank + i) % c->ranks;
+        int mine = s == r->rank;
+        size_t stage = mine ? r->off_rc + r->rank * r->cslot
+                            : r->off_sc + s * r->cslot;
+        struct moe_head *h = (struct moe_head *)(r->mem + stage);
+        memset(h, 0, sizeof(*h));
+        h->rows = r->b.got[s];
+        h->batch = batch;
+        weigh_rows(r, y, s, r->mem + stage + sizeof(*h));
+        if (!mine && (rc = moe_put(r, s, stage,
+                                   r->off_rc + r->rank * r->cslot,
+                                   sizeof(*h) + r->b.got[s] * r->crow_bytes,
+                                   MOE_PH_COMBINE, deadline, 1)))
+            return moe_end_batch(r, rc);
+    }
+    r->b.state = MOE_COMBINING;
+    return 0;
+}
+
+/* Sum the partial results in rank order (the reference's order). */
+static int sum_rows(te_moe_rank *r, float *out)
+{
+    const te_moe_config *c = &r->c;
+    memset(out, 0, (size_t)r->b.tokens * c->hidden * sizeof(float));
+    for (uint32_t d = 0; d < c->ranks; d++)
+        for (uint32_t k = 0; k < r->b.n[d]; k++) {
+            const uint8_t *crow = r->mem + r->off_rc + d * r->cslot +
+                                  sizeof(struct moe_head) + k * r->crow_bytes;
+            uint32_t t;
+            memcpy(&t, crow, 4);
+            if (t >= r->b.tokens)
+                return moe_fail(-EPROTO, "rank %u: combine row %u from rank "
+                                "%u names token %u", r->rank, k, d, t);
+            const float *p = (const float *)(crow + 16);
+            float *o = out + (size_t)t * c->hidden;
+            for (uint32_t e = 0; e < c->hidden; e++)
+                o[e] += p[e];
+        }
+    return 0;
+}
+
+int te_moe_combine_wait(te_moe_rank *r, float *out)
+{
+    const te_moe_config *c = &r->c;
+    if (r->b.state != MOE_COMBINING)
+        return moe_fail(-EALREADY, "rank %u: no combine started", r->rank);
+    int rc = 0;
+    if (!out && r->b.tokens)
+        rc = moe_fail(-EINVAL, "rank %u: NULL output", r->rank);
+    uint64_t deadline = moe_now_ns() + r->b.phase_ns;
+    for (uint32_t i = 1; !rc && i < c->ranks; i++) {
+        uint32_t d = (r->rank + c->ranks - i) % c->ranks;
+        const struct moe_head *h =
+            (const struct moe_head *)(r->mem + r->off_rc + d * r->cslot);
+        rc = moe_wait_imm(r, d, MOE_PH_COMBINE, 1, deadline, "combine");
+        if (!rc)
+            rc = moe_check_head(r, h, d, r->b.n[d], "combine");
+        if (!rc && h->rows != r->b.n[d])
+            rc = moe_fail(-EPROTO, "rank %u: rank %u returned %u rows, %u "
+                          "sent", r->rank, d, h->rows, r->b.n[d]);
+    }
+    if (!rc)
+        rc = sum_rows(r, out);
+    r->st.combine_us = (double)(moe_now_ns() - r->b.t_dispatched) / 1e3;
+    return moe_end_batch(r, rc);
+}
+
+int te_moe_combine(te_moe_rank *r, uint64_t batch, const te_moe_expert_out *y,
+                   float *out)
+{
+    int rc = te_moe_combine_start(r, batch, y);
+    return rc ? rc : te_moe_combine_wait(r, out);
+}

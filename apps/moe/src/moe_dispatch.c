@@ -1,0 +1,287 @@
+/*
+ * Dispatch (te/moe.h): te_moe_dispatch_start stages and writes our rows,
+ * te_moe_dispatch_wait receives every source's rows and lays them out per
+ * local expert in the caller's te_moe_recv.
+ *
+ * Pipelined per destination: the rows for destination d are staged (token
+ * order) and its write is submitted as soon as they are, so the transfer
+ * to d overlaps the staging for the next destination; the first write
+ * (head + the first P rows, into d's private buffer for us) leaves before
+ * the rest is staged. Our own rows are staged last, straight into our
+ * receive slot (no network, no second copy).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "moe_internal.h"
+
+/* The inputs of a batch. */
+struct batch_in {
+    const void *x;
+    const uint16_t *experts;
+    const float *weights;
+    uint32_t tokens;
+    size_t elem;
+};
+
+/* Stage `count` rows for destination d at `row`, continuing the scan of
+ * the tokens at *cursor (rows go in token order). */
+static void stage_rows(te_moe_rank *r, const struct batch_in *in, uint32_t d,
+                       uint32_t *cursor, uint32_t count, uint8_t *row)
+{
+    const te_moe_config *c = &r->c;
+    uint64_t t0 = moe_now_ns();
+    while (count && *cursor < in->tokens) {
+        uint32_t t = (*cursor)++;
+        const uint16_t *ex = in->experts + (size_t)t * c->topk;
+        struct moe_row_meta m = {.token = t};
+        for (uint32_t j = 0; j < c->topk; j++)
+            if (ex[j] / r->local == d) {
+                m.experts[m.nexp] = ex[j];
+                m.slots[m.nexp] = (uint8_t)j;
+                m.weights[m.nexp++] = in->weights[(size_t)t * c->topk + j];
+            }
+        if (!m.nexp)
+            continue;
+        memcpy(row, &m, sizeof(m));
+        memcpy(row + sizeof(m),
+               (const uint8_t *)in->x + (size_t)t * c->hidden * in->elem,
+               c->hidden * in->elem);
+        row += r->row_bytes;
+        count--;
+    }
+    r->b.pack_ns += moe_now_ns() - t0;
+}
+
+/* Dispatch to remote d: head + the first P rows into our private buffer at
+ * d, then the rest in one write (naive: the head alone, then one write per
+ * row). */
+static int dispatch_to(te_moe_rank *r, const struct batch_in *in, uint32_t d,
+                       uint64_t deadline)
+{
+    const te_moe_config *c = &r->c;
+    uint32_t rows = r->b.n[d];
+    uint32_t P = c->naive ? 0 : c->private_rows;
+    size_t src = r->off_sd + d * r->dslot;
+    size_t dst = r->off_rd + r->rank * r->dslot; /* our slot at d */
+    size_t H = sizeof(struct moe_head);
+    struct moe_head *h = (struct moe_head *)(r->mem + src);
+    memset(h, 0, H);
+    h->rows = rows;
+    h->batch = r->b.batch;
+    uint32_t cursor = 0, first = rows < P ? rows : P;
+    stage_rows(r, in, d, &cursor, first, r->mem + src + H);
+    int rc = moe_put(r, d, src, dst, H + first * r->row_bytes, MOE_PH_HEAD,
+                     deadline, 0);
+    uint32_t step = c->naive ? 1 : rows - first;
+    for (uint32_t at = first; !rc && at < rows; at += step) {
+        size_t off = H + at * r->row_bytes;
+        stage_rows(r, in, d, &cursor, step, r->mem + src + off);
+        rc = moe_put(r, d, src + off, dst + off, step * r->row_bytes,
+                     MOE_PH_REST, deadline, 0);
+    }
+    r->st.rows_sent += rows;
+    return rc;
+}
+
+/* Rows per destination (the heads need them before any staging), then
+ * dispatch destination by destination; our own rows last. */
+static int send_rows(te_moe_rank *r, const struct batch_in *in)
+{
+    const te_moe_config *c = &r->c;
+    uint64_t deadline = r->b.t0 + r->b.phase_ns;
+    for (uint32_t t = 0; t < in->tokens; t++) {
+        uint64_t dests = 0;
+        for (uint32_t j = 0; j < c->topk; j++)
+            dests |= 1ull << (in->experts[(size_t)t * c->topk + j] / r->local);
+        for (uint32_t d = 0; d < c->ranks; d++)
+            r->b.n[d] += (uint32_t)(dests >> d & 1);
+    }
+    for (uint32_t i = 1; i < c->ranks; i++) {
+        int rc = dispatch_to(r, in, (r->rank + i) % c->ranks, deadline);
+        if (rc)
+            return rc;
+    }
+    uint8_t *self = r->mem + r->off_rd + r->rank * r->dslot;
+    struct moe_head *sh = (struct moe_head *)self;
+    memset(sh, 0, sizeof(*sh));
+    sh->rows = r->b.n[r->rank];
+    sh->batch = r->b.batch;
+    uint32_t cursor = 0;
+    stage_rows(r, in, r->rank, &cursor, r->b.n[r->rank],
+               self + sizeof(struct moe_head));
+    return 0;
+}
+
+/* Problems with the rank itself (not this batch's input): refused without
+ * telling anyone, the batch was never started here. */
+static int check_rank(te_moe_rank *r)
+{
+    if (r->b.state != MOE_IDLE)
+        return moe_fail(-EALREADY, "rank %u: batch %" PRIu64 " still in "
+                        "progress (dispatch_wait or combine not done)",
+                        r->rank, r->b.batch);
+    for (uint32_t d = 0; d < r->c.ranks; d++)
+        if (d != r->rank && !r->peers[d].connected)
+            return moe_fail(-ENOTCONN, "rank %u: rank %u not connected",
+                            r->rank, d);
+    return moe_check_usable(r);
+}
+
+static int check_input(te_moe_rank *r, uint32_t tokens, const void *x,
+                       const uint16_t *experts, const float *weights)
+{
+    const te_moe_config *c = &r->c;
+    if (tokens > c->max_tokens)
+        return moe_fail(-E2BIG, "rank %u: %u tokens, buffers hold %u",
+                        r->rank, tokens, c->max_tokens);
+    if (tokens && (!x || !experts || !weights))
+        return moe_fail(-EINVAL, "rank %u: NULL input", r->rank);
+    return moe_check_routing(c, tokens, experts, weights);
+}
+
+int te_moe_dispatch_start(te_moe_rank *r, uint64_t batch, uint32_t tokens,
+                          const void *x, const uint16_t *experts,
+                          const float *weights)
+{
+    int rc = check_rank(r);
+    if (rc)
+        return rc;
+    moe_begin_batch(r, batch);
+    r->b.tokens = tokens;
+    if ((rc = check_input(r, tokens, x, experts, weights))) {
+        moe_tell_peers(r, rc, 0);
+        return moe_end_batch(r, rc);
+    }
+    struct batch_in in = {x, experts, weights, tokens,
+                          r->c.dtype == TE_MOE_BF16 ? 2 : 4};
+    if ((rc = send_rows(r, &in)))
+        return moe_end_batch(r, rc);
+    r->b.state = MOE_DISPATCHING;
+    return 0;
+}
+
+/* The head of every source, then its rest if any. */
+static int receive_rows(te_moe_rank *r)
+{
+    const te_moe_config *c = &r->c;
+    uint64_t deadline = r->b.t0 + r->b.phase_ns;
+    uint32_t P = c->naive ? 0 : c->private_rows;
+    int rc;
+    for (uint32_t i = 1; i < c->ranks; i++) {
+        uint32_t s = (r->rank + c->ranks - i) % c->ranks;
+        if ((rc = moe_wait_imm(r, s, MOE_PH_HEAD, 1, deadline, "dispatch")))
+            return rc;
+        const struct moe_head *h =
+            (const struct moe_head *)(r->mem + r->off_rd + s * r->dslot);
+        if ((rc = moe_check_head(r, h, s, c->max_tokens, "dispatch")))
+            return rc;
+        r->b.got[s] = h->rows;
+        uint32_t rest = h->rows > P ? h->rows - P : 0;
+        if (rest && (rc = moe_wait_imm(r, s, MOE_PH_REST, c->naive ? rest : 1,
+                                       deadline, "dispatch rest")))
+            return rc;
+        r->st.rows_received += h->rows;
+    }
+    r->b.got[r->rank] = r->b.n[r->rank];
+    return 0;
+}
+
+static const struct moe_row_meta *row_meta(const te_moe_rank *r, uint32_t s,
+                                           uint32_t k)
+{
+    return (const struct moe_row_meta *)(r->mem + r->off_rd + s * r->dslot +
+                                         sizeof(struct moe_head) +
+                                         k * r->row_bytes);
+}
+
+/* Rows per local expert, checked against the capacity (and the metas
+ * against the config) before anything is written to recv. */
+static int count_rows(te_moe_rank *r, const te_moe_recv *recv)
+{
+    const te_moe_config *c = &r->c;
+    uint32_t base = r->rank * r->local, count[TE_MOE_MAX_EXPERTS] = {0};
+    for (uint32_t s = 0; s < c->ranks; s++)
+        for (uint32_t k = 0; k < r->b.got[s]; k++) {
+            const struct moe_row_meta *m = row_meta(r, s, k);
+            if (m->nexp > c->topk || m->token >= c->max_tokens)
+                return moe_fail(-EPROTO, "rank %u: row %u from rank %u is "
+                                "corrupt", r->rank, k, s);
+            for (uint32_t j = 0; j < m->nexp; j++)
+                if (m->experts[j] < base || m->experts[j] >= base + r->local)
+                    return moe_fail(-EPROTO, "rank %u: row %u from rank %u "
+                                    "names expert %u, not ours", r->rank, k,
+                                    s, m->experts[j]);
+                else
+                    count[m->experts[j] - base]++;
+        }
+    for (uint32_t l = 0; l < r->local; l++)
+        if (count[l] > recv->capacity)
+            return moe_fail(-ENOSPC, "rank %u: expert %u gets %u rows, "
+                            "capacity %u", r->rank, base + l, count[l],
+                            recv->capacity);
+    return 0;
+}
+
+/* Copy every row's token to each of its local experts (sources in rank
+ * order, rows in token order) and remember where, for combine. */
+static void lay_out(te_moe_rank *r, const te_moe_recv *recv)
+{
+    const te_moe_config *c = &r->c;
+    size_t tok = r->row_bytes - sizeof(struct moe_row_meta);
+    uint32_t base = r->rank * r->local;
+    memset(recv->count, 0, r->local * sizeof(uint32_t));
+    for (uint32_t s = 0; s < c->ranks; s++)
+        for (uint32_t k = 0; k < r->b.got[s]; k++) {
+            const struct moe_row_meta *m = row_meta(r, s, k);
+            uint32_t *pos = r->pos + ((size_t)s * c->max_tokens + k) * c->topk;
+            for (uint32_t j = 0; j < m->nexp; j++) {
+                uint32_t l = m->experts[j] - base, i = recv->count[l]++;
+                size_t at = (size_t)l * recv->capacity + i;
+                memcpy((uint8_t *)recv->x + at * tok, m + 1, tok);
+                if (recv->src)
+                    recv->src[at] = (te_moe_src){s, m->token, m->slots[j],
+                                                 m->weights[j]};
+                pos[j] = i;
+            }
+        }
+}
+
+int te_moe_dispatch_wait(te_moe_rank *r, const te_moe_recv *recv)
+{
+    if (r->b.state != MOE_DISPATCHING)
+        return moe_fail(-EALREADY, "rank %u: no dispatch started", r->rank);
+    int rc = 0;
+    if (!recv || !recv->x || !recv->count || !recv->capacity)
+        rc = moe_fail(-EINVAL, "rank %u: recv needs x, count and a "
+                      "capacity", r->rank);
+    if (!rc)
+        rc = receive_rows(r);
+    if (!rc)
+        rc = count_rows(r, recv);
+    uint64_t now = moe_now_ns();
+    r->st.dispatch_us = (double)(now - r->b.t0) / 1e3;
+    r->st.pack_us = (double)r->b.pack_ns / 1e3;
+    r->st.post_us = (double)r->b.post_ns / 1e3;
+    if (rc) {
+        /* Nobody gets our partial results: say so instead. */
+        moe_tell_peers(r, rc, 1);
+        return moe_end_batch(r, rc);
+    }
+    lay_out(r, recv);
+    r->b.capacity = recv->capacity;
+    r->b.state = MOE_DISPATCHED;
+    r->b.t_dispatched = moe_now_ns();
+    r->st.dispatch_us = (double)(r->b.t_dispatched - r->b.t0) / 1e3;
+    return 0;
+}
+
+int te_moe_dispatch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
+                    const void *x, const uint16_t *experts,
+                    const float *weights, const te_moe_recv *recv)
+{
+    int rc = te_moe_dispatch_start(r, batch, tokens, x, experts, weights);
+    return rc ? rc : te_moe_dispatch_wait(r, recv);
+}
