@@ -249,7 +249,9 @@ struct te_mr {
     size_t len;
     uint32_t access;
     uint32_t mem_kind;
-    _Atomic int64_t users;   /* requests in flight using it */
+    /* Requests in flight using it, plus TE_MR_CLAIMED while te_mr_dereg
+     * or te_mr_revoke owns it (mr.c: te_mr_hold refuses then). */
+    _Atomic int64_t users;
     te_plugin_mr *pmr[TE_MAX_NICS];
     struct te_plugin_mr_info info[TE_MAX_NICS];
 };
@@ -337,6 +339,12 @@ void te_req_free(struct te_req *q);
 
 /* mr.c: deregister on every NIC and free (already unlinked). */
 int te_mr_release(struct te_mr *mr);
+/* mr.c: a request's reference, taken before te_submit reads anything of
+ * the registration but its immutable fields: 0, or -EBUSY (with message)
+ * while te_mr_dereg/te_mr_revoke holds it. te_mr_unhold drops it. */
+#define TE_MR_CLAIMED ((int64_t)1 << 62)
+int te_mr_hold(struct te_mr *mr, const char *what);
+void te_mr_unhold(struct te_mr *mr);
 
 /* log.c: te_log formats a core message (origin "core") when level passes
  * the process threshold and, with an engine, its engine.log_level;

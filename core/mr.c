@@ -1,5 +1,6 @@
 /* Memory registration across every NIC of a group. */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 #include "cuda_pointer.h"
 #include "engine_internal.h"
 #include "paths.h"
+#include "te_clock.h"
 #include "te_error.h"
 
 static uint32_t plugin_access(uint32_t access)
@@ -82,15 +84,66 @@ TE_API int te_mr_reg(te_engine *e, int group, void *addr, size_t len,
     return 0;
 }
 
+/*
+ * A request holds its registration from before te_submit reads it until
+ * te_req_free; te_mr_dereg and te_mr_revoke claim it only when nobody
+ * holds it, in one compare-and-swap of users from 0 to TE_MR_CLAIMED. So
+ * either the submit's hold comes first (the claim fails: -EBUSY) or the
+ * claim does (the hold fails: -EBUSY): never a request on a registration
+ * being freed or re-keyed. A submit that finds the claim backs its
+ * increment out; the claimer waits for those few instructions before it
+ * touches the registration.
+ */
+int te_mr_hold(struct te_mr *mr, const char *what)
+{
+    int64_t old = atomic_fetch_add_explicit(&mr->users, 1,
+                                            memory_order_acquire);
+    if (!(old & TE_MR_CLAIMED))
+        return 0;
+    atomic_fetch_sub_explicit(&mr->users, 1, memory_order_release);
+    return te_fail(-EBUSY, "%s: the registration at %p is being "
+                   "deregistered or revoked by another thread", what,
+                   (void *)mr->addr);
+}
+
+void te_mr_unhold(struct te_mr *mr)
+{
+    atomic_fetch_sub_explicit(&mr->users, 1, memory_order_release);
+}
+
+static int claim(struct te_mr *mr, const char *fn)
+{
+    int64_t seen = 0;
+    if (!atomic_compare_exchange_strong_explicit(
+            &mr->users, &seen, TE_MR_CLAIMED, memory_order_acq_rel,
+            memory_order_acquire)) {
+        if (seen & TE_MR_CLAIMED)
+            return te_fail(-EBUSY, "%s: another thread is deregistering or "
+                           "revoking this registration", fn);
+        return te_fail(-EBUSY, "%s: %lld requests in flight still use this "
+                       "registration", fn, (long long)seen);
+    }
+    /* Submits that incremented after the claim are backing out. */
+    for (unsigned spins = 0; atomic_load_explicit(&mr->users,
+                                                  memory_order_acquire) !=
+                             TE_MR_CLAIMED;
+         spins++) {
+        if (spins < 64)
+            te_cpu_relax();
+        else
+            sched_yield();
+    }
+    return 0;
+}
+
 TE_API int te_mr_dereg(te_engine *e, te_mr *mr)
 {
     te_error_clear();
     if (!e || !mr || mr->e != e)
         return te_fail(-EINVAL, "te_mr_dereg: bad engine or registration");
-    int64_t users = atomic_load_explicit(&mr->users, memory_order_acquire);
-    if (users)
-        return te_fail(-EBUSY, "te_mr_dereg: %lld requests in flight still "
-                       "use this registration", (long long)users);
+    int rc = claim(mr, "te_mr_dereg");
+    if (rc)
+        return rc;
     pthread_mutex_lock(&mr->g->mr_lock);
     mr->link.prev->next = mr->link.next;
     mr->link.next->prev = mr->link.prev;
@@ -112,15 +165,24 @@ int te_mr_release(struct te_mr *mr)
     return first;
 }
 
+static int rekey(te_engine *e, te_mr *mr, te_mr_desc *new_desc);
+
 TE_API int te_mr_revoke(te_engine *e, te_mr *mr, te_mr_desc *new_desc)
 {
     te_error_clear();
     if (!e || !mr || mr->e != e)
         return te_fail(-EINVAL, "te_mr_revoke: bad engine or registration");
-    int64_t users = atomic_load_explicit(&mr->users, memory_order_acquire);
-    if (users)
-        return te_fail(-EBUSY, "te_mr_revoke: %lld requests in flight still "
-                       "use this registration", (long long)users);
+    int rc = claim(mr, "te_mr_revoke");
+    if (rc)
+        return rc;
+    rc = rekey(e, mr, new_desc);
+    atomic_store_explicit(&mr->users, 0, memory_order_release);
+    return rc;
+}
+
+/* te_mr_revoke's work, on a claimed registration. */
+static int rekey(te_engine *e, te_mr *mr, te_mr_desc *new_desc)
+{
     const struct te_plugin_ops *P = e->plugin.ops;
     struct te_group *g = mr->g;
     te_plugin_mr *fresh[TE_MAX_NICS];

@@ -351,20 +351,28 @@ static void expand(te_engine *e, struct te_group *g, struct te_req *q,
     (void)e;
 }
 
-static void hold_mr(struct te_req *q, te_mr *mr)
+/* The local registration a request reads from or writes into (NULL for
+ * barriers and sends, or when the caller left it out: validate says so). */
+static te_mr *local_mr(const te_request *r)
 {
-    if (!mr)
-        return;
-    atomic_fetch_add_explicit(&mr->users, 1, memory_order_relaxed);
-    q->mrs[q->mrs[0] ? 1 : 0] = mr;
+    switch (r->op) {
+    case TE_OP_WRITE:
+    case TE_OP_READ:
+        return r->u.xfer.local;
+    case TE_OP_PAGED:
+        return r->u.paged.src;
+    case TE_OP_SCATTER:
+        return r->u.scatter.src;
+    default:
+        return NULL;
+    }
 }
 
 void te_req_free(struct te_req *q)
 {
     for (int i = 0; i < 2; i++)
         if (q->mrs[i])
-            atomic_fetch_sub_explicit(&q->mrs[i]->users, 1,
-                                      memory_order_release);
+            te_mr_unhold(q->mrs[i]);
     if (!te_req_pool_put(&q->g->e->req_pool, q))
         free(q);
 }
@@ -398,10 +406,18 @@ TE_API int64_t te_submit(te_engine *e, const te_request *r)
                                            memory_order_relaxed) % k;
         k = 1;
     }
-    struct req_layout lay;
-    int rc = validate(e, g, r, k, &lay);
+    /* Held before anything of it is read, so that te_mr_dereg/revoke on
+     * another thread either sees this request or makes it fail here. */
+    te_mr *local = local_mr(r);
+    int rc = local ? te_mr_hold(local, op_name(r->op)) : 0;
     if (rc)
         return rc;
+    struct req_layout lay;
+    if ((rc = validate(e, g, r, k, &lay))) {
+        if (local)
+            te_mr_unhold(local);
+        return rc;
+    }
 
     size_t size = sizeof(struct te_req) +
                   (size_t)lay.ncursors * sizeof(struct te_cursor) +
@@ -411,10 +427,14 @@ TE_API int64_t te_submit(te_engine *e, const te_request *r)
     struct te_req *q = te_req_pool_get(&e->req_pool, size);
     if (!q)
         q = malloc(size);
-    if (!q)
+    if (!q) {
+        if (local)
+            te_mr_unhold(local);
         return te_fail(-ENOMEM, "%s: cannot allocate %zu bytes",
                        op_name(r->op), size);
+    }
     memset(q, 0, sizeof(*q));
+    q->mrs[0] = local; /* the hold is the request's: te_req_free drops it */
     q->r = *r;
     q->g = g;
     q->cursors = (struct te_cursor *)(q + 1);
@@ -425,7 +445,6 @@ TE_API int64_t te_submit(te_engine *e, const te_request *r)
     case TE_OP_WRITE:
     case TE_OP_READ:
         q->r.u.xfer.remote = NULL; /* in the cursors; not kept */
-        hold_mr(q, r->u.xfer.local);
         break;
     case TE_OP_PAGED: {
         uint32_t *idx = q->extra;
@@ -443,13 +462,11 @@ TE_API int64_t te_submit(te_engine *e, const te_request *r)
                offsetof(te_mr_desc, nic) +
                    r->u.paged.dst->nic_count * sizeof(r->u.paged.dst->nic[0]));
         q->r.u.paged.dst = &q->descs[0];
-        hold_mr(q, r->u.paged.src);
         break;
     }
     case TE_OP_SCATTER:
         /* Destinations live on in the cursors only (expand below). */
         q->r.u.scatter.dsts = NULL;
-        hold_mr(q, r->u.scatter.src);
         break;
     case TE_OP_BARRIER:
         q->r.u.barrier.dsts = NULL;

@@ -357,9 +357,12 @@ TE_API int te_mr_reg(te_engine *e, int group, void *addr, size_t len,
  * can still land in the region. -EBUSY while local requests still use it
  * (mr stays valid). Any other error comes from a NIC that refused to
  * deregister: mr is freed all the same (do not use it again), but that NIC
- * may still honour its key, so keep the memory out of reuse. A request
- * that uses mr must not be submitted concurrently with this call: -EBUSY
- * covers requests already submitted, not one racing with it.
+ * may still honour its key, so keep the memory out of reuse. Safe against
+ * te_submit on other threads: the decision is one atomic step, so either
+ * a request took the registration first (this call: -EBUSY) or this call
+ * did (that te_submit: -EBUSY, "being deregistered or revoked"); no
+ * request ever runs on a registration being freed. Like free(), the
+ * handle must not be used once this call has returned 0.
  */
 TE_API int te_mr_dereg(te_engine *e, te_mr *mr);
 
@@ -400,9 +403,9 @@ TE_API int te_mr_describe(const te_mr *mr, te_mr_desc *out);
  * If an old key's deregistration fails (-EIO and the like), the
  * registration already holds the new keys but that old key may still be
  * honoured: treat the memory as writable by old holders (quarantine it).
- * Like te_mr_dereg(), not to be called while another thread may submit a
- * request that uses mr (the -EBUSY answer covers requests already
- * submitted, not one racing with the call).
+ * As with te_mr_dereg(), a te_submit on another thread that
+ * uses mr either came first (this call: -EBUSY) or fails with -EBUSY while
+ * the keys are being replaced; no request runs on half-replaced keys.
  */
 TE_API int te_mr_revoke(te_engine *e, te_mr *mr, te_mr_desc *new_desc);
 
