@@ -196,9 +196,13 @@ static int run_decode(const struct opts *o)
     }
     te_kv_member m[64];
     int n = 0;
-    double deadline = kv_tool_now_s() + 30;
+    /* The demo's own prefillers are watched (one that exits ends the wait
+     * at once), so their start-up, slow on a loaded machine (an engine and
+     * a buffer of layers x pages each), gets longer than unknown ones. */
+    int wait_s = o->nchildren ? 120 : 30;
+    double deadline = kv_tool_now_s() + wait_s;
     while ((n = te_kv_store_list(st, "prefill", m, 64)) < (int)o->prefillers &&
-           kv_tool_now_s() < deadline)
+           kv_tool_now_s() < deadline && !kv_tool_child_exited(o))
         usleep(50000);
     /* Every failure below leaves through `out`, which frees what exists. */
     te_engine *e = NULL;
@@ -206,8 +210,9 @@ static int run_decode(const struct opts *o)
     int ok = 0;
     g_dec = NULL;
     if (n < (int)o->prefillers) {
-        fprintf(stderr, "te-kv decode: %d of %u prefillers in the store "
-                "after 30 s\n", n < 0 ? 0 : n, o->prefillers);
+        if (kv_tool_now_s() >= deadline) /* else a child said why */
+            fprintf(stderr, "te-kv decode: %d of %u prefillers in the store "
+                    "after %d s\n", n < 0 ? 0 : n, o->prefillers, wait_s);
         goto out;
     }
     e = kv_tool_engine(o);
@@ -333,6 +338,22 @@ void kv_tool_decode_summary(const struct opts *o, struct tally *t,
 
 /* --------------------------------------------------------------- demo */
 
+int kv_tool_child_exited(const struct opts *o)
+{
+    for (uint32_t i = 0; i < o->nchildren; i++) {
+        int st;
+        if (o->children[i] > 0 &&
+            waitpid(o->children[i], &st, WNOHANG) == o->children[i]) {
+            o->children[i] = 0; /* reaped: never signalled or waited again */
+            fprintf(stderr, "te-kv demo: prefiller process %u exited (%s %d) "
+                    "before it registered\n", i, WIFEXITED(st) ? "status"
+                    : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int run_demo(struct opts *o)
 {
     char dir[] = "/tmp/te-kv-demo-XXXXXX";
@@ -354,11 +375,16 @@ static int run_demo(struct opts *o)
         }
     }
     printf("te-kv demo: %u prefiller processes, store %s\n", np, url);
+    fflush(stdout);
+    o->children = pids;
+    o->nchildren = np;
     int rc = run_decode(o);
     for (uint32_t i = 0; i < np; i++)
-        kill(pids[i], SIGTERM);
+        if (pids[i] > 0) /* 0: exited early and reaped (kill(0) = our group) */
+            kill(pids[i], SIGTERM);
     for (uint32_t i = 0; i < np; i++)
-        waitpid(pids[i], NULL, 0);
+        if (pids[i] > 0)
+            waitpid(pids[i], NULL, 0);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd)) {}
@@ -568,6 +594,14 @@ int main(int argc, char **argv)
     if (o.nsets > 32) {
         fprintf(stderr, "te-kv: --set: at most 32\n");
         return 2;
+    }
+    for (int i = 0; i < o.nsets; i++) {
+        const char *dot = strchr(o.sets[i], '.'), *eq = strchr(o.sets[i], '=');
+        if (!dot || !eq || dot == o.sets[i] || eq < dot + 2) {
+            fprintf(stderr, "te-kv: --set \"%s\": expected section.key=value\n",
+                    o.sets[i]);
+            return 2;
+        }
     }
     te_kv_shape shape;
     /* Every role but members needs the model: refused here, once, before

@@ -4,6 +4,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <te/kv.h>
 
@@ -22,6 +23,10 @@ struct opts {
     int poison, allow_failed;
     const char *sets[32];
     int nsets;
+    /* demo: its prefiller processes, watched while decode waits for them
+     * (an entry becomes 0 once reaped) */
+    pid_t *children;
+    uint32_t nchildren;
 };
 
 /* Outcomes of a run's requests, filled by kv_tool_on_done(). */
@@ -41,6 +46,10 @@ int kv_tool_shape_of(const struct opts *o, te_kv_shape *s);
 te_engine *kv_tool_engine(const struct opts *o);
 /* te_kv_done_fn: counts, verifies and releases (arg: struct tally). */
 void kv_tool_on_done(uint64_t id, int status, const char *why, void *arg);
+
+/* demo: 1 (with a message) if one of o->children exited, which is then
+ * reaped and its entry set to 0; 0 otherwise, or without children. */
+int kv_tool_child_exited(const struct opts *o);
 
 /* decode's result line: only completed requests count as bytes moved and
  * verified; with none, it says nothing arrived (dt: seconds of the run). */
