@@ -17,9 +17,6 @@
 #include "nic_guard.h"
 #include "te_error.h"
 
-/* Statuses are 0 or a negative errno value (te_strerror's range). */
-#define TE_ERRNO_MAX 4095
-
 void te_guard_fail(struct te_engine *e, struct te_group *g, struct te_nic *n,
                    const char *fmt, ...)
 {
@@ -87,8 +84,8 @@ static const char *kind_word(uint32_t kind)
                                                                 : "PEER_DOWN";
 }
 
-int te_guard_entry(struct te_engine *e, struct te_group *g, struct te_nic *n,
-                   struct te_plugin_cq_entry *ce)
+int te_guard_entry_full(struct te_engine *e, struct te_group *g,
+                        struct te_nic *n, struct te_plugin_cq_entry *ce)
 {
     if (ce->kind == TE_PCQ_IMM)
         return 0; /* nothing of ours to check: status and len are unused */

@@ -11,6 +11,9 @@
 
 #include "worker.h"
 
+/* Statuses are 0 or a negative errno value (te_strerror's range). */
+#define TE_ERRNO_MAX 4095
+
 /**
  * post() of ops[0..cnt) on NIC n through the guard: the ops' contexts are
  * handed to the plugin as checked ones and restored in ops[] for those not
@@ -29,13 +32,33 @@ int te_guard_post(struct te_engine *e, struct te_group *g, struct te_nic *n,
 int te_guard_poll_count(struct te_engine *e, struct te_group *g,
                         struct te_nic *n, int got, int max);
 
+/** te_guard_entry's whole check (every kind and case). */
+int te_guard_entry_full(struct te_engine *e, struct te_group *g,
+                        struct te_nic *n, struct te_plugin_cq_entry *ce);
+
 /**
  * Checks one entry poll() returned and, for LOCAL and RECV, gives it back
  * the core's own context: 0 if it may be handled, else the NIC is failed
  * (the entry and those after it are not handled; te_guard_sweep follows).
+ * Inline for the common entries (an immediate; a write/read/send's LOCAL
+ * with 0 or -errno and an outstanding context): a few compares, no call
+ * (measured with callgrind on te-bench --test imm: the out-of-line check
+ * cost 25 instructions per entry).
  */
-int te_guard_entry(struct te_engine *e, struct te_group *g, struct te_nic *n,
-                   struct te_plugin_cq_entry *ce);
+static inline int te_guard_entry(struct te_engine *e, struct te_group *g,
+                                 struct te_nic *n,
+                                 struct te_plugin_cq_entry *ce)
+{
+    if (ce->kind == TE_PCQ_IMM)
+        return 0; /* nothing of ours to check: status and len are unused */
+    struct te_op_slot *s = te_op_table_peek(&n->posted, ce->context);
+    if (ce->kind == TE_PCQ_LOCAL && s && TE_CTX_TAG(s->ctx) != TE_CTX_RECV &&
+        ce->status <= 0 && ce->status >= -TE_ERRNO_MAX) {
+        ce->context = te_op_table_release(&n->posted, s);
+        return 0;
+    }
+    return te_guard_entry_full(e, g, n, ce);
+}
 
 /**
  * Fail NIC n for a broken contract: logs one error line naming the plugin,

@@ -18,6 +18,7 @@
 #ifndef TE_CORE_OP_TABLE_H
 #define TE_CORE_OP_TABLE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /** Most operations a NIC can hold at once through the core. */
@@ -66,23 +67,43 @@ static inline uint64_t te_op_table_take(struct te_op_table *t, uint64_t ctx)
     return (uint64_t)s->gen << 32 | i;
 }
 
+/** The slot of wire context w if its operation is outstanding, else NULL
+ *  (nothing changes). */
+static inline struct te_op_slot *te_op_table_peek(struct te_op_table *t,
+                                                  uint64_t w)
+{
+    uint32_t i = (uint32_t)w, gen = (uint32_t)(w >> 32);
+    if (i >= t->cap || !(gen & 1u) || t->slot[i].gen != gen)
+        return NULL;
+    return &t->slot[i];
+}
+
+/** Free slot s (te_op_table_peek found it); returns the core's context. */
+static inline uint64_t te_op_table_release(struct te_op_table *t,
+                                           struct te_op_slot *s)
+{
+    uint32_t i = (uint32_t)(s - t->slot);
+    s->gen++;
+    s->next = t->free1;
+    t->free1 = i + 1;
+    t->used--;
+    return s->ctx;
+}
+
 /** A completion for wire context w: TE_OP_OK (slot freed, *ctx set) or
  *  why it is not one of ours. */
 static inline enum te_op_check te_op_table_complete(struct te_op_table *t,
                                                     uint64_t w, uint64_t *ctx)
 {
+    struct te_op_slot *s = te_op_table_peek(t, w);
+    if (s) {
+        *ctx = te_op_table_release(t, s);
+        return TE_OP_OK;
+    }
     uint32_t i = (uint32_t)w, gen = (uint32_t)(w >> 32);
-    if (i >= t->cap || !(gen & 1u))
-        return TE_OP_UNKNOWN;
-    struct te_op_slot *s = &t->slot[i];
-    if (s->gen != gen)
-        return gen < s->gen ? TE_OP_DUPLICATE : TE_OP_UNKNOWN;
-    *ctx = s->ctx;
-    s->gen++;
-    s->next = t->free1;
-    t->free1 = i + 1;
-    t->used--;
-    return TE_OP_OK;
+    if (i < t->cap && (gen & 1u) && gen < t->slot[i].gen)
+        return TE_OP_DUPLICATE;
+    return TE_OP_UNKNOWN;
 }
 
 #endif
