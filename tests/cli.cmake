@@ -7,7 +7,9 @@ set_tests_properties(cli_bad_input PROPERTIES TIMEOUT 600 LABELS cli
 if(TARGET te-kv-tool)
   add_test(NAME kvcache_demo_loaded
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/kv_demo_loaded.sh ${CMAKE_BINARY_DIR})
-  set_tests_properties(kvcache_demo_loaded PROPERTIES TIMEOUT 600
+  # RUN_SERIAL: its busy loops are the load it is about; under ctest -j
+  # they would also load (and slow) whatever test ran beside it.
+  set_tests_properties(kvcache_demo_loaded PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE
     LABELS "cli;kvcache" ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}")
   add_test(NAME kvcache_decode_mismatch
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/kv_decode_mismatch.sh ${CMAKE_BINARY_DIR})
