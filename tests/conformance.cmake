@@ -86,6 +86,12 @@ te_conformance(loopback_2nic_inproc_caller_reorder_delay
   --set loopback.fault_reorder=true --set loopback.fault_delay_us=30)
 te_conformance(loopback_2nic_twoproc_sleep --two-process
   --set engine.nics_per_group=2 --set engine.idle_wait=sleep)
+# Every channel set up with the job secret's challenge-response
+# (docs/security.md): none of the suite's connections may be refused.
+te_conformance(loopback_2nic_inproc_auth --set engine.nics_per_group=2
+  --set engine.auth_key=conformance-job-secret-0123)
+te_conformance(loopback_2nic_twoproc_auth --two-process
+  --set engine.nics_per_group=2 --set engine.auth_key=conformance-job-secret-0123)
 
 # The main job and the tools run and say what they should.
 add_test(NAME demo_inproc COMMAND te-demo --layers 4 --pages 64 --page-kib 16)
