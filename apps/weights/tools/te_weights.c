@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "te_args.h"
 #include "te_weights_cli.h"
@@ -385,8 +386,40 @@ static int cmd_gen(const struct wt_cli *o)
     return rc ? 1 : 0;
 }
 
+/* What each command needs, checked before it starts: a missing option or
+ * a model that is neither a preset nor a readable file is a bad command
+ * line (exit 2), not a failed run. */
+static int check_command(const char *cmd, const struct wt_cli *o)
+{
+    int file = strstr(o->model, ".safetensors") || strchr(o->model, '/');
+    te_wt_preset p;
+    if (file && access(o->model, R_OK)) {
+        fprintf(stderr, "te-weights: --model %s: %s\n", o->model, strerror(errno));
+        return -1;
+    }
+    if (!file && te_wt_preset_parse(o->model, &p)) {
+        fprintf(stderr, "te-weights: --model %s: %s\n", o->model, te_wt_last_error());
+        return -1;
+    }
+    if (!strcmp(cmd, "gen") && (file || !o->out)) {
+        fprintf(stderr, "te-weights gen: needs --model PRESET and --out FILE\n");
+        return -1;
+    }
+    if ((!strcmp(cmd, "train") || !strcmp(cmd, "infer")) &&
+        (!o->schedule || !o->dir || !o->nupdates)) {
+        fprintf(stderr, "te-weights %s: needs --schedule FILE, --dir DIR and at "
+                "least one --update VERSION=CHECKPOINT (missing:%s%s%s)\n", cmd,
+                o->schedule ? "" : " --schedule", o->dir ? "" : " --dir",
+                o->nupdates ? "" : " --update");
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    static const char *const cmds[] = {"plan", "simulate", "gen", "train",
+                                       "infer", "bench"};
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -396,7 +429,15 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    if (wt_cli_parse(argc, argv, &o))
+    int known = 0;
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(*cmds); i++)
+        known |= !strcmp(argv[1], cmds[i]);
+    if (!known) {
+        fprintf(stderr, "te-weights: unknown command \"%s\" (plan, simulate, gen, "
+                "train, infer, bench; te-weights --help)\n", argv[1]);
+        return 2;
+    }
+    if (wt_cli_parse(argc, argv, &o) || check_command(argv[1], &o))
         return 2;
     if (!strcmp(argv[1], "plan"))
         return cmd_plan(&o, 0);
@@ -408,9 +449,5 @@ int main(int argc, char **argv)
         return wt_cmd_train(&o);
     if (!strcmp(argv[1], "infer"))
         return wt_cmd_infer(&o);
-    if (!strcmp(argv[1], "bench"))
-        return wt_cmd_bench(&o, argv[0]);
-    fprintf(stderr, "te-weights: unknown command '%s'\n", argv[1]);
-    usage(stderr);
-    return 2;
+    return wt_cmd_bench(&o, argv[0]);
 }
