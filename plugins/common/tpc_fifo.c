@@ -33,9 +33,10 @@ int tpc_fifo_push(struct tpc_fifo *f, const void *e)
         unsigned char *nb = malloc((size_t)f->cap * 2 * f->esize);
         if (!nb)
             return -ENOMEM;
-        uint32_t first = f->cap - f->head;
-        memcpy(nb, f->buf + (size_t)f->head * f->esize, (size_t)first * f->esize);
-        memcpy(nb + (size_t)first * f->esize, f->buf, (size_t)f->head * f->esize);
+        size_t head = (size_t)f->head * f->esize;
+        size_t first = (size_t)(f->cap - f->head) * f->esize;
+        memcpy(nb, f->buf + head, first);
+        memcpy(nb + first, f->buf, head);
         free(f->buf);
         f->buf = nb;
         f->head = 0;

@@ -363,7 +363,8 @@ typedef struct te_plugin_nic lb_nic;
 #define lb_err(nic, ...) \
     tpc_err(&(nic)->ctx->host, LB_NAME, (nic)->name, __VA_ARGS__)
 #define lb_ctx_err(ctx, ...) tpc_err(&(ctx)->host, LB_NAME, NULL, __VA_ARGS__)
-#define lb_log(ctx, level, ...) tpc_log(&(ctx)->host, LB_NAME, level, __VA_ARGS__)
+#define lb_log(ctx, level, ...) \
+    tpc_log(&(ctx)->host, LB_NAME, level, __VA_ARGS__)
 /* Queue a completion poll() will return later; never fails silently. */
 void lb_cq_push(lb_nic *nic, const struct te_plugin_cq_entry *e);
 

@@ -268,7 +268,8 @@ typedef struct te_plugin_nic mx_nic;
 #define mx_err(nic, ...) \
     tpc_err(&(nic)->ctx->host, MX_NAME, (nic)->name, __VA_ARGS__)
 #define mx_ctx_err(ctx, ...) tpc_err(&(ctx)->host, MX_NAME, NULL, __VA_ARGS__)
-#define mx_log(ctx, level, ...) tpc_log(&(ctx)->host, MX_NAME, level, __VA_ARGS__)
+#define mx_log(ctx, level, ...) \
+    tpc_log(&(ctx)->host, MX_NAME, level, __VA_ARGS__)
 /* Queue a completion poll() will return later. */
 void mx_cq_push(mx_nic *nic, const struct te_plugin_cq_entry *e);
 /* Put e into out[*n] if room, else into the overflow FIFO. */

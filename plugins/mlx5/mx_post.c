@@ -97,7 +97,8 @@ static const char *mx_malformed(mx_nic *nic, const struct te_plugin_op *op,
                                 struct mx_conn **pc)
 {
     const char *bad = tpc_op_malformed(op, op->mr ? op->mr->nic : NULL, nic);
-    if (!bad && op->kind != TE_POP_RECV && !(*pc = mx_handle_conn(nic, op->peer)))
+    if (!bad && op->kind != TE_POP_RECV &&
+        !(*pc = mx_handle_conn(nic, op->peer)))
         bad = "unknown peer handle";
     return bad;
 }
