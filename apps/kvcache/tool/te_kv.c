@@ -450,7 +450,7 @@ static void usage(FILE *f)
 "  --poison            late-write detector: freed pages are poisoned and\n"
 "                      checked when reused (must find 0 late writes)\n"
 "  --allow-failed      failed requests (a killed prefiller) do not fail\n"
-"                      the run; later requests skip that prefiller"
+"                      the run; later requests skip that prefiller\n"
 "membership:\n"
 "  --store URL         etcd://HOST:PORT or dir:PATH (default $TE_KV_STORE,\n"
 "                      else dir:/tmp/te-kv-<uid>)\n"
@@ -458,7 +458,8 @@ static void usage(FILE *f)
 "  --name NAME         this member's name (prefill)\n"
 "  --seconds S         how long a prefiller serves\n"
 "engine:\n"
-"  --prefillers N      demo/bench: prefillers (default 1)\n"
+"  --prefillers N      demo/bench: prefillers to start, decode: to wait\n"
+"                      for (default 1, at most 16)\n"
 "  --link-gbps G       loopback cap per NIC (loopback.link_gbps)\n"
 "  --set SEC.KEY=VAL   any engine configuration key (docs/config.md)\n"
 "  --help              this text\n");
