@@ -323,8 +323,10 @@ TE_API int te_peer_remove(te_engine *e, int group, te_peer peer);
 /**
  * Whether a peer is usable, without sending anything: 0 while it is live,
  * -ECONNRESET once the engine has declared it down (the transport lost it,
- * its process exited, it closed the conversation, or it stayed silent past
- * engine.peer_timeout_ms: the log names which), -ENOENT for a handle that is
+ * its process exited, it closed the conversation, it was refused, or it
+ * stayed silent past engine.peer_timeout_ms: te_last_error() and the log
+ * name which, in the transport's own words when it gave any), -ENOENT for
+ * a handle that is
  * not a peer of the group. A down peer stays down; te_peer_add() of its
  * address again gives a fresh handle once it is back. Lock-free; callable
  * from any thread and from callbacks, e.g. by an application that waits on
