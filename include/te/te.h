@@ -326,12 +326,12 @@ TE_API int te_peer_remove(te_engine *e, int group, te_peer peer);
  * its process exited, it closed the conversation, it was refused, or it
  * stayed silent past engine.peer_timeout_ms: te_last_error() and the log
  * name which, in the transport's own words when it gave any), -ENOENT for
- * a handle that is
- * not a peer of the group. A down peer stays down; te_peer_add() of its
- * address again gives a fresh handle once it is back. Lock-free; callable
- * from any thread and from callbacks, e.g. by an application that waits on
- * messages or immediates from a peer it never writes to, and so would
- * otherwise learn of its death only at its own deadline.
+ * a handle that is not a peer of the group. A down peer stays down;
+ * te_peer_add() of its address again gives a fresh handle once it is back.
+ * Lock-free; callable from any thread and from callbacks, e.g. by an
+ * application that waits on messages or immediates from a peer it never
+ * writes to, and so would otherwise learn of its death only at its own
+ * deadline.
  */
 TE_API int te_peer_status(te_engine *e, int group, te_peer peer);
 
