@@ -18,6 +18,9 @@
  *   bad_kind     LOCAL completions carry kind 9
  *   pos_status   LOCAL completions carry status +5
  *   recv_len     a write also completes a posted RECV with len > its buffer
+ *   post_refuse  post() refuses a write, read or send outright: -EINVAL and
+ *                a set_error text (allowed: a refusal, not a breach)
+ *   post_quiet   the same without a text
  *   recv_lerr    a write also ends a posted RECV with a LOCAL -ECANCELED
  *                (allowed by plugin.h: not a breach; the core must take it
  *                as the failed receive, not as a write's completion)
@@ -43,12 +46,12 @@
 enum hp_mode {
     HP_NONE, HP_DUP_LOCAL, HP_UNKNOWN_CTX, HP_POLL_OVER, HP_POLL_NEG,
     HP_POST_OVER, HP_BAD_KIND, HP_POS_STATUS, HP_RECV_LEN, HP_REFUSE_PEER,
-    HP_REFUSE_LATE, HP_RECV_LERR
+    HP_REFUSE_LATE, HP_RECV_LERR, HP_POST_REFUSE, HP_POST_QUIET
 };
 static const char *const hp_modes[] = {
     "none", "dup_local", "unknown_ctx", "poll_over", "poll_neg", "post_over",
     "bad_kind", "pos_status", "recv_len", "refuse_peer", "refuse_late",
-    "recv_lerr", NULL};
+    "recv_lerr", "post_refuse", "post_quiet", NULL};
 
 struct te_plugin_mr {
     uint8_t *addr;
@@ -323,6 +326,14 @@ static int hp_post(te_plugin_nic *n, const struct te_plugin_op *ops, size_t cnt)
             if (i)
                 return (int)i;
             hp_error(n, "hostile h%d: %s", "unknown op kind");
+            return -EINVAL;
+        }
+        enum hp_mode m = n->bad ? n->ctx->mode : HP_NONE;
+        if (m == HP_POST_REFUSE || m == HP_POST_QUIET) {
+            if (i)
+                return (int)i; /* the refused op comes first next time */
+            if (m == HP_POST_REFUSE)
+                hp_error(n, "hostile h%d: %s", "no route for this key");
             return -EINVAL;
         }
         n->posted = 1;

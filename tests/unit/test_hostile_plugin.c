@@ -266,6 +266,32 @@ START_TEST(recv_len_beyond_buffer)
 }
 END_TEST
 
+/* post() refuses a write outright (allowed): the request fails with
+ * post()'s errno and the plugin's words, and a refusal without words does
+ * not leave an empty ": " behind. No breach: h0 stays in use. */
+static void check_post_refusal(const char *mode, const char *want)
+{
+    te_test_self s;
+    open_self(&s, mode);
+    for (int i = 0; i < 2; i++) {
+        te_completion c = write_on(&s, 0);
+        ck_assert_int_eq(c.status, -EINVAL);
+        ck_assert_str_eq(c.reason, want);
+    }
+    ck_assert_msg(!logged("broke its contract", ""), "%s", log_dump());
+    te_test_self_close(&s);
+    te_set_log_fn(NULL, NULL);
+}
+
+START_TEST(refusal_text_from_post)
+{
+    check_post_refusal("post_refuse", "post on NIC h0 refused: Invalid "
+                       "argument: hostile h0: no route for this key");
+    check_post_refusal("post_quiet",
+                       "post on NIC h0 refused: Invalid argument");
+}
+END_TEST
+
 /* peer_add() refuses with a reason: the reason is te_last_error()'s. */
 START_TEST(refusal_text_from_peer_add)
 {
@@ -313,4 +339,4 @@ TE_TEST_MAIN("hostile_plugin",
                       post_more_than_n, unknown_kind, positive_status,
                       recv_len_beyond_buffer),
              TE_TCASE("refusal_text", refusal_text_from_peer_add,
-                      refusal_text_from_poll))
+                      refusal_text_from_poll, refusal_text_from_post))
