@@ -377,9 +377,12 @@ static int wait_trainers(te_wt_trainer *t, const char *dir, uint32_t state,
     for (uint32_t r = 0; r < t->s->trainers; r++) {
         wt_endpoint ep;
         int left = (int)((deadline - wt_now()) * 1000);
-        if (r != t->rank && wt_lookup(dir, "train", r, state, left > 0 ? left : 1, &ep))
+        char why[256];
+        if (r != t->rank && wt_lookup(dir, "train", r, state, left > 0 ? left : 1, &ep)) {
+            snprintf(why, sizeof(why), "%s", te_wt_last_error()); /* not in place */
             return wt_fail(-ETIMEDOUT, "trainer %u: trainer %u did not reach state %u "
-                           "(%s)", t->rank, r, state, te_wt_last_error());
+                           "(%s)", t->rank, r, state, why);
+        }
     }
     return 0;
 }
