@@ -148,6 +148,8 @@ int te_moe_combine_wait(te_moe_rank *r, float *out)
             (const struct moe_head *)(r->mem + r->off_rc + d * r->cslot);
         rc = moe_wait_imm(r, d, MOE_PH_COMBINE, 1, deadline, "combine");
         if (!rc)
+            r->b.combined |= 1ull << d;
+        if (!rc)
             rc = moe_check_head(r, h, d, r->b.n[d], "combine");
         if (!rc && h->rows != r->b.n[d])
             rc = moe_fail(-EPROTO, "rank %u: rank %u returned %u rows, %u "

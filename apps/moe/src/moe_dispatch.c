@@ -127,7 +127,8 @@ static int check_rank(te_moe_rank *r)
         if (d != r->rank && !r->peers[d].connected)
             return moe_fail(-ENOTCONN, "rank %u: rank %u not connected",
                             r->rank, d);
-    return moe_check_usable(r);
+    int rc = moe_check_usable(r);
+    return rc ? rc : moe_settle_owed(r);
 }
 
 static int check_input(te_moe_rank *r, uint32_t tokens, const void *x,
@@ -152,13 +153,17 @@ int te_moe_dispatch_start(te_moe_rank *r, uint64_t batch, uint32_t tokens,
     moe_begin_batch(r, batch);
     r->b.tokens = tokens;
     if ((rc = check_input(r, tokens, x, experts, weights))) {
+        /* We read nobody's rows either: both heads say so at once. */
         moe_tell_peers(r, rc, 0);
+        moe_tell_peers(r, rc, 1);
         return moe_end_batch(r, rc);
     }
     struct batch_in in = {x, experts, weights, tokens,
                           r->c.dtype == TE_MOE_BF16 ? 2 : 4};
-    if ((rc = send_rows(r, &in)))
+    if ((rc = send_rows(r, &in))) {
+        moe_tell_peers(r, rc, 1);
         return moe_end_batch(r, rc);
+    }
     r->b.state = MOE_DISPATCHING;
     return 0;
 }

@@ -23,7 +23,9 @@ _Static_assert(sizeof(struct moe_row_meta) == 64, "row meta is 64 bytes");
 
 /* The head of a source's region at a receiver (dispatch and combine
  * slots). status != 0: the writer failed or refused the batch, `why`
- * says why (rows is then 0): the receiver fails the batch at once. */
+ * says why (rows is then 0): the receiver fails the batch at once. A
+ * failure head's text runs on past the head for MOE_WHY_MAX bytes in all
+ * (a slot holds at least one row: 48 bytes or more, hidden >= 8). */
 struct moe_head {
     uint32_t rows;
     int32_t status;
@@ -31,6 +33,7 @@ struct moe_head {
     char why[48];
 };
 _Static_assert(sizeof(struct moe_head) == 64, "head is 64 bytes");
+#define MOE_WHY_MAX 96
 
 /* A peer rank: its engine peer and the descriptor of its registration. */
 struct moe_peer {
@@ -50,6 +53,7 @@ struct moe_batch {
     uint32_t tokens, writes, capacity;
     uint32_t n[TE_MOE_MAX_RANKS];   /* rows we send to each rank */
     uint32_t got[TE_MOE_MAX_RANKS]; /* rows each rank sent us */
+    uint64_t combined; /* peers whose combine write of this batch is in */
 };
 
 /* A rank (moe_rank.c: setup; moe_dispatch.c, moe_combine.c: the batch;
@@ -73,6 +77,12 @@ struct te_moe_rank {
     struct moe_peer peers[TE_MOE_MAX_RANKS];
     te_moe_stats st;
     struct moe_batch b;
+    /* Peers whose combine write of batch owed_batch had not arrived when
+     * that batch ended here (it failed early). Every rank writes one per
+     * peer per batch, also when it fails (a head saying so), and only once
+     * it is done reading that peer's rows: the next dispatch waits for them
+     * before writing into the slots they may still be reading. */
+    uint64_t owed, owed_batch;
     /* [source][row][meta slot] -> the row's index among its local
      * expert's rows in the caller's te_moe_recv (combine reads y there). */
     uint32_t *pos;
@@ -116,6 +126,8 @@ int moe_wait_imm(te_moe_rank *r, uint32_t peer, uint32_t phase,
 int moe_check_usable(te_moe_rank *r);
 /* Start batch `batch`: stats, serial, immediates two batches ahead. */
 void moe_begin_batch(te_moe_rank *r, uint64_t batch);
+/* Wait (bounded) until every peer is done with the previous batch (owed). */
+int moe_settle_owed(te_moe_rank *r);
 /* End the batch (rc: its result so far): wait for its writes, then IDLE. */
 int moe_end_batch(te_moe_rank *r, int rc);
 /* Write a failure head (status rc, the current te_moe_last_error()) to

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -134,7 +135,8 @@ int moe_check_head(te_moe_rank *r, const struct moe_head *h, uint32_t s,
     if (h->status)
         return moe_fail(-EPROTO, "rank %u: rank %u failed batch %" PRIu64
                         " (%s): %.*s", r->rank, s, h->batch, what,
-                        (int)sizeof(h->why), h->why);
+                        MOE_WHY_MAX,
+                        (const char *)h + offsetof(struct moe_head, why));
     if (h->rows > max_rows)
         return moe_fail(-EPROTO, "rank %u: rank %u sent %u %s rows (max %u)",
                         r->rank, s, h->rows, what, max_rows);
@@ -143,9 +145,10 @@ int moe_check_head(te_moe_rank *r, const struct moe_head *h, uint32_t s,
 
 void moe_tell_peers(te_moe_rank *r, int rc, int combine)
 {
-    char why[sizeof(((struct moe_head *)0)->why)] = {0};
+    char why[MOE_WHY_MAX] = {0};
     const char *msg = te_moe_last_error();
     memcpy(why, msg, strnlen(msg, sizeof(why))); /* NUL-padded, not ended */
+    size_t len = offsetof(struct moe_head, why) + sizeof(why);
     uint64_t deadline = moe_now_ns() + r->b.phase_ns;
     for (uint32_t i = 1; i < r->c.ranks; i++) {
         uint32_t d = (r->rank + i) % r->c.ranks;
@@ -157,13 +160,14 @@ void moe_tell_peers(te_moe_rank *r, int rc, int combine)
         memset(h, 0, sizeof(*h));
         h->status = rc;
         h->batch = r->b.batch;
-        memcpy(h->why, why, sizeof(why));
+        memcpy((char *)h + offsetof(struct moe_head, why), why,
+               sizeof(why)); /* on past the head */
         /* Best effort: a peer we cannot write to times out instead. The
          * caller's message stays the one of the failure itself. */
         char keep[256];
         snprintf(keep, sizeof(keep), "%s", te_moe_last_error());
-        moe_put(r, d, stage, dst, sizeof(*h),
-                combine ? MOE_PH_COMBINE : MOE_PH_HEAD, deadline, combine);
+        moe_put(r, d, stage, dst, len, combine ? MOE_PH_COMBINE : MOE_PH_HEAD,
+                deadline, combine);
         moe_fail(rc, "%s", keep);
     }
 }
@@ -204,6 +208,11 @@ int moe_end_batch(te_moe_rank *r, int rc)
     uint64_t deadline = moe_now_ns() + r->b.phase_ns;
     uint64_t left;
     r->b.state = MOE_IDLE;
+    r->owed_batch = r->b.batch;
+    r->owed = 0;
+    for (uint32_t d = 0; d < r->c.ranks; d++)
+        if (d != r->rank && !(r->b.combined >> d & 1))
+            r->owed |= 1ull << d;
     if (moe_wait_inflight(r, deadline, &left)) {
         char first[256];
         snprintf(first, sizeof(first), "%s", rc ? te_moe_last_error() : "");
@@ -217,6 +226,27 @@ int moe_end_batch(te_moe_rank *r, int rc)
         rc = moe_fail(-ECONNRESET, "rank %u: %u writes failed: %s", r->rank,
                       r->failed, r->failed_why);
     return rc;
+}
+
+int moe_settle_owed(te_moe_rank *r)
+{
+    uint64_t deadline = moe_now_ns() + (uint64_t)r->c.timeout_ms * 1000000ull;
+    for (uint32_t d = 0; d < r->c.ranks; d++) {
+        if (!(r->owed >> d & 1))
+            continue;
+        uint64_t now = moe_now_ns();
+        int ms = now < deadline ? (int)((deadline - now) / 1000000) : 0;
+        int rc = te_imm_wait(r->e, moe_imm_of(r, r->owed_batch, d,
+                                              MOE_PH_COMBINE), 1,
+                             ms > 0 ? ms : 1);
+        if (rc)
+            return moe_fail(rc, "rank %u: rank %u has not finished batch %"
+                            PRIu64 " after %d ms (its slots here may still "
+                            "be read): %s", r->rank, d, r->owed_batch,
+                            r->c.timeout_ms, te_last_error());
+        r->owed &= ~(1ull << d);
+    }
+    return 0;
 }
 
 int moe_check_usable(te_moe_rank *r)

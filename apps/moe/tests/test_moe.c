@@ -124,23 +124,28 @@ START_TEST(bad_input_refused_before_writing)
     ck_assert_int_eq(moe_job_open(&j, &c, NULL), 0);
     uint32_t tok[2] = {4, 4};
     moe_job_inputs(&j, tok, 1, 0);
+    /* Each refusal is a batch of the whole job (rank 1 runs it too, and
+     * is told): a rank waits for its peers to be done with the previous
+     * batch before it writes again. */
     j.experts[0][3] = 200; /* out of range */
-    float out[4 * 64];
-    ck_assert_int_eq(moe_ref_batch(j.r[0], NULL, 0, 4, j.x[0], j.experts[0],
-                                  j.weights[0], 0, out), -EINVAL);
-    ck_assert_ptr_nonnull(strstr(te_moe_last_error(), "expert 200"));
+    ck_assert_int_ne(moe_job_batch(&j, 0), 0);
+    ck_assert_int_eq(j.rc[0], -EINVAL);
+    ck_assert_ptr_nonnull(strstr(j.why[0], "expert 200"));
     te_moe_stats st;
     te_moe_rank_stats(j.r[0], &st);
-    /* No row: only the head that tells rank 1 (te_moe_dispatch_start). */
+    /* No row: only the heads that tell rank 1 (dispatch and combine). */
     ck_assert_uint_eq(st.rows_sent, 0);
     ck_assert_uint_eq(st.dispatch_writes[1], 1);
-    ck_assert_uint_eq(st.dispatch_bytes[1], sizeof(struct moe_head));
+    ck_assert_uint_eq(st.dispatch_bytes[1], 16 + MOE_WHY_MAX);
+    ck_assert_uint_eq(st.combine_bytes[1], 16 + MOE_WHY_MAX);
     j.experts[0][3] = j.experts[0][2]; /* the same expert twice */
-    ck_assert_int_eq(moe_ref_batch(j.r[0], NULL, 0, 4, j.x[0], j.experts[0],
-                                  j.weights[0], 0, out), -EINVAL);
-    ck_assert_int_eq(moe_ref_batch(j.r[0], NULL, 0, 49, j.x[0], j.experts[0],
-                                  j.weights[0], 0, out), -E2BIG);
-    ck_assert_ptr_nonnull(strstr(te_moe_last_error(), "48"));
+    ck_assert_int_ne(moe_job_batch(&j, 1), 0);
+    ck_assert_int_eq(j.rc[0], -EINVAL);
+    j.tokens[0] = 49; /* more than max_tokens: refused before reading x */
+    ck_assert_int_ne(moe_job_batch(&j, 2), 0);
+    ck_assert_int_eq(j.rc[0], -E2BIG);
+    ck_assert_ptr_nonnull(strstr(j.why[0], "48"));
+    ck_assert_ptr_nonnull(strstr(j.why[1], "rank 0 failed batch 2"));
     moe_job_close(&j);
     /* Mismatched hidden sizes / dtypes are refused at connect. */
     te_engine *e0, *e1;
