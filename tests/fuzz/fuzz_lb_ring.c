@@ -164,8 +164,9 @@ static void run_target(struct fz_in *in)
     shm->init_nic_id = FZ_INIT_NIC_ID;
     int fd = fz_connect_abstract(nic->addr.sock_name);
     FUZZ_CHECK(fd >= 0);
-    struct lb_hello h = {LB_HELLO_MAGIC, LB_ADDR_VERSION, 1, 0, FZ_INIT_NIC_ID,
-                         FZ_TGT_ID, size};
+    struct lb_hello h = {.magic = LB_HELLO_MAGIC, .version = LB_ADDR_VERSION,
+                         .pid = 1, .nic_id = FZ_INIT_NIC_ID,
+                         .target_nic_id = FZ_TGT_ID, .shm_size = size};
     FUZZ_CHECK(fz_send_fds(fd, &h, sizeof h, &mfd, 1) == (ssize_t)sizeof h);
     lb_housekeeping(nic);
     FUZZ_CHECK(nic->nin == 1);
