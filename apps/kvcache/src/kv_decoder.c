@@ -82,7 +82,8 @@ struct te_kv_decoder {
     uint64_t token; /* names us in every message (HELLO introduces it) */
     te_kv_decoder_opts o;
     uint64_t page_bytes, layer_stride, hidden_bytes, region;
-    uint8_t *mem;
+    uint8_t *mem;           /* the pool's memory, or the engine's cache */
+    te_kv_cache *cache;     /* the engine's cache (te_kv_decoder_new_cache) */
     te_kv_pool *pool;
     te_imm_space *space;
     struct prefiller pf[MAX_PREFILLERS];
@@ -588,10 +589,10 @@ static void *service(void *arg)
 
 /* --------------------------------------------------------------- API */
 
-int te_kv_decoder_new(te_engine *e, const te_kv_decoder_opts *o,
-                      te_kv_decoder **out)
+/* The pool's decoder (cache NULL) or the engine cache's. */
+static int decoder_make(te_engine *e, const te_kv_decoder_opts *o,
+                        te_kv_cache *cache, te_kv_decoder **out)
 {
-    kv_clear();
     if (!e || !o || !out || !o->pool_pages || !o->max_requests ||
         o->max_requests > 65536 || !o->shape.layers)
         return kv_fail(-EINVAL, "te_kv_decoder_new: bad arguments");
@@ -600,6 +601,7 @@ int te_kv_decoder_new(te_engine *e, const te_kv_decoder_opts *o,
         return kv_fail(-ENOMEM, "te_kv_decoder_new: out of memory");
     d->e = e;
     d->o = *o;
+    d->cache = cache;
     if (getrandom(&d->token, sizeof(d->token), 0) != sizeof(d->token))
         d->token = kv_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)d;
     if (!d->o.accept_timeout_ms)
@@ -612,14 +614,20 @@ int te_kv_decoder_new(te_engine *e, const te_kv_decoder_opts *o,
     d->region = o->shape.layers * d->layer_stride +
                 o->max_requests * d->hidden_bytes;
     int rc;
+    if (cache) { /* the engine's memory: registered, never written here */
+        d->mem = cache->d.base;
+        d->region = cache->d.len;
+    }
     d->req = calloc(o->max_requests, sizeof(*d->req));
-    d->mem = aligned_alloc(4096, (d->region + 4095) & ~(uint64_t)4095);
+    if (!cache)
+        d->mem = aligned_alloc(4096, (d->region + 4095) & ~(uint64_t)4095);
     if (!d->req || !d->mem) {
         rc = kv_fail(-ENOMEM, "te_kv_decoder_new: %" PRIu64 " bytes",
                      d->region);
         goto fail;
     }
-    memset(d->mem, o->poison_freed ? TE_KV_POISON : 0, d->region);
+    if (!cache)
+        memset(d->mem, o->poison_freed ? TE_KV_POISON : 0, d->region);
     for (uint32_t i = 0; i < o->max_requests; i++)
         if (!(d->req[i].pages = calloc(TE_KV_MAX_PAGES, sizeof(uint32_t)))) {
             rc = kv_fail(-ENOMEM, "te_kv_decoder_new: out of memory");
@@ -662,8 +670,37 @@ fail:
         for (uint32_t i = 0; i < o->max_requests; i++)
             free(d->req[i].pages);
     free(d->req);
-    free(d->mem);
+    if (!cache)
+        free(d->mem);
     free(d);
+    return rc;
+}
+
+int te_kv_decoder_new(te_engine *e, const te_kv_decoder_opts *o,
+                      te_kv_decoder **out)
+{
+    kv_clear();
+    return decoder_make(e, o, NULL, out);
+}
+
+int te_kv_decoder_new_cache(te_engine *e, const te_kv_decoder_opts *o,
+                            te_kv_cache *c, te_kv_decoder **out)
+{
+    kv_clear();
+    if (!c || !o)
+        return kv_fail(-EINVAL, "te_kv_decoder_new_cache: NULL argument");
+    if (o->poison_freed)
+        return kv_fail(-EINVAL, "te_kv_decoder_new_cache: poison_freed must "
+                       "be 0 (it would write into the engine's cache)");
+    if (memcmp(&o->shape.layers, &c->d.shape.layers,
+               sizeof(te_kv_shape) - offsetof(te_kv_shape, layers)))
+        return kv_fail(-EINVAL, "te_kv_decoder_new_cache: shape differs from "
+                       "the cache's");
+    te_kv_decoder_opts co = *o;
+    co.pool_pages = c->d.pages; /* the pool tracks the engine's page ids */
+    int rc = decoder_make(e, &co, c, out);
+    if (!rc)
+        kv_cache_hold(c);
     return rc;
 }
 
@@ -676,7 +713,9 @@ static int greet_prefiller(te_kv_decoder *d, uint32_t i, const void *addr,
     if (rc)
         return kv_fail(rc, "decoder: prefiller address: %s", te_last_error());
     if ((rc = te_mr_reg(d->e, d->o.group, d->mem, d->region,
-                        TE_MR_REMOTE_WRITE, TE_MEM_HOST, &p->mr)))
+                        TE_MR_REMOTE_WRITE,
+                        d->cache ? (uint32_t)d->cache->d.mem : TE_MEM_HOST,
+                        &p->mr)))
         return kv_fail(rc, "decoder: registering the pool: %s",
                        te_last_error());
     te_mr_describe(p->mr, &p->desc);
@@ -723,15 +762,42 @@ int te_kv_decoder_add_prefiller(te_kv_decoder *d, const void *addr,
     return 0;
 }
 
-int te_kv_decoder_submit(te_kv_decoder *d, uint32_t pf, uint64_t id,
-                         uint32_t tokens, int timeout_ms, te_kv_done_fn cb,
-                         void *arg)
+/* The REQUEST (pool) or CACHE_REQUEST (engine cache) fields that differ:
+ * the layout of the pages and where the hidden state goes. */
+static void layout_fields(const te_kv_decoder *d, uint32_t slot,
+                          uint32_t hidden_slot, te_kv_msg *m)
 {
-    kv_clear();
-    uint32_t npages = tokens ? te_kv_pages_for(&d->o.shape, tokens) : 0;
-    if (!tokens || npages > TE_KV_MAX_PAGES)
-        return kv_fail(-EINVAL, "decoder: %u tokens = %u pages (1..%d pages)",
-                       tokens, npages, TE_KV_MAX_PAGES);
+    if (!d->cache) {
+        m->type = TE_KV_MSG_REQUEST;
+        m->page_bytes = d->page_bytes;
+        m->layer_stride = d->layer_stride;
+        m->hidden_off = d->o.shape.layers * d->layer_stride +
+                        slot * d->hidden_bytes;
+        m->hidden_bytes = (uint32_t)d->hidden_bytes;
+        return;
+    }
+    const te_kv_cache_desc *c = &d->cache->d;
+    m->type = TE_KV_MSG_CACHE_REQUEST;
+    m->page_bytes = d->cache->page_bytes;
+    m->layer_stride = 0;
+    m->kv_factor = c->shape.kv_factor;
+    m->elem_bytes = c->shape.elem_bytes;
+    m->tokens_per_page = c->shape.tokens_per_page;
+    m->nregions = c->shape.layers * c->shape.kv_factor;
+    memcpy(m->regions, c->regions, m->nregions * sizeof(te_kv_region));
+    m->hidden_off = hidden_slot == UINT32_MAX ? 0 :
+                    c->hidden_offset + (uint64_t)hidden_slot * c->hidden_stride;
+    m->hidden_bytes = hidden_slot == UINT32_MAX ? 0 :
+                      (uint32_t)d->cache->hidden_bytes;
+}
+
+/* Submit a request: into pool pages it allocates (pages NULL) or into the
+ * engine's own pages[0..npages) (claimed, checked by the caller). */
+static int submit_req(te_kv_decoder *d, uint32_t pf, uint64_t id,
+                      uint32_t tokens, const uint32_t *pages, uint32_t npages,
+                      uint32_t hidden_slot, int timeout_ms, te_kv_done_fn cb,
+                      void *arg)
+{
     static __thread te_kv_msg m;
     pthread_mutex_lock(&d->lock);
     int rc = 0;
@@ -747,8 +813,13 @@ int te_kv_decoder_submit(te_kv_decoder *d, uint32_t pf, uint64_t id,
     if (!rc && !q)
         rc = kv_fail(-EBUSY, "decoder: %u requests in flight already",
                      d->o.max_requests);
-    if (!rc)
+    if (!rc && pages) {
+        rc = kv_pool_claim(d->pool, npages, pages);
+        if (!rc)
+            memcpy(q->pages, pages, npages * sizeof(uint32_t));
+    } else if (!rc) {
         rc = te_kv_pool_alloc(d->pool, npages, q->pages);
+    }
     if (rc) {
         pthread_mutex_unlock(&d->lock);
         return rc;
@@ -769,17 +840,12 @@ int te_kv_decoder_submit(te_kv_decoder *d, uint32_t pf, uint64_t id,
                                1000000ull;
     q->phase_ns = now + (uint64_t)d->o.accept_timeout_ms * 1000000ull;
     memset(&m, 0, offsetof(te_kv_msg, pages));
-    m.type = TE_KV_MSG_REQUEST;
     m.request_id = id;
     m.tokens = tokens;
     m.layers = d->o.shape.layers;
-    m.page_bytes = d->page_bytes;
-    m.layer_stride = d->layer_stride;
     m.imm = q->imm;
     m.npages = npages;
-    m.hidden_off = d->o.shape.layers * d->layer_stride +
-                   slot * d->hidden_bytes;
-    m.hidden_bytes = (uint32_t)d->hidden_bytes;
+    layout_fields(d, slot, hidden_slot, &m);
     size_t dl = sizeof(m.desc);
     te_desc_serialize(&d->pf[pf].desc, m.desc, &dl);
     m.desc_len = (uint32_t)dl;
@@ -798,6 +864,42 @@ int te_kv_decoder_submit(te_kv_decoder *d, uint32_t pf, uint64_t id,
     }
     pthread_mutex_unlock(&d->lock);
     return rc;
+}
+
+int te_kv_decoder_submit(te_kv_decoder *d, uint32_t pf, uint64_t id,
+                         uint32_t tokens, int timeout_ms, te_kv_done_fn cb,
+                         void *arg)
+{
+    kv_clear();
+    uint32_t npages = tokens ? te_kv_pages_for(&d->o.shape, tokens) : 0;
+    if (!tokens || npages > TE_KV_MAX_PAGES)
+        return kv_fail(-EINVAL, "decoder: %u tokens = %u pages (1..%d pages)",
+                       tokens, npages, TE_KV_MAX_PAGES);
+    if (d->cache)
+        return kv_fail(-EINVAL, "decoder: its pages are the engine's cache: "
+                       "use te_kv_decoder_submit_pages");
+    return submit_req(d, pf, id, tokens, NULL, npages, 0, timeout_ms, cb,
+                      arg);
+}
+
+int te_kv_decoder_submit_pages(te_kv_decoder *d, uint32_t pf, uint64_t id,
+                               uint32_t tokens, const uint32_t *pages,
+                               uint32_t n, uint32_t hidden_slot,
+                               int timeout_ms, te_kv_done_fn cb, void *arg)
+{
+    kv_clear();
+    if (!d->cache)
+        return kv_fail(-EINVAL, "decoder: it owns a page pool: use "
+                       "te_kv_decoder_submit (or te_kv_decoder_new_cache)");
+    uint32_t want = tokens ? te_kv_pages_for(&d->o.shape, tokens) : 0;
+    if (!tokens || !pages || n != want || n > TE_KV_MAX_PAGES)
+        return kv_fail(-EINVAL, "pages: %u page ids for %u tokens (want %u, "
+                       "1..%d)", n, tokens, want, TE_KV_MAX_PAGES);
+    if (hidden_slot != UINT32_MAX && hidden_slot >= d->cache->d.hidden_slots)
+        return kv_fail(-EINVAL, "hidden_slot %u: out of range (%u slots)",
+                       hidden_slot, d->cache->d.hidden_slots);
+    return submit_req(d, pf, id, tokens, pages, n, hidden_slot, timeout_ms,
+                      cb, arg);
 }
 
 int te_kv_decoder_cancel(te_kv_decoder *d, uint64_t id)
@@ -869,6 +971,10 @@ int te_kv_decoder_pages(te_kv_decoder *d, uint64_t id, uint32_t *idx,
 
 int te_kv_decoder_verify(te_kv_decoder *d, uint64_t id)
 {
+    if (d->cache)
+        return kv_fail(-EINVAL, "decoder: te_kv_decoder_verify checks the "
+                       "pattern of te_kv_prefiller; the engine's cache holds "
+                       "its own bytes");
     pthread_mutex_lock(&d->lock);
     struct kv_req *q = find(d, id);
     if (!q || q->state != R_DONE) {
@@ -982,7 +1088,10 @@ void te_kv_decoder_free(te_kv_decoder *d)
     for (uint32_t i = 0; i < d->o.max_requests; i++)
         free(d->req[i].pages);
     free(d->req);
-    free(d->mem);
+    if (d->cache)
+        kv_cache_put(d->cache);
+    else
+        free(d->mem);
     pthread_mutex_destroy(&d->lock);
     pthread_cond_destroy(&d->cond);
     free(d);

@@ -7,6 +7,25 @@
 
 #include "te/kv.h"
 
+/* A checked engine cache (te_kv_cache_new): its description and how many
+ * decoders/sources use it (te_kv_cache_free refuses while any does). */
+struct te_kv_cache {
+    te_kv_cache_desc d;
+    te_kv_region regions[TE_KV_MAX_REGIONS];
+    uint64_t page_bytes;   /* one region's page */
+    uint64_t hidden_bytes; /* one hidden slot's payload */
+    int users;             /* under kv_cache_lock */
+};
+
+/** Take / drop a user of c (a decoder or source made on it). */
+void kv_cache_hold(te_kv_cache *c);
+void kv_cache_put(te_kv_cache *c);
+
+/** Claim exactly the pages idx[0..n) of a pool (the engine's own page ids):
+ *  -EBUSY naming the first that is not free (used, fencing, or listed
+ *  twice), nothing claimed then. A claimed pool is never allocated from. */
+int kv_pool_claim(te_kv_pool *p, uint32_t n, const uint32_t *idx);
+
 /** Record a message for te_kv_last_error() and return err. */
 int kv_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void kv_clear(void);

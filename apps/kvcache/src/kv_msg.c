@@ -10,6 +10,9 @@
  *   REJECT, CANCELLED: status u32
  *   CANCEL:    (nothing)
  *   HELLO:     addr_len u32, addr[addr_len]
+ *   CACHE_REQUEST: the REQUEST's fields, then kv_factor u32, elem_bytes
+ *              u32, tokens_per_page u32, nregions u32, then per region
+ *              offset u64, page_stride u64 (the decoder's cache)
  * Parsing untrusted bytes never reads past the buffer and names the field
  * that is wrong.
  */
@@ -52,6 +55,7 @@ int te_kv_msg_encode(const te_kv_msg *m, void *buf, size_t cap)
     put64(&w, m->request_id);
     switch (m->type) {
     case TE_KV_MSG_REQUEST:
+    case TE_KV_MSG_CACHE_REQUEST:
         if (m->npages > TE_KV_MAX_PAGES || m->desc_len > TE_DESC_MAX)
             return kv_fail(-EINVAL, "kv message: %u pages (max %d) or "
                            "descriptor of %u bytes", m->npages,
@@ -67,6 +71,19 @@ int te_kv_msg_encode(const te_kv_msg *m, void *buf, size_t cap)
         put32(&w, m->desc_len);
         put(&w, m->desc, m->desc_len);
         put(&w, m->pages, (size_t)m->npages * 4);
+        if (m->type == TE_KV_MSG_CACHE_REQUEST) {
+            if (m->nregions > TE_KV_MAX_REGIONS)
+                return kv_fail(-EINVAL, "kv message: %u regions (max %d)",
+                               m->nregions, TE_KV_MAX_REGIONS);
+            put32(&w, m->kv_factor);
+            put32(&w, m->elem_bytes);
+            put32(&w, m->tokens_per_page);
+            put32(&w, m->nregions);
+            for (uint32_t i = 0; i < m->nregions; i++) {
+                put64(&w, m->regions[i].offset);
+                put64(&w, m->regions[i].page_stride);
+            }
+        }
         break;
     case TE_KV_MSG_ACCEPT:
         put64(&w, m->expected_imms);
@@ -115,6 +132,25 @@ static int get(struct rd *r, void *dst, size_t n, const char *field)
 #define GET32(r, v, f) get(r, &(v), 4, f)
 #define GET64(r, v, f) get(r, &(v), 8, f)
 
+/* The CACHE_REQUEST's shape and region table: -1 for too many regions
+ * (a field that does not fit is left in r->field for the caller). */
+static int parse_cache_ext(struct rd *r, te_kv_msg *m)
+{
+    GET32(r, m->kv_factor, "kv_factor");
+    GET32(r, m->elem_bytes, "elem_bytes");
+    GET32(r, m->tokens_per_page, "tokens_per_page");
+    GET32(r, m->nregions, "nregions");
+    if (r->field)
+        return 0;
+    if (m->nregions > TE_KV_MAX_REGIONS)
+        return -1;
+    for (uint32_t i = 0; i < m->nregions; i++) {
+        GET64(r, m->regions[i].offset, "region offset");
+        GET64(r, m->regions[i].page_stride, "region page_stride");
+    }
+    return 0;
+}
+
 int te_kv_msg_parse(const void *buf, size_t len, te_kv_msg *m)
 {
     kv_clear();
@@ -126,6 +162,7 @@ int te_kv_msg_parse(const void *buf, size_t len, te_kv_msg *m)
     memset(m, 0, offsetof(te_kv_msg, desc));
     m->expected_imms = 0;
     m->addr_len = 0;
+    m->nregions = 0;
     GET32(&r, magic, "magic");
     get(&r, vt, 4, "version");
     GET32(&r, total, "length");
@@ -147,6 +184,7 @@ int te_kv_msg_parse(const void *buf, size_t len, te_kv_msg *m)
     m->type = vt[1];
     switch (m->type) {
     case TE_KV_MSG_REQUEST:
+    case TE_KV_MSG_CACHE_REQUEST:
         GET32(&r, m->tokens, "tokens");
         GET32(&r, m->layers, "layers");
         GET64(&r, m->page_bytes, "page_bytes");
@@ -173,6 +211,10 @@ int te_kv_msg_parse(const void *buf, size_t len, te_kv_msg *m)
                            "%llu, tokens %u must be > 0",
                            (unsigned long long)m->request_id, m->layers,
                            (unsigned long long)m->page_bytes, m->tokens);
+        if (m->type == TE_KV_MSG_CACHE_REQUEST && parse_cache_ext(&r, m))
+            return kv_fail(-EBADMSG, "kv cache request %llu: %u regions "
+                           "(max %d)", (unsigned long long)m->request_id,
+                           m->nregions, TE_KV_MAX_REGIONS);
         break;
     case TE_KV_MSG_ACCEPT:
         GET64(&r, m->expected_imms, "expected_imms");

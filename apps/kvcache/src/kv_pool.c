@@ -14,6 +14,7 @@ struct te_kv_pool {
     uint8_t *state;
     uint32_t *free_list; /* stack of free pages */
     uint32_t nfree, nused, nfencing;
+    int claimed; /* kv_pool_claim used: the free list is stale */
 };
 
 int te_kv_pool_new(uint32_t pages, te_kv_pool **out)
@@ -51,6 +52,11 @@ void te_kv_pool_free(te_kv_pool *p)
 int te_kv_pool_alloc(te_kv_pool *p, uint32_t n, uint32_t *idx)
 {
     pthread_mutex_lock(&p->lock);
+    if (p->claimed) {
+        pthread_mutex_unlock(&p->lock);
+        return kv_fail(-EINVAL, "page pool: its pages are the engine's "
+                       "(kv_pool_claim): nothing to allocate");
+    }
     if (n > p->nfree) {
         uint32_t f = p->nfree, fe = p->nfencing;
         pthread_mutex_unlock(&p->lock);
@@ -127,4 +133,36 @@ void te_kv_pool_counts(const te_kv_pool *p, uint32_t *free_pages,
     if (fencing)
         *fencing = p->nfencing;
     pthread_mutex_unlock(&m->lock);
+}
+
+/* The engine names its own pages: they are checked FREE and marked USED
+ * in place. The free list is then stale; te_kv_pool_alloc refuses such a
+ * pool (claimed) rather than hand out from it. */
+int kv_pool_claim(te_kv_pool *p, uint32_t n, const uint32_t *idx)
+{
+    pthread_mutex_lock(&p->lock);
+    p->claimed = 1;
+    for (uint32_t i = 0; i < n; i++) {
+        if (idx[i] < p->pages && p->state[idx[i]] == PAGE_FREE) {
+            p->state[idx[i]] = PAGE_USED;
+            continue;
+        }
+        uint32_t bad = i, page = idx[i];
+        int out = page >= p->pages;
+        uint8_t st = out ? PAGE_FREE : p->state[page];
+        while (i-- > 0) /* undo: nothing claimed */
+            p->state[idx[i]] = PAGE_FREE;
+        pthread_mutex_unlock(&p->lock);
+        if (out)
+            return kv_fail(-EINVAL, "pages[%u] = %u: out of range (%u "
+                           "pages)", bad, page, p->pages);
+        return kv_fail(-EBUSY, "pages[%u] = %u is %s", bad, page,
+                       st == PAGE_USED ? "in use (by a request in flight, "
+                       "or listed twice)" : "being fenced (a write of an "
+                       "ended request may still land)");
+    }
+    p->nfree -= n;
+    p->nused += n;
+    pthread_mutex_unlock(&p->lock);
+    return 0;
 }

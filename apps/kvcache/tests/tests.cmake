@@ -1,6 +1,7 @@
 # Tests of apps/kvcache (docs/kvcache.md), prefix kvcache_.
 pkg_check_modules(TE_KV_CHECK REQUIRED IMPORTED_TARGET check)
-foreach(t test_kv_units test_kv_transfer test_kv_soak test_kv_badreq)
+foreach(t test_kv_units test_kv_transfer test_kv_soak test_kv_badreq
+          test_kv_cache)
   add_executable(${t} ${CMAKE_CURRENT_SOURCE_DIR}/tests/${t}.c)
   target_link_libraries(${t} PRIVATE te-kv PkgConfig::TE_KV_CHECK)
   target_include_directories(${t} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)

@@ -15,9 +15,17 @@
  * dead or silent, by fencing: te_mr_revoke() of the registration that
  * prefiller was given.
  *
- * Conventions as in te.h: 0 or a negative errno, te_last_error() names the
- * cause (this library sets it through the messages it returns in its
- * `why` strings, see te_kv_strerror_last()).
+ * Two ways to use it. The engine-owned way (te_kv_cache, te_kv_source,
+ * te_kv_decoder_new_cache, te_kv_decoder_submit_pages): the inference
+ * engine registers its own paged KV cache on both sides, names its own page
+ * ids per request and says when each layer is computed; the writes read the
+ * prefiller's pages and land in the decoder's pages (no copy). The
+ * self-contained way (te_kv_prefiller, te_kv_decoder_new): the library owns
+ * a page pool and writes a verification pattern, for benchmarks and the
+ * te-kv tool.
+ *
+ * Conventions as in te.h: 0 or a negative errno; te_kv_last_error() names
+ * the cause of this library's failures (te_last_error() the core's).
  */
 #ifndef TE_KV_H
 #define TE_KV_H
@@ -109,7 +117,20 @@ enum te_kv_msg_type {
     TE_KV_MSG_CANCEL = 4,  /**< decoder -> prefiller */
     TE_KV_MSG_CANCELLED = 5, /**< prefiller -> decoder: nothing can land now */
     TE_KV_MSG_HELLO = 6,   /**< decoder -> prefiller: the decoder's address */
+    /** decoder -> te_kv_source: a REQUEST into the engine's own cache (the
+     *  REQUEST's fields plus the shape and one (offset, stride) per region
+     *  of the decoder's cache) */
+    TE_KV_MSG_CACHE_REQUEST = 7,
 };
+
+/** Most regions of an engine-owned cache (layers x kv_factor). */
+#define TE_KV_MAX_REGIONS 256
+
+/** Where one region's page 0 lies and how far apart its pages are. */
+typedef struct te_kv_region {
+    uint64_t offset;      /**< bytes from the cache's base to page 0 */
+    uint64_t page_stride; /**< bytes from page p to page p + 1 */
+} te_kv_region;
 
 /** Most pages one request carries (bounded by engine.max_msg_size). */
 #define TE_KV_MAX_PAGES 4096
@@ -137,11 +158,20 @@ typedef struct te_kv_msg {
     /* HELLO */
     uint32_t addr_len;
     uint8_t addr[TE_ADDR_MAX];
+    /* CACHE_REQUEST (the REQUEST fields above, then these); page_bytes is
+     * one region's page, layer_stride 0, pages the decoder's page ids */
+    uint32_t kv_factor;       /**< regions per layer (2 K/V, 1 latent) */
+    uint32_t elem_bytes;      /**< bytes per element (the dtype's size) */
+    uint32_t tokens_per_page;
+    uint32_t nregions;        /**< layers * kv_factor */
+    te_kv_region regions[TE_KV_MAX_REGIONS]; /**< the decoder's, [layer][kv] */
 } te_kv_msg;
 
-/** Largest encoded message (a REQUEST with TE_KV_MAX_PAGES pages): engines
- * carrying te-kv traffic need engine.max_msg_size at least this. */
-#define TE_KV_MSG_MAX (28 + 56 + TE_DESC_MAX + 4 * TE_KV_MAX_PAGES)
+/** Largest encoded message (a CACHE_REQUEST with TE_KV_MAX_PAGES pages and
+ * TE_KV_MAX_REGIONS regions): engines carrying te-kv traffic need
+ * engine.max_msg_size at least this. */
+#define TE_KV_MSG_MAX (28 + 56 + TE_DESC_MAX + 4 * TE_KV_MAX_PAGES + 16 + \
+                       16 * TE_KV_MAX_REGIONS)
 
 /**
  * Encode m into buf (at most cap bytes); returns the length or -ENOSPC.
@@ -279,7 +309,8 @@ TE_API int te_kv_decoder_cancel(te_kv_decoder *d, uint64_t id);
  * while it is still in flight. */
 TE_API int te_kv_decoder_release(te_kv_decoder *d, uint64_t id);
 
-/** Pages of a completed request (n in/out) and the pool's memory. */
+/** Page ids of a completed request: *n in: room in idx; out: how many.
+ *  -ENOENT unless completed, -ENOSPC when idx is too small. */
 TE_API int te_kv_decoder_pages(te_kv_decoder *d, uint64_t id, uint32_t *idx,
                                uint32_t *n);
 
@@ -308,6 +339,140 @@ TE_API uint64_t te_kv_decoder_late_writes(te_kv_decoder *d);
  *  engine callback can reach the decoder any more; so it must not be
  *  called from a te_kv_done_fn (it would wait for itself). */
 TE_API void te_kv_decoder_free(te_kv_decoder *d);
+
+/* ------------------------------------------- the engine's own KV cache */
+
+/**
+ * The inference engine's paged KV cache as it lies in its memory: one
+ * allocation [base, base + len) (host, or CUDA with TE_MEM_CUDA when the
+ * core is built with CUDA) holding, per layer, kv_factor regions (K then V,
+ * or one MLA latent), each with `pages` pages of
+ * te_kv_region_page_bytes(shape) bytes at offset + id * page_stride, and
+ * optionally hidden_slots slots of hidden * elem_bytes bytes for the last
+ * hidden state. The byte order inside a page is the engine's own; both
+ * sides must use the same one (the same shape is checked, the order is not).
+ */
+typedef struct te_kv_cache_desc {
+    te_kv_shape shape;      /**< layers, kv_factor, heads, dim, dtype size,
+                                 tokens_per_page, hidden */
+    void *base;             /**< the allocation holding everything below */
+    uint64_t len;           /**< its bytes */
+    int32_t mem;            /**< TE_MEM_HOST or TE_MEM_CUDA */
+    uint32_t pages;         /**< page ids 0 .. pages-1 in every region */
+    const te_kv_region *regions; /**< layers * kv_factor, [layer][kv] */
+    uint64_t hidden_offset; /**< hidden slot 0 from base (hidden_slots > 0) */
+    uint64_t hidden_stride; /**< bytes from slot s to s + 1 */
+    uint32_t hidden_slots;  /**< 0: no hidden-state region */
+} te_kv_cache_desc;
+
+/** A checked te_kv_cache_desc (a copy: the desc may go after _new). */
+typedef struct te_kv_cache te_kv_cache;
+
+/** Bytes of one page of one region: tokens_per_page * kv_heads * head_dim *
+ *  elem_bytes (te_kv_page_bytes / kv_factor). */
+TE_API uint64_t te_kv_region_page_bytes(const te_kv_shape *s);
+
+/**
+ * Check and copy d: every region and hidden slot inside [base, base+len),
+ * strides at least a page (a slot), no two pages (of any regions) or hidden
+ * slots overlapping, regions == layers * kv_factor <= TE_KV_MAX_REGIONS.
+ * -EINVAL naming the field (te_kv_last_error()). Nothing is registered yet:
+ * the decoder and the source register it on their engine.
+ */
+TE_API int te_kv_cache_new(const te_kv_cache_desc *d, te_kv_cache **out);
+
+/** Forget the cache: -EBUSY (nothing freed) while a decoder or source made
+ *  on it is not freed yet. The memory stays the caller's. */
+TE_API int te_kv_cache_free(te_kv_cache *c);
+
+/* ---------------------------------------- prefill side over the engine's cache */
+
+/** The prefill side of the engine-owned way: the engine computes, the
+ *  source writes each finished layer (te_kv_source_new). */
+typedef struct te_kv_source te_kv_source;
+
+/**
+ * Serve decoders' CACHE_REQUESTs from cache c on group `group` of e
+ * (installs the group's receive handler; e must allow TE_KV_MSG_MAX-byte
+ * messages). c is registered once (read only). timeout_ms bounds each
+ * write and message (0: 30 s; 1..120000).
+ */
+TE_API int te_kv_source_new(te_engine *e, int group, te_kv_cache *c,
+                            int timeout_ms, te_kv_source **out);
+
+/**
+ * The engine starts prefilling request `id` (the id its decoder submits
+ * with) of `tokens` tokens from its own source pages src_pages[0..n)
+ * (n = te_kv_pages_for(tokens)) and, if the decoder wants a hidden state,
+ * hidden slot `hidden_slot` of the cache. The decoder's request may arrive
+ * before or after this call; once both are here the source ACCEPTs with
+ * the exact count of immediates and writes every layer already done.
+ * -EINVAL naming the field (a page id out of range, twice, n wrong),
+ * -EEXIST if id is in progress.
+ */
+TE_API int te_kv_source_begin(te_kv_source *s, uint64_t id, uint32_t tokens,
+                              const uint32_t *src_pages, uint32_t n,
+                              uint32_t hidden_slot);
+
+/**
+ * Layer `layer` of request id is in the cache: its pages (every region of
+ * the layer) are written now, on the caller's thread, if the decoder's
+ * request is here (else as soon as it is). -ERANGE for a layer out of
+ * range, -EALREADY for a layer reported twice, -ENOENT for an unknown id.
+ * The engine must not write those source pages again until
+ * te_kv_source_wait() returned.
+ */
+TE_API int te_kv_source_layer_done(te_kv_source *s, uint64_t id,
+                                   uint32_t layer);
+
+/** The hidden state is in its slot: written now (or when the request
+ *  arrives), if the decoder asked for one; nothing otherwise. */
+TE_API int te_kv_source_hidden_done(te_kv_source *s, uint64_t id);
+
+/**
+ * Until request id ended: 0 when every write completed (delivered),
+ * -ECANCELED (the decoder cancelled; the confirmation is sent), a write's
+ * error, or -ETIMEDOUT when timeout_ms passed first (the request stays;
+ * call again). After any answer but -ETIMEDOUT no write of it reads the
+ * source pages any more: the engine may reuse them, and the id is forgotten.
+ * A request whose layers are not all reported never ends by itself:
+ * report them, or the decoder's cancel or fence ends it.
+ */
+TE_API int te_kv_source_wait(te_kv_source *s, uint64_t id, int timeout_ms);
+
+/** Stop serving: requests in progress fail (their decoders fence or time
+ *  out), writes are waited for, the cache's registration goes. */
+TE_API void te_kv_source_free(te_kv_source *s);
+
+/* ---------------------------------------- decode side over the engine's cache */
+
+/**
+ * A decoder whose pages are the engine's cache c instead of a pool of the
+ * library's: o->shape must equal c's shape, o->pool_pages is ignored (c's
+ * pages are the page ids), o->poison_freed must be 0 (it would write into
+ * the engine's memory). c is registered once per prefiller (fencing revokes
+ * one). Requests are submitted with te_kv_decoder_submit_pages();
+ * te_kv_decoder_cancel/release/pages/inflight/free work as for the pool.
+ */
+TE_API int te_kv_decoder_new_cache(te_engine *e, const te_kv_decoder_opts *o,
+                                   te_kv_cache *c, te_kv_decoder **out);
+
+/**
+ * Ask prefiller pf (a te_kv_source) for request id's KV into the engine's
+ * own pages pages[0..n) (n = te_kv_pages_for(tokens); the last page may be
+ * partly used: the whole page is written, its slots past `tokens` hold the
+ * prefiller's bytes) and, unless hidden_slot is UINT32_MAX, the hidden
+ * state into that slot. The pages must not be in another request in flight
+ * or being fenced (-EBUSY naming the page); until cb ran, and after a
+ * success until te_kv_decoder_release(), they belong to the request: the
+ * engine must not write them, nor reuse them for another request. -EINVAL
+ * naming the field for ids out of range or listed twice.
+ */
+TE_API int te_kv_decoder_submit_pages(te_kv_decoder *d, uint32_t pf, uint64_t id,
+                                      uint32_t tokens, const uint32_t *pages,
+                                      uint32_t n, uint32_t hidden_slot,
+                                      int timeout_ms, te_kv_done_fn cb,
+                                      void *arg);
 
 /* ----------------------------------------------------------- membership */
 

@@ -1,0 +1,388 @@
+/* te-kv over the engine's own caches (te_kv_cache, te_kv_source,
+ * te_kv_decoder_new_cache) on the loopback plugin, two engines in one
+ * process. The two caches have different layouts on purpose: the source's
+ * is vLLM-like (per layer, all K pages then all V pages), the decoder's
+ * FlashInfer-like (per layer, K and V of a page side by side), so a write
+ * that ignored either side's region table would land in the wrong place. */
+#include <check.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "te/kv.h"
+#include "kv_test_util.h"
+
+#define LAYERS 3
+#define PAGES 8
+#define SENTINEL 0xEE
+
+/* 2 KV heads of 16 bf16 elements, 4 tokens per page: a region's page is
+ * 4 * 2 * 16 * 2 = 256 bytes; hidden 32 elements = 64 bytes. */
+static te_kv_shape shape(uint32_t elem_bytes)
+{
+    te_kv_shape s;
+    ck_assert_int_eq(te_kv_shape_custom(LAYERS, 2, 16, elem_bytes, 2, 32,
+                                        4 * 2 * 2 * 16 * elem_bytes, &s), 0);
+    ck_assert_uint_eq(s.tokens_per_page, 4);
+    return s;
+}
+
+struct cache {
+    uint8_t *mem;
+    size_t len;
+    te_kv_region reg[LAYERS * 2];
+    te_kv_cache *c;
+    uint64_t page;
+};
+
+/* interleaved 0: [layer][kv][page] (vLLM); 1: [layer][page][kv]. Then two
+ * hidden slots. */
+static struct cache cache_new(te_kv_shape s, int interleaved)
+{
+    struct cache x = {0};
+    x.page = te_kv_region_page_bytes(&s);
+    uint64_t hidden = (uint64_t)s.hidden * s.elem_bytes;
+    x.len = LAYERS * 2 * PAGES * x.page + 2 * hidden;
+    x.mem = aligned_alloc(4096, (x.len + 4095) & ~(size_t)4095);
+    memset(x.mem, SENTINEL, x.len);
+    for (uint32_t l = 0; l < LAYERS; l++)
+        for (uint32_t k = 0; k < 2; k++)
+            x.reg[l * 2 + k] = interleaved
+                ? (te_kv_region){(l * PAGES * 2 + k) * x.page, 2 * x.page}
+                : (te_kv_region){((l * 2 + k) * PAGES) * x.page, x.page};
+    te_kv_cache_desc d = {.shape = s, .base = x.mem, .len = x.len,
+                          .mem = TE_MEM_HOST, .pages = PAGES,
+                          .regions = x.reg,
+                          .hidden_offset = LAYERS * 2 * PAGES * x.page,
+                          .hidden_stride = hidden, .hidden_slots = 2};
+    ck_assert_msg(te_kv_cache_new(&d, &x.c) == 0, "%s", te_kv_last_error());
+    return x;
+}
+
+static uint8_t *page_at(struct cache *x, uint32_t layer, uint32_t kv,
+                        uint32_t page)
+{
+    te_kv_region r = x->reg[layer * 2 + kv];
+    return x->mem + r.offset + page * r.page_stride;
+}
+
+static uint8_t byte_of(uint32_t layer, uint32_t kv, uint32_t k, uint64_t i)
+{
+    return (uint8_t)(layer * 131 + kv * 71 + k * 29 + i * 7 + 1);
+}
+
+struct result {
+    atomic_int done;
+    int status;
+    char why[300];
+};
+
+static void on_done(uint64_t id, int status, const char *why, void *arg)
+{
+    struct result *r = arg;
+    (void)id;
+    r->status = status;
+    snprintf(r->why, sizeof(r->why), "%s", why);
+    atomic_fetch_add(&r->done, 1);
+}
+
+static void wait_done(struct result *r)
+{
+    for (int i = 0; i < 10000 && !atomic_load(&r->done); i++)
+        usleep(1000); /* 10 s at most */
+    ck_assert_int_eq(atomic_load(&r->done), 1);
+}
+
+struct pair {
+    te_engine *pe, *de;
+    struct cache src, dst;
+    te_kv_source *s;
+    te_kv_decoder *d;
+    uint32_t pf;
+};
+
+static struct pair pair_new(uint32_t dst_elem_bytes)
+{
+    struct pair p = {0};
+    p.pe = kv_test_engine();
+    p.de = kv_test_engine();
+    p.src = cache_new(shape(2), 0);
+    p.dst = cache_new(shape(dst_elem_bytes), 1);
+    ck_assert_int_eq(te_kv_source_new(p.pe, 0, p.src.c, 5000, &p.s), 0);
+    te_kv_decoder_opts o = {.shape = shape(dst_elem_bytes), .max_requests = 4};
+    ck_assert_msg(te_kv_decoder_new_cache(p.de, &o, p.dst.c, &p.d) == 0, "%s",
+                  te_kv_last_error());
+    uint8_t addr[TE_ADDR_MAX];
+    size_t n = sizeof(addr);
+    ck_assert_int_eq(te_engine_address(p.pe, 0, addr, &n), 0);
+    ck_assert_int_eq(te_kv_decoder_add_prefiller(p.d, addr, n, &p.pf), 0);
+    return p;
+}
+
+static void pair_free(struct pair *p)
+{
+    te_kv_decoder_free(p->d);
+    te_kv_source_free(p->s);
+    ck_assert_int_eq(te_kv_cache_free(p->src.c), 0);
+    ck_assert_int_eq(te_kv_cache_free(p->dst.c), 0);
+    te_engine_destroy(p->de);
+    te_engine_destroy(p->pe);
+    free(p->src.mem);
+    free(p->dst.mem);
+}
+
+static const uint32_t SRC_PAGES[3] = {5, 2, 7};
+static const uint32_t DST_PAGES[3] = {1, 6, 3};
+
+static void fill_source(struct pair *p)
+{
+    for (uint32_t l = 0; l < LAYERS; l++)
+        for (uint32_t kv = 0; kv < 2; kv++)
+            for (uint32_t k = 0; k < 3; k++)
+                for (uint64_t i = 0; i < p->src.page; i++)
+                    page_at(&p->src, l, kv, SRC_PAGES[k])[i] =
+                        byte_of(l, kv, k, i);
+    uint8_t *h = p->src.mem + LAYERS * 2 * PAGES * p->src.page + 64;
+    for (int i = 0; i < 64; i++) /* hidden slot 1 */
+        h[i] = (uint8_t)(200 + i);
+}
+
+/* Every byte of the decoder's buffer: the named pages hold the source's
+ * pages, hidden slot 0 the source's slot 1, everything else the sentinel
+ * (nothing landed outside the engine's named pages). */
+static void check_landed(struct pair *p, int with_hidden)
+{
+    uint8_t *expect = malloc(p->dst.len);
+    memset(expect, SENTINEL, p->dst.len);
+    for (uint32_t l = 0; l < LAYERS; l++)
+        for (uint32_t kv = 0; kv < 2; kv++)
+            for (uint32_t k = 0; k < 3; k++) {
+                te_kv_region r = p->dst.reg[l * 2 + kv];
+                for (uint64_t i = 0; i < p->dst.page; i++)
+                    expect[r.offset + DST_PAGES[k] * r.page_stride + i] =
+                        byte_of(l, kv, k, i);
+            }
+    for (int i = 0; with_hidden && i < 64; i++)
+        expect[LAYERS * 2 * PAGES * p->dst.page + i] = (uint8_t)(200 + i);
+    for (size_t i = 0; i < p->dst.len; i++)
+        ck_assert_msg(p->dst.mem[i] == expect[i], "decoder cache byte %zu: %u,"
+                      " want %u", i, p->dst.mem[i], expect[i]);
+    free(expect);
+}
+
+/* The decoder asks first; the engine reports layer by layer. */
+START_TEST(lands_in_the_engines_pages)
+{
+    struct pair p = pair_new(2);
+    fill_source(&p);
+    struct result r = {0};
+    ck_assert_msg(te_kv_decoder_submit_pages(p.d, p.pf, 11, 10, DST_PAGES, 3,
+                                             0, 10000, on_done, &r) == 0,
+                  "%s", te_kv_last_error());
+    ck_assert_int_eq(te_kv_source_begin(p.s, 11, 10, SRC_PAGES, 3, 1), 0);
+    for (uint32_t l = 0; l < LAYERS; l++)
+        ck_assert_int_eq(te_kv_source_layer_done(p.s, 11, l), 0);
+    ck_assert_int_eq(te_kv_source_hidden_done(p.s, 11), 0);
+    wait_done(&r);
+    ck_assert_msg(r.status == 0, "%s", r.why);
+    ck_assert_int_eq(te_kv_source_wait(p.s, 11, 10000), 0);
+    check_landed(&p, 1);
+    /* Misuse after the end: the id is forgotten at the source. */
+    ck_assert_int_eq(te_kv_source_layer_done(p.s, 11, 0), -ENOENT);
+    /* The pages stay the request's until released. */
+    struct result r2 = {0};
+    ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 12, 10, DST_PAGES,
+                                                3, 0, 10000, on_done, &r2),
+                     -EBUSY);
+    ck_assert_msg(strstr(te_kv_last_error(), "pages[0] = 1 is in use"), "%s",
+                  te_kv_last_error());
+    uint32_t got[8], n = 8;
+    ck_assert_int_eq(te_kv_decoder_pages(p.d, 11, got, &n), 0);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_uint_eq(got[1], 6);
+    ck_assert_int_eq(te_kv_decoder_release(p.d, 11), 0);
+    ck_assert_int_eq(te_kv_cache_free(p.dst.c), -EBUSY); /* decoder on it */
+    pair_free(&p);
+}
+END_TEST
+
+/* The engine finished every layer before the decoder asked: all of it is
+ * written on acceptance. No hidden state asked for: none written. */
+START_TEST(layers_done_before_the_request)
+{
+    struct pair p = pair_new(2);
+    fill_source(&p);
+    ck_assert_int_eq(te_kv_source_begin(p.s, 21, 10, SRC_PAGES, 3, 1), 0);
+    for (uint32_t l = 0; l < LAYERS; l++)
+        ck_assert_int_eq(te_kv_source_layer_done(p.s, 21, l), 0);
+    ck_assert_int_eq(te_kv_source_hidden_done(p.s, 21), 0);
+    ck_assert_int_eq(te_kv_source_wait(p.s, 21, 0), -ETIMEDOUT);
+    struct result r = {0};
+    ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 21, 10, DST_PAGES,
+                                                3, UINT32_MAX, 10000, on_done,
+                                                &r), 0);
+    wait_done(&r);
+    ck_assert_msg(r.status == 0, "%s", r.why);
+    ck_assert_int_eq(te_kv_source_wait(p.s, 21, 10000), 0);
+    check_landed(&p, 0);
+    pair_free(&p);
+}
+END_TEST
+
+/* A cancel between layers: confirmed only when nothing can land, then the
+ * pages can be claimed again. */
+START_TEST(cancel_between_layers)
+{
+    struct pair p = pair_new(2);
+    fill_source(&p);
+    struct result r = {0};
+    ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 31, 10, DST_PAGES,
+                                                3, 0, 10000, on_done, &r), 0);
+    ck_assert_int_eq(te_kv_source_begin(p.s, 31, 10, SRC_PAGES, 3, 1), 0);
+    ck_assert_int_eq(te_kv_source_layer_done(p.s, 31, 0), 0);
+    /* Cancel only once the decoder is ARMED (ACCEPT handled): the cancel
+     * then races nothing but layer 0's write. */
+    for (int i = 0; i < 10000 && te_kv_decoder_cancel(p.d, 31) != 0; i++)
+        usleep(1000);
+    wait_done(&r);
+    ck_assert_int_eq(r.status, -ECANCELED);
+    ck_assert_int_eq(te_kv_source_wait(p.s, 31, 10000), -ECANCELED);
+    struct result r2 = {0};
+    ck_assert_msg(te_kv_decoder_submit_pages(p.d, p.pf, 32, 10, DST_PAGES, 3,
+                                             0, 10000, on_done, &r2) == 0,
+                  "%s", te_kv_last_error());
+    te_kv_decoder_cancel(p.d, 32);
+    wait_done(&r2);
+    pair_free(&p);
+}
+END_TEST
+
+/* A decoder of another dtype: refused before anything is written, the
+ * source naming the field. */
+START_TEST(dtype_mismatch_is_named)
+{
+    struct pair p = pair_new(4);
+    fill_source(&p);
+    struct result r = {0};
+    ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 41, 10, DST_PAGES,
+                                                3, UINT32_MAX, 10000, on_done,
+                                                &r), 0);
+    ck_assert_int_eq(te_kv_source_begin(p.s, 41, 10, SRC_PAGES, 3, 1), 0);
+    wait_done(&r);
+    ck_assert_int_eq(r.status, -EINVAL);
+    ck_assert_int_eq(te_kv_source_wait(p.s, 41, 10000), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "elem_bytes (dtype): the "
+                         "decoder's 4, ours 2"), "%s", te_kv_last_error());
+    for (size_t i = 0; i < p.dst.len; i++)
+        ck_assert_uint_eq(p.dst.mem[i], SENTINEL);
+    pair_free(&p);
+}
+END_TEST
+
+/* Bad input, each refused with the field named and nothing started. */
+START_TEST(bad_input_is_named)
+{
+    struct pair p = pair_new(2);
+    uint32_t dup[3] = {5, 2, 5}, far[3] = {5, 2, PAGES};
+    ck_assert_int_eq(te_kv_source_begin(p.s, 51, 10, far, 3, 1), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "src_pages[2] = 8: out of range"),
+                  "%s", te_kv_last_error());
+    ck_assert_int_eq(te_kv_source_begin(p.s, 51, 10, dup, 3, 1), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "listed twice"), "%s",
+                  te_kv_last_error());
+    ck_assert_int_eq(te_kv_source_begin(p.s, 51, 10, SRC_PAGES, 2, 1),
+                     -EINVAL);
+    ck_assert_int_eq(te_kv_source_begin(p.s, 51, 10, SRC_PAGES, 3, 2),
+                     -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "hidden_slot 2"), "%s",
+                  te_kv_last_error());
+    ck_assert_int_eq(te_kv_source_layer_done(p.s, 51, 0), -ENOENT);
+    ck_assert_int_eq(te_kv_source_begin(p.s, 51, 10, SRC_PAGES, 3, 1), 0);
+    ck_assert_int_eq(te_kv_source_begin(p.s, 51, 10, SRC_PAGES, 3, 1),
+                     -EEXIST);
+    ck_assert_int_eq(te_kv_source_layer_done(p.s, 51, LAYERS), -ERANGE);
+    ck_assert_int_eq(te_kv_source_layer_done(p.s, 51, 1), 0);
+    ck_assert_int_eq(te_kv_source_layer_done(p.s, 51, 1), -EALREADY);
+    ck_assert_msg(strstr(te_kv_last_error(), "layer 1 reported twice"), "%s",
+                  te_kv_last_error());
+    ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 52, 10, far, 3, 0,
+                                                1000, NULL, NULL), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "pages[2] = 8: out of range"),
+                  "%s", te_kv_last_error());
+    ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 52, 10, dup, 3, 0,
+                                                1000, NULL, NULL), -EBUSY);
+    ck_assert_msg(strstr(te_kv_last_error(), "pages[2] = 5 is in use"), "%s",
+                  te_kv_last_error());
+    ck_assert_int_eq(te_kv_decoder_submit(p.d, p.pf, 53, 10, 1000, NULL,
+                                          NULL), -EINVAL);
+    /* Nothing claimed by the refusals: all pages can be taken at once. */
+    uint32_t all[3] = {5, 2, 0};
+    struct result r = {0};
+    ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 54, 10, all, 3,
+                                                UINT32_MAX, 1000, on_done, &r),
+                     0);
+    te_kv_decoder_cancel(p.d, 54);
+    wait_done(&r);
+    pair_free(&p);
+}
+END_TEST
+
+/* The cache description: overlaps, strides and bounds named. */
+START_TEST(cache_desc_is_checked)
+{
+    te_kv_shape s = shape(2);
+    static uint8_t mem[LAYERS * 2 * PAGES * 256 + 128];
+    te_kv_region reg[LAYERS * 2];
+    for (uint32_t r = 0; r < LAYERS * 2; r++)
+        reg[r] = (te_kv_region){r * PAGES * 256, 256};
+    te_kv_cache_desc d = {.shape = s, .base = mem, .len = sizeof(mem),
+                          .mem = TE_MEM_HOST, .pages = PAGES, .regions = reg,
+                          .hidden_offset = LAYERS * 2 * PAGES * 256,
+                          .hidden_stride = 64, .hidden_slots = 2};
+    te_kv_cache *c;
+    ck_assert_int_eq(te_kv_cache_new(&d, &c), 0);
+    ck_assert_int_eq(te_kv_cache_free(c), 0);
+    reg[3].offset = reg[2].offset + 256; /* layer 1 V starts in layer 1 K */
+    ck_assert_int_eq(te_kv_cache_new(&d, &c), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "regions[2] (layer 1 K) page 1 "
+                         "overlaps regions[3] (layer 1 V) page 0"), "%s",
+                  te_kv_last_error());
+    reg[3].offset = 3 * PAGES * 256;
+    reg[4].page_stride = 128;
+    ck_assert_int_eq(te_kv_cache_new(&d, &c), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "regions[4].page_stride 128"),
+                  "%s", te_kv_last_error());
+    reg[4].page_stride = 256;
+    d.hidden_slots = 3;
+    ck_assert_int_eq(te_kv_cache_new(&d, &c), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "hidden:"), "%s",
+                  te_kv_last_error());
+    d.hidden_slots = 2;
+    d.len = sizeof(mem) - 200;
+    ck_assert_int_eq(te_kv_cache_new(&d, &c), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "end past len"), "%s",
+                  te_kv_last_error());
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("kvcache_cache");
+    TCase *t = tcase_create("cache");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, lands_in_the_engines_pages);
+    tcase_add_test(t, layers_done_before_the_request);
+    tcase_add_test(t, cancel_between_layers);
+    tcase_add_test(t, dtype_mismatch_is_named);
+    tcase_add_test(t, bad_input_is_named);
+    tcase_add_test(t, cache_desc_is_checked);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}
