@@ -55,6 +55,7 @@ typedef struct te_moe_stats {
     uint64_t dispatch_bytes[64];
     uint64_t combine_bytes[64];
     double pack_us, post_us, experts_us;
+    double layout_us;
 } te_moe_stats;
 
 int te_moe_rank_new(te_engine *e, const te_moe_config *c, uint32_t rank,

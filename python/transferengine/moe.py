@@ -213,7 +213,7 @@ class MoeRank:
     # ------------------------------------------------------------ the rest
     def stats(self) -> dict:
         """te_moe_rank_stats of the last batch: writes and bytes per peer,
-        dispatch/combine/pack/post/experts times (us)."""
+        dispatch/combine/pack/post/experts/layout times (us)."""
         s = ffi.new("te_moe_stats *")
         lib.te_moe_rank_stats(self._live(), s)
         R = self.ranks
@@ -224,7 +224,7 @@ class MoeRank:
                 "rows_sent": s.rows_sent, "rows_received": s.rows_received,
                 "dispatch_us": s.dispatch_us, "combine_us": s.combine_us,
                 "pack_us": s.pack_us, "post_us": s.post_us,
-                "experts_us": s.experts_us}
+                "experts_us": s.experts_us, "layout_us": s.layout_us}
 
     def close(self) -> None:
         """Remove the peers this rank added (call it on every rank before

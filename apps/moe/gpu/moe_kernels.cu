@@ -60,11 +60,13 @@ __global__ void pack_kernel(const uint8_t *x, uint32_t x_row_bytes, const uint16
         uint32_t meta[16] = {0};
         uint16_t *ex = (uint16_t *)&meta[2];
         float *wt = (float *)&meta[6];
+        uint8_t *sl = (uint8_t *)&meta[14]; /* top-k position of each */
         uint32_t n = 0;
         for (uint32_t j = 0; j < topk; j++) {
             uint16_t e = experts[(uint64_t)t * topk + j];
             if (e / per == d) {
                 ex[n] = e;
+                sl[n] = (uint8_t)j;
                 wt[n++] = weights[(uint64_t)t * topk + j];
             }
         }

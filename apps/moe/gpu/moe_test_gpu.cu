@@ -14,7 +14,7 @@ static int failures;
 #define CHECK(c, msg) do { if (!(c)) { failures++; printf("FAIL line %d: %s\n", __LINE__, msg); } } while (0)
 #define CU(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s: %s\n", #x, cudaGetErrorString(e_)); return 1; } } while (0)
 
-// The CPU staging of libte-moe (moe_batch.c, stage_rows) written out here: rows
+// The CPU staging of libte-moe (moe_dispatch.c, stage_rows) written out here: rows
 // per destination in token order, meta = the token's experts on d in
 // top-k order. The kernels must produce exactly these bytes.
 static int test_pack_combine(void)
@@ -37,10 +37,12 @@ static int test_pack_combine(void)
             uint32_t meta[16] = {0};
             uint16_t *ex = (uint16_t *)&meta[2];
             float *wt = (float *)&meta[6];
+            uint8_t *sl = (uint8_t *)&meta[14];
             uint32_t m = 0;
             for (uint32_t j = 0; j < K; j++)
                 if (ids[t * K + j] / per == d) {
                     ex[m] = ids[t * K + j];
+                    sl[m] = (uint8_t)j;
                     wt[m++] = w[t * K + j];
                 }
             if (!m)

@@ -279,6 +279,7 @@ int te_moe_dispatch_wait(te_moe_rank *r, const te_moe_recv *recv)
     r->b.capacity = recv->capacity;
     r->b.state = MOE_DISPATCHED;
     r->b.t_dispatched = moe_now_ns();
+    r->st.layout_us = (double)(r->b.t_dispatched - now) / 1e3;
     r->st.dispatch_us = (double)(r->b.t_dispatched - r->b.t0) / 1e3;
     return 0;
 }

@@ -535,6 +535,47 @@ START_TEST(split_calls_and_their_misuse)
 }
 END_TEST
 
+/* Rank 0 ends batch 1 early (it refuses its combine) while rank 1 has not
+ * read rank 0's rows of batch 1 yet (this one thread drives both): rank
+ * 0's batch 2 must not write into rank 1's slots before rank 1 is done
+ * with them. It waits for rank 1's combine of batch 1, gives up after its
+ * deadline, and rank 1 still finds batch 1's rows. */
+START_TEST(early_failure_waits_for_the_slower_peer)
+{
+    te_moe_config c = cfg(2, 2, 8, 4);
+    c.timeout_ms = 300;
+    struct moe_job j;
+    ck_assert_int_eq(moe_job_open(&j, &c, NULL), 0);
+    uint32_t tok[2] = {10, 10};
+    moe_job_inputs(&j, tok, 51, 0);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(moe_ref_bufs_grow(&j.c, &j.bufs[i], 0), 0);
+        ck_assert_int_eq(te_moe_dispatch_start(j.r[i], 1, j.tokens[i], j.x[i],
+                                               j.experts[i], j.weights[i]), 0);
+    }
+    ck_assert_int_eq(te_moe_dispatch_wait(j.r[0], &j.bufs[0].recv), 0);
+    te_moe_expert_out bad = outputs_of(&j, 0);
+    bad.dtype = TE_MOE_BF16;
+    ck_assert_int_eq(te_moe_combine_start(j.r[0], 1, &bad), -EINVAL);
+    ck_assert_int_ne(te_moe_dispatch_start(j.r[0], 2, j.tokens[0], j.x[0],
+                                           j.experts[0], j.weights[0]), 0);
+    ck_assert_msg(strstr(te_moe_last_error(), "rank 1 has not finished batch 1"),
+                  "%s", te_moe_last_error());
+    ck_assert_msg(te_moe_dispatch_wait(j.r[1], &j.bufs[1].recv) == 0, "%s",
+                  te_moe_last_error());
+    te_moe_expert_out y1 = outputs_of(&j, 1);
+    ck_assert_int_eq(te_moe_combine_start(j.r[1], 1, &y1), 0);
+    ck_assert_int_ne(te_moe_combine_wait(j.r[1], j.out[1]), 0);
+    ck_assert_msg(strstr(te_moe_last_error(), "rank 0 failed batch 1"), "%s",
+                  te_moe_last_error());
+    /* Both are through batch 1 now: batch 3 works. */
+    moe_job_inputs(&j, tok, 52, 0);
+    ck_assert_msg(moe_job_batch(&j, 3) == 0, "%s / %s", j.why[0], j.why[1]);
+    ck_assert_uint_eq(moe_job_check(&j), 0);
+    moe_job_close(&j);
+}
+END_TEST
+
 /* The head rank 0 wrote into rank 1's receive slot for it. */
 static uint64_t head_batch_at(const te_moe_rank *r1)
 {
@@ -618,6 +659,7 @@ int main(void)
     tcase_add_test(t, refusal_reaches_the_other_ranks);
     tcase_add_test(t, receive_capacity_refused_before_writing);
     tcase_add_test(t, split_calls_and_their_misuse);
+    tcase_add_test(t, early_failure_waits_for_the_slower_peer);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -7,12 +7,15 @@
 #include "moe_job.h"
 
 #define WARMUP 2
+#define NV 7
 
 /* What one measurement (one protocol, `batches` batches) gives. */
 struct measured {
     char transport[256];            /* moe_job_describe */
     double dispatch[2], combine[2]; /* p50, p99 over ranks x batches (us) */
     double pack, post, experts;     /* p50 of the parts (us) */
+    double arrival, layout;         /* p50: dispatch until every row is in,
+                                       and its copy into te_moe_recv */
     double writes_avg, bytes_avg;   /* dispatch, per peer per batch */
     uint32_t writes_max;
     double combine_writes_avg, combine_bytes_avg;
@@ -35,7 +38,9 @@ static double pct(double *v, size_t n, int p)
 struct side {
     struct moe_job j;
     int naive, opened;
-    double *v[5]; /* dispatch, combine, pack, post, experts per rank-batch */
+    /* dispatch, combine, pack, post, experts, arrival (dispatch without
+     * the layout copy), layout per rank-batch */
+    double *v[NV];
     size_t k;
     double peers, writes, bytes, cwrites, cbytes;
     uint32_t writes_max;
@@ -48,7 +53,7 @@ static int side_open(struct side *s, te_moe_config c, int naive,
     s->naive = naive;
     c.naive = (uint32_t)naive;
     size_t n = (size_t)batches * c.ranks;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < NV; i++)
         if (!(s->v[i] = calloc(n ? n : 1, sizeof(double))))
             return 1;
     s->opened = 1;
@@ -78,7 +83,9 @@ static int side_batch(struct side *s, uint32_t b)
         s->v[1][s->k] = st.combine_us;
         s->v[2][s->k] = st.pack_us;
         s->v[3][s->k] = st.post_us;
-        s->v[4][s->k++] = st.experts_us;
+        s->v[4][s->k] = st.experts_us;
+        s->v[5][s->k] = st.dispatch_us - st.layout_us;
+        s->v[6][s->k++] = st.layout_us;
         for (uint32_t d = 0; d < c->ranks; d++) {
             if (d == i)
                 continue;
@@ -107,6 +114,8 @@ static void side_result(struct side *s, struct measured *m)
         m->pack = pct(s->v[2], k, 50);
         m->post = pct(s->v[3], k, 50);
         m->experts = pct(s->v[4], k, 50);
+        m->arrival = pct(s->v[5], k, 50);
+        m->layout = pct(s->v[6], k, 50);
     }
     if (s->peers > 0) {
         m->writes_avg = s->writes / s->peers;
@@ -121,7 +130,7 @@ static void side_close(struct side *s)
 {
     if (s->opened)
         moe_job_close(&s->j);
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < NV; i++)
         free(s->v[i]);
 }
 
@@ -157,21 +166,24 @@ static void print_one(const te_moe_config *c, uint32_t batches, uint32_t rep,
            "\"dispatch_p50_us\": %.1f, \"dispatch_p99_us\": %.1f, "
            "\"pack_p50_us\": %.1f, \"post_p50_us\": %.1f, "
            "\"combine_p50_us\": %.1f, \"combine_p99_us\": %.1f, "
-           "\"experts_p50_us\": %.1f, "
+           "\"experts_p50_us\": %.1f, \"arrival_p50_us\": %.1f, "
+           "\"layout_p50_us\": %.1f, \"naive_arrival_p50_us\": %.1f, "
            "\"dispatch_writes_per_peer\": %.2f, \"dispatch_writes_per_peer_max\": %u, "
            "\"dispatch_bytes_per_peer\": %.0f, \"combine_writes_per_peer\": %.2f, "
            "\"combine_bytes_per_peer\": %.0f, "
            "\"naive_dispatch_p50_us\": %.1f, \"naive_dispatch_p99_us\": %.1f, "
            "\"naive_pack_p50_us\": %.1f, \"naive_post_p50_us\": %.1f, "
            "\"naive_combine_p50_us\": %.1f, \"naive_dispatch_writes_per_peer\": %.2f, "
-           "\"dispatch_vs_naive\": %.3f}\n",
+           "\"dispatch_vs_naive\": %.3f, \"arrival_vs_naive\": %.3f}\n",
            rep, p->transport, c->ranks, c->experts, c->topk, c->hidden, c->max_tokens,
            c->private_rows, c->dtype == TE_MOE_BF16 ? "bf16" : "fp32", batches,
            p->dispatch[0], p->dispatch[1], p->pack, p->post, p->combine[0],
-           p->combine[1], p->experts, p->writes_avg, p->writes_max,
+           p->combine[1], p->experts, p->arrival, p->layout, n->arrival,
+           p->writes_avg, p->writes_max,
            p->bytes_avg, p->combine_writes_avg, p->combine_bytes_avg,
            n->dispatch[0], n->dispatch[1], n->pack, n->post, n->combine[0],
-           n->writes_avg, p->dispatch[0] / n->dispatch[0]);
+           n->writes_avg, p->dispatch[0] / n->dispatch[0],
+           p->arrival / n->arrival);
     fflush(stdout);
 }
 
@@ -184,7 +196,8 @@ int moe_bench(const te_moe_config *c, uint32_t batches, uint32_t repeat,
     double *nd = calloc(repeat, sizeof(double));
     double *ratio = calloc(repeat, sizeof(double));
     double *pc = calloc(repeat, sizeof(double));
-    int rc = !pd || !nd || !ratio || !pc;
+    double *aratio = calloc(repeat, sizeof(double));
+    int rc = !pd || !nd || !ratio || !pc || !aratio;
     for (uint32_t r = 0; r < repeat && !rc; r++) {
         struct measured p, n;
         rc = measure(c, batches, settings, &p, &n);
@@ -195,6 +208,7 @@ int moe_bench(const te_moe_config *c, uint32_t batches, uint32_t repeat,
         nd[r] = n.dispatch[0];
         pc[r] = p.combine[0];
         ratio[r] = p.dispatch[0] / n.dispatch[0];
+        aratio[r] = p.arrival / n.arrival;
     }
     if (!rc && repeat > 1) {
         double a = median(pd, repeat), b = median(nd, repeat);
@@ -202,13 +216,15 @@ int moe_bench(const te_moe_config *c, uint32_t batches, uint32_t repeat,
                "\"dispatch_p50_us_median\": %.1f, "
                "\"naive_dispatch_p50_us_median\": %.1f, "
                "\"combine_p50_us_median\": %.1f, "
-               "\"ratio_of_medians\": %.3f, \"median_ratio\": %.3f}\n",
+               "\"ratio_of_medians\": %.3f, \"median_ratio\": %.3f, "
+               "\"arrival_median_ratio\": %.3f}\n",
                repeat, a, b, median(pc, repeat), a / b,
-               median(ratio, repeat));
+               median(ratio, repeat), median(aratio, repeat));
     }
     free(pd);
     free(nd);
     free(ratio);
     free(pc);
+    free(aratio);
     return rc;
 }

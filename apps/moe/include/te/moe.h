@@ -216,6 +216,9 @@ typedef struct te_moe_stats {
     uint64_t dispatch_bytes[TE_MOE_MAX_RANKS]; /**< written to each peer */
     uint64_t combine_bytes[TE_MOE_MAX_RANKS];
     double pack_us, post_us, experts_us;      /**< parts of the above */
+    double layout_us; /**< part of dispatch_us: copying the rows that
+                           arrived into te_moe_recv, per local expert (the
+                           rest is the exchange itself) */
 } te_moe_stats;
 
 TE_API void te_moe_rank_stats(te_moe_rank *r, te_moe_stats *out);

@@ -38,8 +38,8 @@ TE_API int te_moe_gpu_route(const uint16_t *experts, uint32_t tokens, uint32_t t
 /**
  * Pack the dispatch rows in libte-moe's layout: row pos[t*ranks+d] of
  * slot d lies at send + d*slot + 64 + row*row_bytes: the 64-byte meta
- * {token, nexp, experts[8] (u16), weights[8]} (the experts of t that live
- * on d, in top-k order) then the token's x_row_bytes.
+ * {token, nexp, experts[8] (u16), weights[8], slots[8] (u8: their top-k
+ * positions)} (the experts of t that live on d, in top-k order) then the token's x_row_bytes.
  */
 TE_API int te_moe_gpu_pack(const void *x, uint32_t x_row_bytes, const uint16_t *experts,
                            const float *weights, const uint32_t *pos, uint32_t tokens,
@@ -49,7 +49,9 @@ TE_API int te_moe_gpu_pack(const void *x, uint32_t x_row_bytes, const uint16_t *
 /**
  * Combine: out[t] = 0 + partial of rank 0 + partial of rank 1 + ... (ranks
  * ascending, float32, the CPU path's order), the partial of rank d for
- * token t at comb + d*cslot + pos[t*ranks+d]*crow_bytes + 16.
+ * token t at comb + d*cslot + pos[t*ranks+d]*crow_bytes + 16. In
+ * libte-moe's receive area every slot starts with a 64-byte head: comb is
+ * the area's start + 64 (the first row of rank 0's slot).
  */
 TE_API int te_moe_gpu_combine(const void *comb, const uint32_t *pos, uint32_t tokens,
                               uint32_t ranks, uint32_t hidden, uint64_t cslot,
