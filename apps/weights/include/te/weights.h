@@ -363,8 +363,10 @@ TE_API int te_wt_simulate(const te_wt_model *m, const te_wt_sharding *sh,
 /*
  * The update itself, on TransferEngine (public API, te/te.h). Processes
  * find each other through a rendezvous directory: each publishes a small
- * record (engine address + one memory descriptor, written atomically) as
- * <dir>/train-<t> or <dir>/infer-<r>.
+ * record (engine address and state, written atomically) as
+ * <dir>/train-<t> or <dir>/infer-<r>, and a descriptor table
+ * <dir>/<role>-<n>.table with one memory descriptor per entry (a trainer's
+ * tensor parts, a receiver's param slices: the caller's own memory).
  *
  * Each receiver reserves an immediate space (te_imm_space_create, name
  * "weights") with one value per slice it holds, and publishes the raw value
@@ -564,13 +566,14 @@ typedef struct te_wt_update_report {
 } te_wt_update_report;
 
 /**
- * Receive `version`: publish <dir>/infer-<rank> (ready for it, with the
- * standby buffer's descriptor), wait until every slice's immediates have
- * arrived (te_expected_imms per write), then swap the standby buffer live.
- * At the deadline the live buffer is left as it was (the previous version
- * keeps serving), the standby buffer's remote access is revoked (no late
- * write can land in it) and -ETIMEDOUT is returned with the missing
- * tensors in the report. Never half-applies a version.
+ * Receive `version`: publish the standby set's table and <dir>/infer-<rank>
+ * (ready for it), wait until every slice's immediates have arrived
+ * (te_expected_imms per write), then name the standby set live
+ * (report.live_set). At the deadline the live set is left as it was (the
+ * previous version keeps serving), the standby set's remote access is
+ * revoked (no late write can land in it) and -ETIMEDOUT is returned with
+ * the missing tensors in the report. Double-buffered, never half-applies a
+ * version; in place (one set), a failed version is reported clobbered.
  */
 TE_API int te_wt_receiver_update(te_wt_receiver *r, const char *dir, uint32_t version,
                                  int timeout_ms, te_wt_update_report *rep);
