@@ -145,6 +145,36 @@ void te_peer_down(struct te_engine *e, struct te_group *g, struct turn *t,
     te_post_fail_peer(e, g, t, pe, status, why);
 }
 
+void te_peer_closing(struct te_engine *e, struct te_group *g, struct turn *t,
+                     struct te_peer_entry *pe, const char *why)
+{
+    if (atomic_load_explicit(&pe->state, memory_order_relaxed) !=
+        TE_PEER_LIVE)
+        return;
+    for (uint32_t i = 0; i < t->nclosing; i++)
+        if (t->closing[i] == pe)
+            return; /* its other NICs said so too */
+    const uint32_t max = sizeof(t->closing) / sizeof(t->closing[0]);
+    if (t->nclosing == max) {
+        te_peer_down(e, g, t, pe, -ESHUTDOWN, why);
+        return;
+    }
+    /* Kept until then where te_peer_status reads it once the peer is down. */
+    snprintf(pe->down_why, sizeof(pe->down_why), "%s", why);
+    t->closing[t->nclosing++] = pe;
+}
+
+void te_turn_close_peers(struct te_engine *e, struct te_group *g,
+                         struct turn *t)
+{
+    for (uint32_t i = 0; i < t->nclosing; i++) {
+        char why[sizeof(t->closing[i]->down_why)];
+        memcpy(why, t->closing[i]->down_why, sizeof(why));
+        te_peer_down(e, g, t, t->closing[i], -ESHUTDOWN, why);
+    }
+    t->nclosing = 0;
+}
+
 static void check_deadlines(struct te_engine *e, struct te_group *g,
                             struct turn *t)
 {

@@ -190,8 +190,11 @@ void te_poll_nic(struct te_engine *e, struct te_group *g, struct turn *t,
                          : "the transport reported it unreachable on NIC "
                            "%s%s%s",
                          n->info.name, said[0] ? ": " : "", said);
-                te_peer_down(e, g, t, te_group_peer(g, p),
-                             orderly ? -ESHUTDOWN : -ECONNRESET, why);
+                if (orderly)
+                    te_peer_closing(e, g, t, te_group_peer(g, p), why);
+                else
+                    te_peer_down(e, g, t, te_group_peer(g, p), -ECONNRESET,
+                                 why);
             }
             break;
         }

@@ -228,6 +228,13 @@ int te_worker_turn(struct te_engine *e, struct te_group *g, struct turn *t)
         if (g->nics[i].recv_to_post)
             te_repost_recvs(e, g, &g->nics[i]);
     }
+    if (t->nclosing) {
+        /* What the closing peer's other NICs returned before the close
+         * counts first (a sharded request it completed is not failed). */
+        for (uint32_t i = 0; i < g->nic_count; i++)
+            te_poll_nic(e, g, t, i);
+        te_turn_close_peers(e, g, t);
+    }
     te_worker_check(e, g, t);
     te_turn_flush(e, t);
     return t->did_work;
@@ -262,6 +269,7 @@ static void worker_shutdown(struct te_engine *e, struct te_group *g,
         drain_control(e, g, t);
         for (uint32_t i = 0; i < g->nic_count; i++)
             te_poll_nic(e, g, t, i);
+        te_turn_close_peers(e, g, t);
         te_turn_flush(e, t);
     }
     drain_control(e, g, t);

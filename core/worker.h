@@ -24,12 +24,24 @@ struct turn {
     uint64_t now_ns;        /* clock read once per turn */
     uint64_t next_check_ns; /* next deadline / liveness scan */
     uint64_t next_hb_ns;    /* next heartbeat scan */
+    /* Peers reported closed in order during this turn, failed only after
+     * every NIC was polled once more (te_turn_close_peers). */
+    struct te_peer_entry *closing[8];
+    uint32_t nclosing;
 };
 
 static inline uint64_t te_now_ns(void) { return te_clock_ns(); }
 
 /* outcome.c */
 void te_turn_flush(struct te_engine *e, struct turn *t);
+/* An orderly close (PEER_DOWN -ESHUTDOWN) of pe, reported on one NIC: it
+ * may come before completions the peer's other NICs already hold, so the
+ * peer's requests are failed at the end of the turn, after one more poll
+ * of every NIC (te_turn_close_peers), not at once. */
+void te_peer_closing(struct te_engine *e, struct te_group *g, struct turn *t,
+                     struct te_peer_entry *pe, const char *why);
+void te_turn_close_peers(struct te_engine *e, struct te_group *g,
+                         struct turn *t);
 struct te_cb_event *te_turn_event(struct te_engine *e, struct turn *t);
 /* Record the request's first error (later ones are ignored). */
 void te_req_fail(struct te_req *q, int status, const char *fmt, ...)
