@@ -1,0 +1,99 @@
+"""transferengine.kv over numpy arrays, two engines in one process: the
+bytes land in the decoder's own arrays at the pages it named (nothing else
+written), and bad input is refused naming the field (docs/kvcache.md)."""
+import numpy as np
+import pytest
+
+te = pytest.importorskip("transferengine")
+kv = pytest.importorskip("transferengine.kv")
+
+L, PAGES, TPP, HEADS, DIM = 2, 6, 4, 2, 8
+
+
+def arena(dtype=np.float32, dim=DIM):
+    """One allocation: kv[layer][k|v] views [pages, tpp, heads, dim], then
+    two hidden slots of 16."""
+    n = L * 2 * PAGES * TPP * HEADS * dim
+    a = np.zeros(n + 2 * 16, dtype=dtype)
+    kvv = a[:n].reshape(L, 2, PAGES, TPP, HEADS, dim)
+    return a, [(kvv[l, 0], kvv[l, 1]) for l in range(L)], a[n:].reshape(2, 16)
+
+
+def engine():
+    return te.Engine(engine_max_msg_size=str(kv.MSG_MAX + 64))
+
+
+def test_bytes_land_in_the_decoders_arrays():
+    with engine() as pe, engine() as de:
+        sa, sl, sh = arena()
+        da, dl, dh = arena()
+        sc, dc = kv.KVCache(sl, sh), kv.KVCache(dl, dh)
+        assert dc.address_range == (da.ctypes.data, da.ctypes.data + da.nbytes)
+        src, dec = kv.Source(pe, sc), kv.Decoder(de, dc)
+        rng = np.random.default_rng(7)
+        for k, v in sl:
+            k[...] = rng.standard_normal(k.shape)
+            v[...] = rng.standard_normal(v.shape)
+        sh[1] = rng.standard_normal(16)
+        pf = dec.add_prefiller(pe.address())
+        fut = dec.submit(5, 6, np.array([4, 1]), hidden_slot=0, prefiller=pf)
+        src.begin(5, 6, [2, 5], hidden_slot=1)
+        for layer in range(L):
+            src.layer_done(5, layer)
+        src.hidden_done(5)
+        fut.result(timeout=10)
+        src.wait(5, timeout=10)
+        want = np.zeros_like(da)
+        _, wl, wh = (want, *arena()[1:])
+        wkv = want[:-32].reshape(L, 2, PAGES, TPP, HEADS, DIM)
+        for layer in range(L):
+            for kvi in range(2):
+                wkv[layer, kvi][[4, 1]] = sl[layer][kvi][[2, 5]]
+        want[-32:-16] = sh[1]
+        np.testing.assert_array_equal(da, want)  # nothing else written
+        dec.release(5)
+        dec.close()
+        src.close()
+        sc.close()
+        dc.close()
+
+
+def test_bad_input_is_named():
+    with engine() as pe, engine() as de:
+        sa, sl, sh = arena()
+        with pytest.raises(ValueError, match=r"layers\[1\]\.V"):
+            kv.KVCache([sl[0], (sl[1][0], sl[1][1][:, :2])], sh)
+        with pytest.raises(ValueError, match="same allocation"):
+            kv.KVCache([sl[0], (sl[1][0], np.zeros_like(sl[1][1]))], sh)
+        with pytest.raises(te.TEError, match="overlaps"):
+            kv.KVCache([sl[0], (sl[1][0], sl[1][0])], sh)
+        sc = kv.KVCache(sl, sh)
+        src = kv.Source(pe, sc)
+        with pytest.raises(te.TEError, match=r"src_pages\[1\] = 6: out of range"):
+            src.begin(1, 6, [0, 6])
+        src.begin(1, 6, [0, 1])
+        src.layer_done(1, 0)
+        with pytest.raises(te.TEError, match="layer 0 reported twice"):
+            src.layer_done(1, 0)
+        with pytest.raises(te.TEError, match="layer 2: out of range"):
+            src.layer_done(1, 2)
+        with pytest.raises(te.TEError, match="still use it"):
+            sc.close()
+        # A decoder of another dtype (float16): its request is refused,
+        # the source names the field, nothing lands.
+        da, dl, dh = arena(np.float16)
+        dc = kv.KVCache(dl, dh)
+        dec = kv.Decoder(de, dc)
+        fut = dec.submit(1, 6, [3, 4], prefiller=dec.add_prefiller(pe.address()))
+        with pytest.raises(te.TEError, match="Invalid argument"):
+            fut.result(timeout=10)
+        with pytest.raises(te.TEError, match=r"elem_bytes \(dtype\): the "
+                           r"decoder's 2, ours 4"):
+            src.wait(1, timeout=10)
+        assert not da.any()
+        dec.close()
+        src.close()
+        sc.close()
+        with pytest.raises(te.TEError, match="KVCache is closed"):
+            kv.Source(pe, sc)
+        dc.close()
