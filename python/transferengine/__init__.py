@@ -10,7 +10,9 @@ NIC (te/te.h), zero-copy with numpy arrays and torch tensors.
 The library's log goes to the logger "transferengine" (transferengine.log,
 docs/logging.md). Every te.h function is reachable: the classes below wrap
 them, and ``transferengine.lib`` / ``transferengine.ffi`` expose the raw cffi ones.
-docs/python.md has the guide."""
+docs/python.md has the guide. RL weight updates from the trainer's tensors
+into the engine's own parameters: ``transferengine.weights`` (its own
+compiled module over libte-weights, imported on demand; docs/weights.md)."""
 from ._lib import TEError, ffi, lib, last_error
 from . import log  # noqa: F401  (first: routes the library's log to logging)
 from .buffers import aligned_empty
