@@ -692,10 +692,17 @@ int te_kv_decoder_new_cache(te_engine *e, const te_kv_decoder_opts *o,
     if (o->poison_freed)
         return kv_fail(-EINVAL, "te_kv_decoder_new_cache: poison_freed must "
                        "be 0 (it would write into the engine's cache)");
-    if (memcmp(&o->shape.layers, &c->d.shape.layers,
-               sizeof(te_kv_shape) - offsetof(te_kv_shape, layers)))
-        return kv_fail(-EINVAL, "te_kv_decoder_new_cache: shape differs from "
-                       "the cache's");
+    const te_kv_shape *a = &o->shape, *b = &c->d.shape;
+    const char *field = a->layers != b->layers ? "layers"
+        : a->kv_heads != b->kv_heads ? "kv_heads"
+        : a->head_dim != b->head_dim ? "head_dim"
+        : a->elem_bytes != b->elem_bytes ? "elem_bytes"
+        : a->kv_factor != b->kv_factor ? "kv_factor"
+        : a->tokens_per_page != b->tokens_per_page ? "tokens_per_page"
+        : a->hidden != b->hidden ? "hidden" : NULL;
+    if (field)
+        return kv_fail(-EINVAL, "te_kv_decoder_new_cache: opts.shape.%s "
+                       "differs from the cache's", field);
     te_kv_decoder_opts co = *o;
     co.pool_pages = c->d.pages; /* the pool tracks the engine's page ids */
     int rc = decoder_make(e, &co, c, out);

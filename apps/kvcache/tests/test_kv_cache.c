@@ -318,6 +318,12 @@ START_TEST(bad_input_is_named)
                   te_kv_last_error());
     ck_assert_int_eq(te_kv_decoder_submit(p.d, p.pf, 53, 10, 1000, NULL,
                                           NULL), -EINVAL);
+    te_kv_decoder_opts o = {.shape = shape(2), .max_requests = 4};
+    o.shape.head_dim = 8;
+    te_kv_decoder *d2;
+    ck_assert_int_eq(te_kv_decoder_new_cache(p.de, &o, p.dst.c, &d2), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "opts.shape.head_dim differs"),
+                  "%s", te_kv_last_error());
     /* Nothing claimed by the refusals: all pages can be taken at once. */
     uint32_t all[3] = {5, 2, 0};
     struct result r = {0};

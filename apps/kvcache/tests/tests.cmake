@@ -55,3 +55,13 @@ set_tests_properties(kvcache_netns_efa_tcp PROPERTIES TIMEOUT 300
   LABELS "kvcache;efa;netns" RUN_SERIAL TRUE SKIP_RETURN_CODE 77
   ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}"
   PASS_REGULAR_EXPRESSION "kvcache_netns_efa_tcp: PASS")
+
+# The engine-owned way's per-layer notify latency against the raw core in
+# the same run (docs/kvcache.md, Measured): a benchmark, run here only to
+# prove it works (no threshold).
+add_executable(bench_kv_cache ${CMAKE_CURRENT_SOURCE_DIR}/tests/bench_kv_cache.c)
+target_link_libraries(bench_kv_cache PRIVATE te-kv)
+add_test(NAME kvcache_bench_cache COMMAND bench_kv_cache 20 1)
+set_tests_properties(kvcache_bench_cache PROPERTIES TIMEOUT 120 LABELS kvcache
+  ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}"
+  PASS_REGULAR_EXPRESSION "ratio of medians")
