@@ -150,3 +150,28 @@ def test_bad_input_names_the_tensor(job):
     with pytest.raises(te.TEError, match="param 'lm_head.weight' has no destination"):
         weights.Receiver(r, pl, 0, dests)
     assert not os.listdir(d)  # nothing published
+
+
+def test_in_place_failure_is_reported_clobbered(job):
+    """One set (engine paused during updates): a complete version is whole;
+    a version that does not arrive is reported as having overwritten the
+    params, with nothing claimed to serve."""
+    pl, trainers, r, d = job
+    dests = weights.empty_params(pl, 0, make)
+    rv = weights.Receiver(r, pl, 0, dests)
+    w = full(1)
+    for k in range(2):
+        trainers[k].bind(parts_of(pl, w, k))
+    th = [threading.Thread(target=trainers[k].push, args=(d, 1, 20000)) for k in range(2)]
+    for t in th:
+        t.start()
+    rep = rv.update(d, 1, 20000)
+    for t in th:
+        t.join()
+    assert rep.ok and rep.live_set == 0 and rv.live() is dests
+    for p in pl.rank_params(0):
+        assert torch.equal(dests[p.name].reshape(-1).view(torch.uint8), expected(p, w))
+    rep = rv.update(d, 2, 300)  # nobody pushes version 2
+    assert not rep.ok and rep.clobbered and rep.live_set == -1 and rep.live_version == 0
+    assert rv.live() is None and "mix of versions" in rep.message
+    rv.close()
