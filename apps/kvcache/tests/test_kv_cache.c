@@ -260,6 +260,37 @@ START_TEST(cancel_between_layers)
 }
 END_TEST
 
+/* The decoder cancels before the engine began the request: the source
+ * confirms at once (nothing was written), and the engine's begin() is
+ * told the request is gone. */
+START_TEST(cancel_before_begin)
+{
+    struct pair p = pair_new(2);
+    struct result r = {0};
+    ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 61, 10, DST_PAGES,
+                                                3, 0, 10000, on_done, &r), 0);
+    usleep(50000); /* most often the REQUEST is at the source by now */
+    ck_assert_int_eq(te_kv_decoder_cancel(p.d, 61), 0);
+    wait_done(&r);
+    ck_assert_int_eq(r.status, -ECANCELED);
+    /* confirmed by the source, not fenced at the cancel deadline */
+    ck_assert_msg(strstr(r.why, "prefiller confirmed"), "%s", r.why);
+    /* Either the REQUEST had arrived (cancelled there) or not yet (a
+     * tombstone drops it): both ways begin() cannot start it. */
+    int rc = te_kv_source_begin(p.s, 61, 10, SRC_PAGES, 3, 1);
+    if (rc == 0) { /* the REQUEST never arrived before the CANCEL */
+        ck_assert_int_eq(te_kv_source_wait(p.s, 61, 0), -ETIMEDOUT);
+    } else {
+        ck_assert_int_eq(rc, -ECANCELED);
+        ck_assert_msg(strstr(te_kv_last_error(), "cancelled by the decoder"),
+                      "%s", te_kv_last_error());
+    }
+    for (size_t i = 0; i < p.dst.len; i++)
+        ck_assert_uint_eq(p.dst.mem[i], SENTINEL);
+    pair_free(&p);
+}
+END_TEST
+
 /* A decoder of another dtype: refused before anything is written, the
  * source naming the field. */
 START_TEST(dtype_mismatch_is_named)
@@ -382,6 +413,7 @@ int main(void)
     tcase_add_test(t, lands_in_the_engines_pages);
     tcase_add_test(t, layers_done_before_the_request);
     tcase_add_test(t, cancel_between_layers);
+    tcase_add_test(t, cancel_before_begin);
     tcase_add_test(t, dtype_mismatch_is_named);
     tcase_add_test(t, bad_input_is_named);
     tcase_add_test(t, cache_desc_is_checked);
