@@ -131,8 +131,8 @@ int te_recv_slot_init(struct te_recv_slot *s)
     }
     s->fn = NULL;
     s->arg = NULL;
-    s->calling = 0;
-    s->calls = 0;
+    s->gen = 0;
+    s->running = NULL;
     atomic_init(&s->set, 0);
     return 0;
 }
@@ -153,15 +153,28 @@ void te_recv_slot_deliver(struct te_recv_slot *s, int group, te_peer from,
         pthread_mutex_unlock(&s->lock);
         return;
     }
-    s->calling = 1;
-    s->caller = pthread_self();
-    s->calls++;
+    struct te_recv_call me = {s->running, pthread_self(), s->gen, 0};
+    s->running = &me;
     pthread_mutex_unlock(&s->lock);
     fn(group, from, data, len, arg);
     pthread_mutex_lock(&s->lock);
-    s->calling = 0;
+    struct te_recv_call **pp = &s->running;
+    while (*pp != &me)
+        pp = &(*pp)->next;
+    *pp = me.next;
     pthread_cond_broadcast(&s->ended);
     pthread_mutex_unlock(&s->lock);
+}
+
+/* A call of a handler older than generation gen, on another thread and
+ * not itself swapping. */
+static int older_call_running(const struct te_recv_slot *s, uint64_t gen)
+{
+    for (const struct te_recv_call *c = s->running; c; c = c->next)
+        if (c->gen < gen && !c->swapping &&
+            !pthread_equal(c->thread, pthread_self()))
+            return 1;
+    return 0;
 }
 
 void te_recv_slot_set(struct te_recv_slot *s, te_recv_fn fn, void *arg)
@@ -169,14 +182,24 @@ void te_recv_slot_set(struct te_recv_slot *s, te_recv_fn fn, void *arg)
     pthread_mutex_lock(&s->lock);
     s->fn = fn;
     s->arg = arg;
+    uint64_t gen = ++s->gen;
     atomic_store_explicit(&s->set, fn != NULL, memory_order_release);
-    /* Wait for the call running now (the next ones see the new handler),
-     * unless it is ours: a handler swapping its own group's handler. */
-    if (s->calling && !pthread_equal(s->caller, pthread_self())) {
-        uint64_t running = s->calls;
-        while (s->calling && s->calls == running)
-            pthread_cond_wait(&s->ended, &s->lock);
+    /* Our own call, if a handler is swapping: not waited for by us, nor
+     * by another handler swapping meanwhile (each would wait for the
+     * other). */
+    struct te_recv_call *mine = s->running;
+    while (mine && !pthread_equal(mine->thread, pthread_self()))
+        mine = mine->next;
+    if (mine) {
+        mine->swapping = 1;
+        pthread_cond_broadcast(&s->ended);
     }
+    /* Wait for every call that started before the swap (the next ones
+     * see the new handler). */
+    while (older_call_running(s, gen))
+        pthread_cond_wait(&s->ended, &s->lock);
+    if (mine)
+        mine->swapping = 0;
     pthread_mutex_unlock(&s->lock);
 }
 

@@ -14,30 +14,42 @@
 
 enum te_cb_kind { TE_CB_DONE = 1, TE_CB_IMM = 2, TE_CB_RECV = 3 };
 
+/* One call of a receive handler in progress (on its caller's stack). */
+struct te_recv_call {
+    struct te_recv_call *next;
+    pthread_t thread;
+    uint64_t gen;           /* the slot's generation when it started */
+    int swapping;           /* inside te_recv_slot_set (not waited for) */
+};
+
 /**
  * A group's receive handler. Queued messages name the slot, not the
- * handler: the callback thread reads fn/arg when it delivers, so a swap
- * takes effect for every message not yet delivered, and te_recv_slot_set()
- * then waits for the one call of the old handler that may be running, so
- * that its arg can be freed once it returns. No lock is held during a call.
+ * handler: whoever delivers reads fn/arg then, so a swap takes effect for
+ * every message not yet delivered, and te_recv_slot_set() then waits for
+ * every call of an older handler still running on another thread, so that
+ * its arg can be freed once it returns. There may be several: with
+ * engine.progress = caller, threads that progress the engine at once each
+ * run callbacks (one `calling` flag lost track of all but the last, and a
+ * swap returned while an earlier call still used the old arg). No lock is
+ * held during a call.
  */
 struct te_recv_slot {
     pthread_mutex_t lock;
     pthread_cond_t ended;   /* a call returned */
     te_recv_fn fn;
     void *arg;
-    int calling;            /* a call is running on `caller` */
-    pthread_t caller;
-    uint64_t calls;         /* calls started, to wait for one only */
+    uint64_t gen;           /* bumped by every swap */
+    struct te_recv_call *running; /* calls in progress */
     atomic_int set;         /* hint for workers: copy messages only when set */
 };
 
 /** Init/destroy a slot (no handler); init returns a pthread error or 0. */
 int te_recv_slot_init(struct te_recv_slot *s);
 void te_recv_slot_destroy(struct te_recv_slot *s);
-/** Swap the handler; waits for a call of the old one in progress on
+/** Swap the handler; waits for every call of an older one in progress on
  *  another thread (not for one on the calling thread: a handler may swap
- *  its own group's handler). */
+ *  its own group's handler; nor for a call that is itself swapping, so two
+ *  handlers swapping at once do not wait for each other). */
 void te_recv_slot_set(struct te_recv_slot *s, te_recv_fn fn, void *arg);
 /** Deliver one message to the slot's current handler (callback thread). */
 void te_recv_slot_deliver(struct te_recv_slot *s, int group, te_peer from,

@@ -766,10 +766,12 @@ typedef void (*te_recv_fn)(int group, te_peer from, const void *data,
  * when it returns, the previous fn is not running and is never called
  * again, so its arg can be freed at once. Messages still queued for the
  * callback thread go to the handler installed when they are delivered (or
- * are dropped if it is NULL). It waits for a call of the previous fn in
- * progress on the callback thread: do not call it holding a lock that the
- * handler takes. A handler may call it for its own group (it does not
- * wait for itself).
+ * are dropped if it is NULL). It waits for every call of a previous fn in
+ * progress on another thread (the callback thread; with engine.progress =
+ * caller, each thread that progresses the engine at once): do not call it
+ * holding a lock that the handler takes. A handler may call it for its own
+ * group (it does not wait for itself, nor for another call that is
+ * swapping the handler at the same time).
  */
 TE_API int te_set_recv_handler(te_engine *e, int group, te_recv_fn fn, void *arg);
 

@@ -3,6 +3,7 @@
  * were already queued for the callback thread (the apps free the handler's
  * arg right after clearing it). Loopback plugin, two engines. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,102 @@ START_TEST(a_handler_may_clear_itself)
 }
 END_TEST
 
+/* engine.progress = caller: threads that progress the engine at once each
+ * run callbacks, so two calls of one handler can overlap. A thread that
+ * keeps progressing b (bounded: 20 s) until told to stop. */
+struct progressor {
+    te_engine *e;
+    atomic_int stop;
+    pthread_t t;
+};
+
+static void *progress_loop(void *arg)
+{
+    struct progressor *p = arg;
+    for (int i = 0; i < 40000 && !atomic_load(&p->stop); i++) {
+        te_progress(p->e, 0, 0); /* -EBUSY while the other one is in */
+        usleep(500);
+    }
+    return NULL;
+}
+
+/* Call 1 holds one progressing thread inside the handler; call 2 runs on
+ * a second thread and returns. Clearing the handler must still wait for
+ * call 1 (a single 'a call is running' flag was cleared by call 2's end,
+ * and the swap returned while call 1 still used the old arg: the apps
+ * free it right after). */
+START_TEST(clearing_waits_for_every_running_call)
+{
+    struct link l;
+    l.a = te_test_engine(NULL);
+    l.b = te_test_engine("[engine]\nprogress = caller\n");
+    l.p = te_test_peer(l.a, l.b);
+    struct gate g = {.e = l.b};
+    ck_assert_int_eq(te_set_recv_handler(l.b, 0, on_msg_gated, &g), 0);
+    struct progressor p1 = {.e = l.b}, p2 = {.e = l.b};
+    ck_assert_int_eq(pthread_create(&p1.t, NULL, progress_loop, &p1), 0);
+    send_n(&l, 1);
+    ck_assert_int_eq(wait_flag(&g.entered), 1); /* p1 is inside call 1 */
+    ck_assert_int_eq(pthread_create(&p2.t, NULL, progress_loop, &p2), 0);
+    send_n(&l, 1);
+    ck_assert_int_eq(te_test_wait_int(&g.calls, 2, 10000), 2); /* call 2 ran */
+    atomic_store(&g.go, 1);
+    ck_assert_int_eq(te_set_recv_handler(l.b, 0, NULL, NULL), 0);
+    int finished = atomic_load(&g.finished);
+    ck_assert_msg(finished == 1, "te_set_recv_handler returned while call 1 "
+                  "of the old handler was still running (call 2, on "
+                  "another thread, had ended)");
+    atomic_store(&p1.stop, 1);
+    atomic_store(&p2.stop, 1);
+    pthread_join(p1.t, NULL);
+    pthread_join(p2.t, NULL);
+    link_close(&l);
+}
+END_TEST
+
+/* Two handlers that clear the handler at once, on two progressing
+ * threads, do not wait for each other (each swap waits only for calls
+ * that are not themselves swapping). */
+struct both_clear {
+    te_engine *e;
+    atomic_int entered, cleared;
+};
+
+static void on_msg_clear_together(int group, te_peer from, const void *data,
+                                  size_t len, void *arg)
+{
+    (void)from, (void)data, (void)len;
+    struct both_clear *b = arg;
+    atomic_fetch_add(&b->entered, 1);
+    te_test_wait_int(&b->entered, 2, 5000); /* both calls are in */
+    ck_assert_int_eq(te_set_recv_handler(b->e, group, NULL, NULL), 0);
+    atomic_fetch_add(&b->cleared, 1);
+}
+
+START_TEST(two_handlers_clearing_at_once_do_not_deadlock)
+{
+    struct link l;
+    l.a = te_test_engine(NULL);
+    l.b = te_test_engine("[engine]\nprogress = caller\n");
+    l.p = te_test_peer(l.a, l.b);
+    struct both_clear b = {.e = l.b};
+    ck_assert_int_eq(te_set_recv_handler(l.b, 0, on_msg_clear_together, &b),
+                     0);
+    struct progressor p1 = {.e = l.b}, p2 = {.e = l.b};
+    ck_assert_int_eq(pthread_create(&p1.t, NULL, progress_loop, &p1), 0);
+    send_n(&l, 1);
+    ck_assert_int_eq(te_test_wait_int(&b.entered, 1, 10000), 1);
+    ck_assert_int_eq(pthread_create(&p2.t, NULL, progress_loop, &p2), 0);
+    send_n(&l, 1);
+    ck_assert_int_eq(te_test_wait_int(&b.cleared, 2, 10000), 2);
+    atomic_store(&p1.stop, 1);
+    atomic_store(&p2.stop, 1);
+    pthread_join(p1.t, NULL);
+    pthread_join(p2.t, NULL);
+    link_close(&l);
+}
+END_TEST
+
 START_TEST(bad_group_is_refused)
 {
     te_engine *e = te_test_engine(NULL);
@@ -176,4 +273,7 @@ TE_TEST_MAIN("recv_handler",
              TE_TCASE_FULL("swap", 60, NULL, NULL,
                clearing_waits_for_the_running_call_and_drops_the_queued,
                queued_messages_go_to_the_new_handler,
-               a_handler_may_clear_itself, bad_group_is_refused))
+               a_handler_may_clear_itself,
+               clearing_waits_for_every_running_call,
+               two_handlers_clearing_at_once_do_not_deadlock,
+               bad_group_is_refused))
