@@ -123,15 +123,19 @@ static void lb_deliver(lb_nic *nic, struct lb_inbound *in,
     *e = (struct te_plugin_cq_entry){.kind = TE_PCQ_RECV,
                                      .context = rv->context,
                                      .peer = lb_inbound_peer_fast(nic, in)};
-    if (r->len > rv->len) {
-        lb_fail(resp, -EMSGSIZE, LB_R_MSGSIZE, r->len, rv->len, 0);
+    if (r->len > rv->len ||
+        ((r->mem & LB_MEM_INLINE) && r->len > LB_INLINE_MAX)) {
+        lb_fail(resp, -EMSGSIZE, LB_R_MSGSIZE, r->len,
+                r->mem & LB_MEM_INLINE ? LB_INLINE_MAX : rv->len, 0);
         e->status = -EMSGSIZE;
         lb_err(nic, "message of %llu bytes from lo%u (pid %u) exceeds the "
                     "posted receive buffer of %llu bytes",
                (unsigned long long)r->len, in->nic_index, in->pid,
                (unsigned long long)rv->len);
     } else {
-        int rc = !r->len ? 0
+        if (r->mem & LB_MEM_INLINE) /* the bytes are in the entry */
+            memcpy(rv->addr, &r->remote_addr, r->len);
+        int rc = !r->len || (r->mem & LB_MEM_INLINE) ? 0
                  : r->mem & LB_MEM_LOCAL_DEVICE
                      ? lb_dev_copy_from(nic, in, rv->addr, false, r->local_addr,
                                         true, r->len)

@@ -164,6 +164,12 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
             .remote_addr = op->remote_addr, .rkey = op->rkey,
             .not_before_ns = not_before, .pid = nic->addr.pid,
             .mem = op->len && op->mr->device ? LB_MEM_LOCAL_DEVICE : 0};
+        if (op->kind == TE_POP_SEND && op->len && op->len <= LB_INLINE_MAX &&
+            !r->mem) {
+            memcpy(&r->remote_addr, op->local_addr, op->len);
+            r->local_addr = 0;
+            r->mem = LB_MEM_INLINE;
+        }
         lb_ring_prod_push(&p->req);
         p->outstanding++;
         if (p != last) {

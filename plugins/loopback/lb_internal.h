@@ -153,6 +153,15 @@ _Static_assert(sizeof(struct lb_req) == LB_RING_ENTRY, "request entry size");
 
 /* lb_req.mem: the initiator's buffer is CUDA device memory. */
 #define LB_MEM_LOCAL_DEVICE 0x1u
+/* lb_req.mem: a SEND's payload (len <= LB_INLINE_MAX bytes) travels in the
+ * entry itself, in remote_addr and rkey (unused by SENDs): the target
+ * copies it from the ring instead of from the initiator's memory, a
+ * process_vm_readv saved per small message across processes. */
+#define LB_MEM_INLINE 0x2u
+#define LB_INLINE_MAX 16u
+_Static_assert(offsetof(struct lb_req, rkey) ==
+                   offsetof(struct lb_req, remote_addr) + 8,
+               "inline payload: remote_addr and rkey are contiguous");
 
 /* Why a request failed at the target; the initiator formats the message. */
 enum lb_reason {

@@ -12,7 +12,8 @@
 static int case_send_recv(struct conf *c)
 {
     struct remote *r = &c->rem[0];
-    static const uint32_t sizes[] = {0, 1, 100, 4096};
+    /* 16 and 17: either side of the loopback's inline limit (lb_internal.h) */
+    static const uint32_t sizes[] = {0, 1, 8, 16, 17, 100, 4096};
     uint8_t msg[4096], got[4096];
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         conf_fill(msg, 0, sizes[i], 40 + (uint32_t)i);
