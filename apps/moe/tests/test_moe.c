@@ -207,7 +207,7 @@ static int child_rank(uint32_t rank, int fd, te_moe_config c)
         if (write(fd, &v, 4) != 4)
             return 14;
         if (rc) {
-            char msg[256];
+            char msg[256] = {0}; /* sent whole: no uninitialised bytes */
             snprintf(msg, sizeof(msg), "%s", te_moe_last_error());
             if (write(fd, msg, sizeof(msg)) != sizeof(msg))
                 return 15;
