@@ -40,6 +40,7 @@ typedef struct te_moe_recv {
     te_moe_src *src;
     uint32_t *count;
     uint32_t capacity;
+    const void **rows;
 } te_moe_recv;
 
 typedef struct te_moe_expert_out {

@@ -231,7 +231,8 @@ static int count_rows(te_moe_rank *r, const te_moe_recv *recv)
 }
 
 /* Copy every row's token to each of its local experts (sources in rank
- * order, rows in token order) and remember where, for combine. */
+ * order, rows in token order), or point at it (index mode), and remember
+ * where, for combine. */
 static void lay_out(te_moe_rank *r, const te_moe_recv *recv)
 {
     const te_moe_config *c = &r->c;
@@ -245,7 +246,10 @@ static void lay_out(te_moe_rank *r, const te_moe_recv *recv)
             for (uint32_t j = 0; j < m->nexp; j++) {
                 uint32_t l = m->experts[j] - base, i = recv->count[l]++;
                 size_t at = (size_t)l * recv->capacity + i;
-                memcpy((uint8_t *)recv->x + at * tok, m + 1, tok);
+                if (recv->x)
+                    memcpy((uint8_t *)recv->x + at * tok, m + 1, tok);
+                else
+                    recv->rows[at] = m + 1; /* index mode: in place */
                 if (recv->src)
                     recv->src[at] = (te_moe_src){s, m->token, m->slots[j],
                                                  m->weights[j]};
@@ -259,9 +263,9 @@ int te_moe_dispatch_wait(te_moe_rank *r, const te_moe_recv *recv)
     if (r->b.state != MOE_DISPATCHING)
         return moe_fail(-EALREADY, "rank %u: no dispatch started", r->rank);
     int rc = 0;
-    if (!recv || !recv->x || !recv->count || !recv->capacity)
-        rc = moe_fail(-EINVAL, "rank %u: recv needs x, count and a "
-                      "capacity", r->rank);
+    if (!recv || !(recv->x || recv->rows) || !recv->count || !recv->capacity)
+        rc = moe_fail(-EINVAL, "rank %u: recv needs x (or rows), count and "
+                      "a capacity", r->rank);
     if (!rc)
         rc = receive_rows(r);
     if (!rc)

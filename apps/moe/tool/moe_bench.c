@@ -59,6 +59,10 @@ static int side_open(struct side *s, te_moe_config c, int naive,
     s->opened = 1;
     if (moe_job_open(&s->j, &c, sets))
         return 1;
+    /* Index mode (no copy into per-expert buffers): the reference experts
+     * read the rows where they arrived, as the library's own experts did
+     * before the split; layout_us is then the indexing alone. */
+    s->j.index = 1;
     uint32_t tok[TE_MOE_MAX_RANKS];
     for (uint32_t i = 0; i < c.ranks; i++)
         tok[i] = c.max_tokens;

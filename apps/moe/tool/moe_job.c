@@ -113,6 +113,7 @@ static void *run_rank(void *p)
 {
     struct arg *a = p;
     struct moe_job *j = a->j;
+    j->bufs[a->i].index = j->index;
     j->rc[a->i] = moe_ref_batch(j->r[a->i], &j->bufs[a->i], a->b,
                                 j->tokens[a->i], j->x[a->i], j->experts[a->i],
                                 j->weights[a->i], j->capacity, j->out[a->i]);

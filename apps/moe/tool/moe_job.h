@@ -22,6 +22,7 @@ struct moe_job {
      * overflow, would be 1 GB per rank at the decode shape). */
     struct moe_ref_bufs bufs[TE_MOE_MAX_RANKS];
     uint32_t capacity;
+    int index; /* te_moe_recv index mode: the experts read rows in place */
     int rc[TE_MOE_MAX_RANKS];
     char why[TE_MOE_MAX_RANKS][256];
 };

@@ -99,21 +99,29 @@ int moe_ref_bufs_grow(const te_moe_config *c, struct moe_ref_bufs *b,
     uint32_t L = c->experts / c->ranks;
     size_t elem = c->dtype == TE_MOE_BF16 ? 2 : 4;
     b->recv.capacity = capacity;
-    if (b->allocated >= capacity && b->recv.x)
+    if (b->allocated >= capacity && b->recv.count &&
+        !b->recv.rows == !b->index)
         return 0;
+    int index = b->index;
     moe_ref_bufs_free(b);
+    b->index = index;
     size_t rows = (size_t)L * (capacity ? capacity : 1);
-    b->recv.x = malloc(rows * c->hidden * elem);
+    if (index)
+        b->recv.rows = malloc(rows * sizeof(void *));
+    else
+        b->recv.x = malloc(rows * c->hidden * elem);
     b->recv.src = malloc(rows * sizeof(te_moe_src));
     b->recv.count = malloc(L * sizeof(uint32_t));
     b->y = malloc(rows * c->hidden * sizeof(float));
     b->recv.capacity = b->allocated = capacity;
-    return b->recv.x && b->recv.src && b->recv.count && b->y ? 0 : -ENOMEM;
+    return (b->recv.x || b->recv.rows) && b->recv.src && b->recv.count && b->y
+               ? 0 : -ENOMEM;
 }
 
 void moe_ref_bufs_free(struct moe_ref_bufs *b)
 {
     free(b->recv.x);
+    free(b->recv.rows);
     free(b->recv.src);
     free(b->recv.count);
     free(b->y);
@@ -128,8 +136,10 @@ void moe_ref_run_experts(te_moe_rank *r, struct moe_ref_bufs *b)
     for (uint32_t l = 0; l < L; l++)
         for (uint32_t i = 0; i < b->recv.count[l]; i++) {
             size_t at = (size_t)l * b->recv.capacity + i;
-            moe_ref_expert(c, te_moe_rank_index(r) * L + l,
-                           (const uint8_t *)b->recv.x + at * c->hidden * elem,
+            const void *x = b->index ? b->recv.rows[at]
+                                     : (const uint8_t *)b->recv.x +
+                                           at * c->hidden * elem;
+            moe_ref_expert(c, te_moe_rank_index(r) * L + l, x,
                            b->y + at * c->hidden);
         }
 }

@@ -27,6 +27,8 @@ struct moe_ref_bufs {
     te_moe_recv recv;
     float *y;
     uint32_t allocated; /* rows per expert the buffers hold */
+    int index; /* set before the first batch: index mode (recv.rows, the
+                  experts read the rows where they arrived, no copy) */
 };
 
 /* One batch through the split API with the reference experts: dispatch

@@ -111,7 +111,8 @@ typedef struct te_moe_src {
  * global expert rank * L + l. Row i of local expert l:
  *   x     + (l * capacity + i) * hidden elements (the config's dtype)
  *   src   [l * capacity + i] (may be NULL)
- * count[l] = the rows of l. Rows are in source-rank order, then token
+ * count[l] = the rows of l (x NULL: index mode, `rows` below). Rows are
+ * in source-rank order, then token
  * order: the same for the same routing. capacity: rows per local expert
  * (ranks * max_tokens can never overflow; smaller is refused at
  * dispatch when more rows arrive, before anything is written to x).
@@ -121,6 +122,11 @@ typedef struct te_moe_recv {
     te_moe_src *src;
     uint32_t *count;
     uint32_t capacity;
+    /** Index mode, for experts that gather their rows themselves: with x
+     *  NULL, rows[l * capacity + i] points at the token of row i of local
+     *  expert l where it arrived (the rank's private receive slot, the
+     *  config's dtype), no copy; valid until te_moe_combine_start. */
+    const void **rows;
 } te_moe_recv;
 
 /**
