@@ -577,6 +577,29 @@ START_TEST(early_failure_waits_for_the_slower_peer)
 }
 END_TEST
 
+/* Index mode: recv.x NULL, the experts read the rows where they arrived
+ * (recv.rows); the same results, bf16 and fp32, skewed too. */
+START_TEST(index_mode_equals_reference)
+{
+    for (int bf = 0; bf < 2; bf++) {
+        te_moe_config c = cfg(4, 8, 32, 6);
+        c.dtype = bf ? TE_MOE_BF16 : TE_MOE_FP32;
+        struct moe_job j;
+        ck_assert_int_eq(moe_job_open(&j, &c, NULL), 0);
+        j.index = 1;
+        uint32_t tok[4] = {48, 30, 0, 7};
+        for (uint32_t b = 0; b < 2; b++) {
+            moe_job_inputs(&j, tok, 61 + b, b);
+            ck_assert_msg(moe_job_batch(&j, b) == 0, "%s", j.why[0]);
+            ck_assert_uint_eq(moe_job_check(&j), 0);
+            ck_assert_ptr_null(j.bufs[0].recv.x);
+            ck_assert_ptr_nonnull(j.bufs[0].recv.rows);
+        }
+        moe_job_close(&j);
+    }
+}
+END_TEST
+
 /* The head rank 0 wrote into rank 1's receive slot for it. */
 static uint64_t head_batch_at(const te_moe_rank *r1)
 {
@@ -661,6 +684,7 @@ int main(void)
     tcase_add_test(t, receive_capacity_refused_before_writing);
     tcase_add_test(t, split_calls_and_their_misuse);
     tcase_add_test(t, early_failure_waits_for_the_slower_peer);
+    tcase_add_test(t, index_mode_equals_reference);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
