@@ -10,9 +10,9 @@ runner does. docs/kvcache.md maps each method to the library call:
   register_kv_caches(kv_caches)  -> kv.KVCache over the per-layer views
                                     (+ kv.Source or kv.Decoder)
   start_load_kv(metadata)        -> Decoder.submit(request, tokens, block ids)
-  wait_for_layer_load(layer)     -> nothing: the request's Future covers
-                                    every layer (per-layer arrival is not
-                                    reported by libte-kv yet)
+  wait_for_layer_load(layer)     -> Decoder.wait_layer(request, layer index)
+                                    (a per_layer Decoder: the source's note
+                                    that the layer's writes completed)
   save_kv_layer(layer, ...)      -> Source.layer_done(request, layer index)
   wait_for_save()                -> nothing: writes leave in layer_done;
                                     their completion is get_finished's
@@ -67,7 +67,8 @@ class TEKVConnector:
         if self.role == "producer":
             self.source = kv.Source(self.engine, self.cache)
         else:
-            self.decoder = kv.Decoder(self.engine, self.cache)
+            self.decoder = kv.Decoder(self.engine, self.cache,
+                                      per_layer=True)
             self._pf = self.decoder.add_prefiller(self._prefiller_address)
 
     def bind_connector_metadata(self, metadata):
@@ -81,7 +82,11 @@ class TEKVConnector:
                     request_id64(req_id), tokens, blocks, prefiller=self._pf)
 
     def wait_for_layer_load(self, layer_name):
-        return None
+        layer = self._layer_index[layer_name]
+        for req_id, fut in self._loading.items():
+            if not self.decoder.wait_layer(request_id64(req_id), layer):
+                raise TimeoutError(f"{req_id}: layer {layer_name} did not "
+                                   "arrive")
 
     # ---------------------------------------------- prefill instance
     def save_kv_layer(self, layer_name, kv_layer=None, attn_metadata=None):

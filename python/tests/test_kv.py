@@ -97,3 +97,34 @@ def test_bad_input_is_named():
         with pytest.raises(te.TEError, match="KVCache is closed"):
             kv.Source(pe, sc)
         dc.close()
+
+
+def test_per_layer_arrival():
+    """A per_layer Decoder: wait_layer(layer 0) returns while layer 1 is not
+    reported yet, and layer 0's bytes are then in the decoder's array."""
+    with engine() as pe, engine() as de:
+        _, sl, sh = arena()
+        _, dl, dh = arena()
+        sc, dc = kv.KVCache(sl, sh), kv.KVCache(dl, dh)
+        src, dec = kv.Source(pe, sc), kv.Decoder(de, dc, per_layer=True)
+        for k, v in sl:
+            k[...] = 1.5
+            v[...] = 2.5
+        fut = dec.submit(9, 6, [0, 3], prefiller=dec.add_prefiller(pe.address()))
+        src.begin(9, 6, [1, 2])
+        src.layer_done(9, 0)
+        assert dec.wait_layer(9, 0, timeout=10)
+        assert (dl[0][0][[0, 3]] == 1.5).all() and (dl[0][1][[0, 3]] == 2.5).all()
+        assert not dl[1][0].any() and not fut.done()
+        assert not dec.wait_layer(9, 1, timeout=0.05)  # not reported yet
+        src.layer_done(9, 1)
+        fut.result(timeout=10)
+        assert dec.wait_layer(9, 1, timeout=10)
+        src.wait(9)
+        dec.release(9)
+        with pytest.raises(KeyError):
+            dec.wait_layer(9, 0)
+        dec.close()
+        src.close()
+        sc.close()
+        dc.close()

@@ -50,11 +50,11 @@ def test_connector_round_trip():
                                                     ).to(torch.bfloat16)
             prod.save_kv_layer(name, p_caches[name], None)
         prod.wait_for_save()
+        for name in d_caches:  # the decode forward, layer by layer
+            cons.wait_for_layer_load(name)
         received = set()
         for _ in range(1000):  # the decode loop polls each step
             received |= cons.get_finished()[1]
-            for name in d_caches:
-                cons.wait_for_layer_load(name)
             if received:
                 break
             time.sleep(0.01)

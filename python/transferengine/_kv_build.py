@@ -45,6 +45,7 @@ typedef struct te_kv_cache te_kv_cache;
 typedef struct te_kv_source te_kv_source;
 typedef struct te_kv_decoder te_kv_decoder;
 typedef void (*te_kv_done_fn)(uint64_t, int, const char *, void *);
+typedef void (*te_kv_layer_fn)(uint64_t, uint32_t, void *);
 typedef struct te_kv_decoder_opts {
     te_kv_shape shape;
     uint32_t pool_pages, max_requests;
@@ -75,6 +76,7 @@ int te_kv_decoder_submit_pages(te_kv_decoder *d, uint32_t pf, uint64_t id,
                                uint32_t tokens, const uint32_t *pages,
                                uint32_t n, uint32_t hidden_slot,
                                int timeout_ms, te_kv_done_fn cb, void *arg);
+int te_kv_decoder_on_layer(te_kv_decoder *d, te_kv_layer_fn fn, void *arg);
 int te_kv_decoder_cancel(te_kv_decoder *d, uint64_t id);
 int te_kv_decoder_release(te_kv_decoder *d, uint64_t id);
 void te_kv_decoder_free(te_kv_decoder *d);
@@ -83,8 +85,9 @@ typedef struct kvpy_box kvpy_box;
 kvpy_box *kvpy_box_new(void);
 void kvpy_box_free(kvpy_box *b);
 te_kv_done_fn kvpy_done_fn(void);
+te_kv_layer_fn kvpy_layer_fn(void);
 int kvpy_box_wait(kvpy_box *b, int timeout_ms, uint64_t *id, int *status,
-                  char *why, size_t why_len);
+                  int *layer, char *why, size_t why_len);
 """
 
 # The completion queue: one node per te_kv_done_fn call, taken in order.
@@ -98,7 +101,7 @@ SOURCE = r"""
 #include <time.h>
 
 struct kvpy_node { struct kvpy_node *next; uint64_t id; int status;
-                   char why[300]; };
+                   int layer; /* -1: the request ended */ char why[300]; };
 typedef struct kvpy_box { pthread_mutex_t lock; pthread_cond_t cond;
                           struct kvpy_node *head, *tail; } kvpy_box;
 
@@ -122,14 +125,15 @@ static void kvpy_box_free(kvpy_box *b)
     free(b);
 }
 
-static void kvpy_on_done(uint64_t id, int status, const char *why, void *arg)
+static void kvpy_push(kvpy_box *b, uint64_t id, int status, int layer,
+                      const char *why)
 {
-    kvpy_box *b = arg;
     struct kvpy_node *n = calloc(1, sizeof(*n));
     if (!n)
         return; /* the request's future then times out in Python */
     n->id = id;
     n->status = status;
+    n->layer = layer;
     snprintf(n->why, sizeof(n->why), "%s", why ? why : "");
     pthread_mutex_lock(&b->lock);
     if (b->tail)
@@ -141,11 +145,22 @@ static void kvpy_on_done(uint64_t id, int status, const char *why, void *arg)
     pthread_mutex_unlock(&b->lock);
 }
 
+static void kvpy_on_done(uint64_t id, int status, const char *why, void *arg)
+{
+    kvpy_push(arg, id, status, -1, why);
+}
+
+static void kvpy_on_layer(uint64_t id, uint32_t layer, void *arg)
+{
+    kvpy_push(arg, id, 0, (int)layer, "");
+}
+
 static te_kv_done_fn kvpy_done_fn(void) { return kvpy_on_done; }
+static te_kv_layer_fn kvpy_layer_fn(void) { return kvpy_on_layer; }
 
 /* 1 and the oldest completion, or 0 after timeout_ms with none. */
 static int kvpy_box_wait(kvpy_box *b, int timeout_ms, uint64_t *id,
-                         int *status, char *why, size_t why_len)
+                         int *status, int *layer, char *why, size_t why_len)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -170,6 +185,7 @@ static int kvpy_box_wait(kvpy_box *b, int timeout_ms, uint64_t *id,
         return 0;
     *id = n->id;
     *status = n->status;
+    *layer = n->layer;
     snprintf(why, why_len, "%s", n->why);
     free(n);
     return 1;

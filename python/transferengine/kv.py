@@ -237,10 +237,11 @@ class Source:
 class Decoder:
     """The decode side over the engine's cache: submit() names the engine's
     destination pages and returns a Future resolved when every write landed
-    (result None) or the request failed (TEError)."""
+    (result None) or the request failed (TEError). With ``per_layer`` the
+    source also says as each layer lands (wait_layer())."""
 
     def __init__(self, engine, cache, max_requests=16, accept_timeout_ms=0,
-                 cancel_timeout_ms=0, group=0):
+                 cancel_timeout_ms=0, group=0, per_layer=False):
         o = ffi.new("te_kv_decoder_opts *")
         o.shape = cache._shape
         o.pool_pages = cache.pages
@@ -260,8 +261,14 @@ class Decoder:
             lib.kvpy_box_free(self._box)
             raise
         self._d, self._engine, self._cache = out[0], engine, cache
-        self._futures = {}
-        self._lock = threading.Lock()
+        if per_layer:
+            _check(lib.te_kv_decoder_on_layer(self._d, lib.kvpy_layer_fn(),
+                                              self._box),
+                   "te_kv_decoder_on_layer")
+        self._futures = {}  # in flight
+        self._all = {}      # submitted, until release() (for wait_layer)
+        self._landed = {}   # req_id -> set of layers noted
+        self._lock = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._collect, daemon=True,
                                         name="te-kv decoder")
@@ -270,12 +277,20 @@ class Decoder:
     def _collect(self):
         rid = ffi.new("uint64_t *")
         st = ffi.new("int *")
+        layer = ffi.new("int *")
         why = ffi.new("char[]", 300)
         while not self._stop:
-            if not lib.kvpy_box_wait(self._box, 100, rid, st, why, 300):
+            if not lib.kvpy_box_wait(self._box, 100, rid, st, layer, why, 300):
                 continue
             with self._lock:
+                if layer[0] >= 0:
+                    if rid[0] in self._futures:
+                        self._landed.setdefault(rid[0], set()).add(layer[0])
+                        self._lock.notify_all()
+                    continue
                 fut = self._futures.pop(rid[0], None)
+                self._landed.pop(rid[0], None)
+                self._lock.notify_all()
             if fut is None:
                 continue
             if st[0] == 0:
@@ -308,6 +323,7 @@ class Decoder:
             if req_id in self._futures:
                 raise ValueError(f"request {req_id} is in flight")
             self._futures[req_id] = fut
+            self._all[req_id] = fut
         try:
             _check(lib.te_kv_decoder_submit_pages(
                 self._cdata(), prefiller, req_id, tokens, arr, n,
@@ -317,8 +333,26 @@ class Decoder:
         except Exception:
             with self._lock:
                 self._futures.pop(req_id, None)
+                self._all.pop(req_id, None)
             raise
         return fut
+
+    def wait_layer(self, req_id, layer, timeout=30.0):
+        """Until ``layer`` of ``req_id`` is in the engine's pages (per_layer
+        decoders): True, or False after ``timeout`` seconds. A request that
+        ended returns at once: True if it completed (every layer is there),
+        its TEError if it failed."""
+        with self._lock:
+            fut = self._all.get(req_id)
+            if fut is None:
+                raise KeyError(f"request {req_id} was not submitted (or "
+                               "was released)")
+            ok = self._lock.wait_for(
+                lambda: layer in self._landed.get(req_id, ()) or fut.done(),
+                timeout)
+        if ok and fut.done():
+            fut.result()  # raises the request's error
+        return ok
 
     def cancel(self, req_id):
         """te_kv_decoder_cancel: the Future fails with ECANCELED once the
@@ -331,6 +365,8 @@ class Decoder:
         them for another request)."""
         _check(lib.te_kv_decoder_release(self._cdata(), req_id),
                "te_kv_decoder_release")
+        with self._lock:
+            self._all.pop(req_id, None)
 
     def close(self):
         """Requests in flight are fenced first; their Futures fail."""

@@ -84,6 +84,8 @@ struct te_kv_decoder {
     uint64_t page_bytes, layer_stride, hidden_bytes, region;
     uint8_t *mem;           /* the pool's memory, or the engine's cache */
     te_kv_cache *cache;     /* the engine's cache (te_kv_decoder_new_cache) */
+    te_kv_layer_fn layer_fn; /* per-layer arrival (te_kv_decoder_on_layer) */
+    void *layer_arg;
     te_kv_pool *pool;
     te_imm_space *space;
     struct prefiller pf[MAX_PREFILLERS];
@@ -400,10 +402,31 @@ static void fence_prefiller(te_kv_decoder *d, uint32_t pf, int status,
     }
 }
 
+/* A source's LAYER note: the layer's bytes are in the engine's pages.
+ * One for a request that ended meanwhile (released, failed) is dropped:
+ * completion already said every layer landed. Lock held; dropped around
+ * the callback. */
+static void handle_layer(te_kv_decoder *d, struct kv_req *q,
+                         const te_kv_msg *m)
+{
+    te_kv_layer_fn fn = d->layer_fn;
+    void *arg = d->layer_arg;
+    if (!q || !fn || (q->state != R_ARMED && q->state != R_DONE) ||
+        m->status >= d->o.shape.layers)
+        return;
+    pthread_mutex_unlock(&d->lock);
+    fn(m->request_id, m->status, arg);
+    pthread_mutex_lock(&d->lock);
+}
+
 static void handle_msg(te_kv_decoder *d, te_peer from, const te_kv_msg *m)
 {
     struct kv_req *q = find(d, m->request_id);
     (void)from; /* request ids are unique among our requests in flight */
+    if (m->type == TE_KV_MSG_LAYER) {
+        handle_layer(d, q, m);
+        return;
+    }
     if (!q) {
         te_log_printf(TE_LOG_WARN, "te-kv",
                 "decoder: message type %u for unknown request "
@@ -790,6 +813,7 @@ static void layout_fields(const te_kv_decoder *d, uint32_t slot,
     m->kv_factor = c->shape.kv_factor;
     m->elem_bytes = c->shape.elem_bytes;
     m->tokens_per_page = c->shape.tokens_per_page;
+    m->flags = d->layer_fn ? TE_KV_REQ_LAYER_NOTES : 0;
     m->nregions = c->shape.layers * c->shape.kv_factor;
     memcpy(m->regions, c->regions, m->nregions * sizeof(te_kv_region));
     m->hidden_off = hidden_slot == UINT32_MAX ? 0 :
@@ -907,6 +931,19 @@ int te_kv_decoder_submit_pages(te_kv_decoder *d, uint32_t pf, uint64_t id,
                        hidden_slot, d->cache->d.hidden_slots);
     return submit_req(d, pf, id, tokens, pages, n, hidden_slot, timeout_ms,
                       cb, arg);
+}
+
+int te_kv_decoder_on_layer(te_kv_decoder *d, te_kv_layer_fn fn, void *arg)
+{
+    kv_clear();
+    if (!d->cache)
+        return kv_fail(-EINVAL, "decoder: per-layer notes need an engine "
+                       "cache (te_kv_decoder_new_cache)");
+    pthread_mutex_lock(&d->lock);
+    d->layer_fn = fn;
+    d->layer_arg = arg;
+    pthread_mutex_unlock(&d->lock);
+    return 0;
 }
 
 int te_kv_decoder_cancel(te_kv_decoder *d, uint64_t id)

@@ -11,8 +11,9 @@
  *   CANCEL:    (nothing)
  *   HELLO:     addr_len u32, addr[addr_len]
  *   CACHE_REQUEST: the REQUEST's fields, then kv_factor u32, elem_bytes
- *              u32, tokens_per_page u32, nregions u32, then per region
+ *              u32, tokens_per_page u32, flags u32, nregions u32, then per region
  *              offset u64, page_stride u64 (the decoder's cache)
+ *   LAYER:     layer u32 (in the status field)
  * Parsing untrusted bytes never reads past the buffer and names the field
  * that is wrong.
  */
@@ -78,6 +79,7 @@ int te_kv_msg_encode(const te_kv_msg *m, void *buf, size_t cap)
             put32(&w, m->kv_factor);
             put32(&w, m->elem_bytes);
             put32(&w, m->tokens_per_page);
+            put32(&w, m->flags);
             put32(&w, m->nregions);
             for (uint32_t i = 0; i < m->nregions; i++) {
                 put64(&w, m->regions[i].offset);
@@ -90,6 +92,7 @@ int te_kv_msg_encode(const te_kv_msg *m, void *buf, size_t cap)
         break;
     case TE_KV_MSG_REJECT:
     case TE_KV_MSG_CANCELLED:
+    case TE_KV_MSG_LAYER:
         put32(&w, m->status);
         break;
     case TE_KV_MSG_CANCEL:
@@ -139,6 +142,7 @@ static int parse_cache_ext(struct rd *r, te_kv_msg *m)
     GET32(r, m->kv_factor, "kv_factor");
     GET32(r, m->elem_bytes, "elem_bytes");
     GET32(r, m->tokens_per_page, "tokens_per_page");
+    GET32(r, m->flags, "flags");
     GET32(r, m->nregions, "nregions");
     if (r->field)
         return 0;
@@ -163,6 +167,7 @@ int te_kv_msg_parse(const void *buf, size_t len, te_kv_msg *m)
     m->expected_imms = 0;
     m->addr_len = 0;
     m->nregions = 0;
+    m->flags = 0;
     GET32(&r, magic, "magic");
     get(&r, vt, 4, "version");
     GET32(&r, total, "length");
@@ -221,6 +226,7 @@ int te_kv_msg_parse(const void *buf, size_t len, te_kv_msg *m)
         break;
     case TE_KV_MSG_REJECT:
     case TE_KV_MSG_CANCELLED:
+    case TE_KV_MSG_LAYER:
         GET32(&r, m->status, "status");
         break;
     case TE_KV_MSG_CANCEL:

@@ -37,6 +37,7 @@ struct sreq {
     uint32_t tokens, npages, hidden_slot;
     uint32_t *src_pages;      /* the engine's, npages */
     uint8_t *layer;           /* per layer: 0, 1 reported, 2 written */
+    uint32_t *left;           /* per layer: its writes not completed */
     int hidden_reported, hidden_written;
     te_kv_msg *m;             /* the decoder's CACHE_REQUEST, or NULL */
     te_mr_desc dst;
@@ -85,6 +86,7 @@ static void slot_free(struct sreq *q)
 {
     free(q->src_pages);
     free(q->layer);
+    free(q->left);
     free(q->m);
     memset(q, 0, sizeof(*q));
 }
@@ -102,15 +104,33 @@ static int peer_of(te_kv_source *s, uint64_t token, te_peer *out)
 /* ------------------------------------------------------- completions */
 
 static void maybe_end(te_kv_source *s, struct sreq *q);
+static void send_msg(te_kv_source *s, struct sreq *q, te_peer to,
+                     uint32_t type, uint64_t id, uint32_t status,
+                     uint64_t expected);
 
-/* user_data: the slot index. A slot is reused only after its requests'
+/* A write of layer l completed: when it was the layer's last, and the
+ * decoder asked for notes, tell it the layer is there (lock held). */
+static void layer_landed(te_kv_source *s, struct sreq *q, uint32_t l)
+{
+    te_peer peer;
+    if (--q->left[l] || !(q->m->flags & TE_KV_REQ_LAYER_NOTES) ||
+        q->failed || q->cancelled || !peer_of(s, q->m->sender, &peer))
+        return;
+    send_msg(s, q, peer, TE_KV_MSG_LAYER, q->id, l, 0);
+}
+
+/* user_data: the slot index, and in its upper half 1 + the layer of a
+ * layer's write (0 otherwise). A slot is reused only after its requests'
  * completions all ran (outstanding 0), so the index cannot be stale. */
 static void on_done(const te_completion *c, void *arg)
 {
     te_kv_source *s = arg;
     pthread_mutex_lock(&s->lock);
-    struct sreq *q = &s->req[c->user_data];
+    struct sreq *q = &s->req[(uint32_t)c->user_data];
+    uint32_t tag = (uint32_t)(c->user_data >> 32);
     q->outstanding--;
+    if (tag && !c->status)
+        layer_landed(s, q, tag - 1);
     if (c->status && !q->failed) {
         q->failed = c->status;
         snprintf(q->why, sizeof(q->why), "request %" PRIu64 ": a write to "
@@ -137,11 +157,12 @@ static void on_reply_done(const te_completion *c, void *arg)
 
 /* Submit r for slot q (lock held). te_submit copies the request and does
  * not wait for the network; a full queue is retried briefly only. */
-static int submit(te_kv_source *s, struct sreq *q, te_request *r)
+static int submit(te_kv_source *s, struct sreq *q, te_request *r,
+                  uint32_t tag)
 {
     r->group = s->group;
     r->timeout_ms = s->timeout_ms;
-    r->user_data = (uint64_t)(q - s->req);
+    r->user_data = (uint64_t)(q - s->req) | (uint64_t)tag << 32;
     r->done = on_done;
     r->done_arg = s;
     q->outstanding++;
@@ -179,7 +200,7 @@ static void send_msg(te_kv_source *s, struct sreq *q, te_peer to,
     r.u.send.buf = buf;
     r.u.send.len = (uint32_t)n;
     if (q) {
-        submit(s, q, &r);
+        submit(s, q, &r, 0);
         return;
     }
     /* A reply about no request in the table (CANCELLED of an ended or
@@ -278,16 +299,17 @@ static void flush(te_kv_source *s, struct sreq *q)
         if (q->layer[l] != 1)
             continue;
         q->layer[l] = 2;
+        q->left[l] = kvf;
         for (uint32_t k = 0; k < kvf && !q->failed; k++) {
             region_request(s, q, l * kvf + k, peer, &w);
-            submit(s, q, &w);
+            submit(s, q, &w, l + 1);
         }
     }
     if (q->hidden_reported && !q->hidden_written && !q->failed &&
         q->m->hidden_bytes) {
         q->hidden_written = 1;
         hidden_request(s, q, peer, &w);
-        submit(s, q, &w);
+        submit(s, q, &w, 0);
     }
     maybe_end(s, q);
 }
@@ -596,12 +618,15 @@ int te_kv_source_begin(te_kv_source *s, uint64_t id, uint32_t tokens,
     }
     q->src_pages = malloc(n * sizeof(uint32_t));
     q->layer = calloc(s->c->d.shape.layers, 1);
-    if (!q->src_pages || !q->layer) {
+    q->left = calloc(s->c->d.shape.layers, sizeof(uint32_t));
+    if (!q->src_pages || !q->layer || !q->left) {
         int had_msg = q->m != NULL;
         free(q->src_pages);
         free(q->layer);
+        free(q->left);
         q->src_pages = NULL;
         q->layer = NULL;
+        q->left = NULL;
         if (!had_msg)
             slot_free(q);
         pthread_mutex_unlock(&s->lock);

@@ -209,6 +209,55 @@ START_TEST(lands_in_the_engines_pages)
 }
 END_TEST
 
+struct notes {
+    atomic_uint mask; /* bit l: layer l's note */
+};
+
+static void on_layer(uint64_t id, uint32_t layer, void *arg)
+{
+    struct notes *n = arg;
+    ck_assert_uint_eq(id, 71);
+    atomic_fetch_or(&n->mask, 1u << layer);
+}
+
+/* Per-layer arrival: layer 0's note comes while layer 1 is not even
+ * reported, and by then layer 0's bytes are in the decoder's pages. */
+START_TEST(layer_notes_follow_the_bytes)
+{
+    struct pair p = pair_new(2);
+    fill_source(&p);
+    struct notes n = {0};
+    ck_assert_int_eq(te_kv_decoder_on_layer(p.d, on_layer, &n), 0);
+    struct result r = {0};
+    ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 71, 10, DST_PAGES,
+                                                3, 0, 10000, on_done, &r), 0);
+    ck_assert_int_eq(te_kv_source_begin(p.s, 71, 10, SRC_PAGES, 3, 1), 0);
+    ck_assert_int_eq(te_kv_source_layer_done(p.s, 71, 0), 0);
+    for (int i = 0; i < 10000 && !atomic_load(&n.mask); i++)
+        usleep(1000);
+    ck_assert_uint_eq(atomic_load(&n.mask), 1u); /* layer 0 only */
+    for (uint32_t kv = 0; kv < 2; kv++)
+        for (uint32_t k = 0; k < 3; k++) {
+            ck_assert_uint_eq(page_at(&p.dst, 0, kv, DST_PAGES[k])[9],
+                              byte_of(0, kv, k, 9));
+            ck_assert_uint_eq(page_at(&p.dst, 1, kv, DST_PAGES[k])[9],
+                              SENTINEL);
+        }
+    for (uint32_t l = 1; l < LAYERS; l++)
+        ck_assert_int_eq(te_kv_source_layer_done(p.s, 71, l), 0);
+    ck_assert_int_eq(te_kv_source_hidden_done(p.s, 71), 0);
+    wait_done(&r);
+    ck_assert_msg(r.status == 0, "%s", r.why);
+    ck_assert_int_eq(te_kv_source_wait(p.s, 71, 10000), 0);
+    check_landed(&p, 1);
+    /* notes of layers 1 and 2 may follow the completion: wait for them */
+    for (int i = 0; i < 10000 && atomic_load(&n.mask) != 7u; i++)
+        usleep(1000);
+    ck_assert_uint_eq(atomic_load(&n.mask), 7u);
+    pair_free(&p);
+}
+END_TEST
+
 /* The engine finished every layer before the decoder asked: all of it is
  * written on acceptance. No hidden state asked for: none written. */
 START_TEST(layers_done_before_the_request)
@@ -414,6 +463,7 @@ int main(void)
     tcase_add_test(t, layers_done_before_the_request);
     tcase_add_test(t, cancel_between_layers);
     tcase_add_test(t, cancel_before_begin);
+    tcase_add_test(t, layer_notes_follow_the_bytes);
     tcase_add_test(t, dtype_mismatch_is_named);
     tcase_add_test(t, bad_input_is_named);
     tcase_add_test(t, cache_desc_is_checked);

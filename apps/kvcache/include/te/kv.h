@@ -121,7 +121,14 @@ enum te_kv_msg_type {
      *  REQUEST's fields plus the shape and one (offset, stride) per region
      *  of the decoder's cache) */
     TE_KV_MSG_CACHE_REQUEST = 7,
+    /** te_kv_source -> decoder: layer `status` of the request is at the
+     *  decoder (every write of it completed at the source); sent only when
+     *  the CACHE_REQUEST's flags hold TE_KV_REQ_LAYER_NOTES */
+    TE_KV_MSG_LAYER = 8,
 };
+
+/** CACHE_REQUEST flag: send a LAYER message as each layer lands. */
+#define TE_KV_REQ_LAYER_NOTES 1u
 
 /** Most regions of an engine-owned cache (layers x kv_factor). */
 #define TE_KV_MAX_REGIONS 256
@@ -163,6 +170,7 @@ typedef struct te_kv_msg {
     uint32_t kv_factor;       /**< regions per layer (2 K/V, 1 latent) */
     uint32_t elem_bytes;      /**< bytes per element (the dtype's size) */
     uint32_t tokens_per_page;
+    uint32_t flags;           /**< TE_KV_REQ_* */
     uint32_t nregions;        /**< layers * kv_factor */
     te_kv_region regions[TE_KV_MAX_REGIONS]; /**< the decoder's, [layer][kv] */
 } te_kv_msg;
@@ -170,7 +178,7 @@ typedef struct te_kv_msg {
 /** Largest encoded message (a CACHE_REQUEST with TE_KV_MAX_PAGES pages and
  * TE_KV_MAX_REGIONS regions): engines carrying te-kv traffic need
  * engine.max_msg_size at least this. */
-#define TE_KV_MSG_MAX (28 + 56 + TE_DESC_MAX + 4 * TE_KV_MAX_PAGES + 16 + \
+#define TE_KV_MSG_MAX (28 + 56 + TE_DESC_MAX + 4 * TE_KV_MAX_PAGES + 20 + \
                        16 * TE_KV_MAX_REGIONS)
 
 /**
@@ -473,6 +481,20 @@ TE_API int te_kv_decoder_submit_pages(te_kv_decoder *d, uint32_t pf, uint64_t id
                                       uint32_t n, uint32_t hidden_slot,
                                       int timeout_ms, te_kv_done_fn cb,
                                       void *arg);
+
+/**
+ * Per-layer arrival (engine-cache decoders): fn(request_id, layer, arg) runs
+ * once per layer of every later request, on the decoder's service thread,
+ * after the source saw every write of that layer complete (so its bytes
+ * are in the engine's pages: the same guarantee a CANCELLED rests on). A
+ * note may come after the request's completion callback (then ignore it:
+ * completion means every layer landed) and never comes for a request that
+ * failed or was cancelled. Set it before submitting; NULL turns it off.
+ * -EINVAL for a pool decoder.
+ */
+typedef void (*te_kv_layer_fn)(uint64_t request_id, uint32_t layer, void *arg);
+TE_API int te_kv_decoder_on_layer(te_kv_decoder *d, te_kv_layer_fn fn,
+                                  void *arg);
 
 /* ----------------------------------------------------------- membership */
 
