@@ -416,6 +416,27 @@ START_TEST(bad_input_is_named)
 }
 END_TEST
 
+/* The GPU-driven layer_done needs a CUDA device: without one (this
+ * machine) it is refused, naming the device, with nothing left behind.
+ * On a GPU machine it is created and freed (the steps are unrun here). */
+START_TEST(gpu_layers_without_a_device)
+{
+    struct pair p = pair_new(2);
+    te_kv_gpu_layers *g = NULL;
+    int rc = te_kv_gpu_layers_new(p.s, 81, LAYERS, 0, &g);
+    if (rc == 0) {
+        ck_assert_ptr_nonnull(te_kv_gpu_layers_word(g));
+        ck_assert_int_eq(te_kv_gpu_layers_free(g), 0);
+    } else {
+        ck_assert_int_lt(rc, 0);
+        ck_assert_msg(strstr(te_kv_last_error(), "watcher on device 0"), "%s",
+                      te_kv_last_error());
+    }
+    ck_assert_int_eq(te_kv_gpu_layers_new(p.s, 81, 0, 0, &g), -EINVAL);
+    pair_free(&p);
+}
+END_TEST
+
 /* The cache description: overlaps, strides and bounds named. */
 START_TEST(cache_desc_is_checked)
 {
@@ -467,6 +488,7 @@ int main(void)
     tcase_add_test(t, dtype_mismatch_is_named);
     tcase_add_test(t, bad_input_is_named);
     tcase_add_test(t, cache_desc_is_checked);
+    tcase_add_test(t, gpu_layers_without_a_device);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -448,6 +448,23 @@ TE_API int te_kv_source_hidden_done(te_kv_source *s, uint64_t id);
  */
 TE_API int te_kv_source_wait(te_kv_source *s, uint64_t id, int timeout_ms);
 
+/**
+ * The GPU-driven variant of layer_done: a watcher word (te_gpu_watcher, in
+ * mapped host memory) that the engine's forward pass bumps by 1 on its
+ * stream after each layer (te_k_bump_watcher in kernels/, also inside a
+ * CUDA graph): step k reports layer k-1 of request id, step layers+1 the
+ * hidden state, from the watcher's thread. One per request in progress
+ * (each has its own watcher thread). Needs the core built with CUDA and a
+ * device: the watcher's error otherwise. Unrun on a GPU so far.
+ */
+typedef struct te_kv_gpu_layers te_kv_gpu_layers;
+TE_API int te_kv_gpu_layers_new(te_kv_source *s, uint64_t id, uint32_t layers,
+                                int device, te_kv_gpu_layers **out);
+/** The device pointer (unsigned long long *) for the bump kernel. */
+TE_API void *te_kv_gpu_layers_word(const te_kv_gpu_layers *g);
+/** Stop the watcher (after delivering the steps already visible). */
+TE_API int te_kv_gpu_layers_free(te_kv_gpu_layers *g);
+
 /** Stop serving: requests in progress fail (their decoders fence or time
  *  out), writes are waited for, the cache's registration goes. */
 TE_API void te_kv_source_free(te_kv_source *s);
