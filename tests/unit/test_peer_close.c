@@ -74,15 +74,17 @@ static void child_target(int wr, int rd, uint64_t want)
 START_TEST(close_after_count_two_processes)
 {
     static uint8_t src[LEN];
-    te_engine *a = te_test_engine(FOUR_NICS);
-    te_mr *smr = te_test_reg(a, src, LEN, TE_MR_LOCAL, NULL);
     int failed = 0;
     char first[256] = "";
     for (int round = 0; round < ROUNDS / 3; round++) {
+        /* Fork before this side's engine exists: no engine threads at the
+         * fork (qemu-user, which runs the arm64 suite, cannot fork then). */
         int wr, rd;
         pid_t pid = te_test_fork(&wr, &rd);
         if (pid == 0)
             child_target(wr, rd, 4);
+        te_engine *a = te_test_engine(FOUR_NICS);
+        te_mr *smr = te_test_reg(a, src, LEN, TE_MR_LOCAL, NULL);
         uint8_t addr[TE_ADDR_MAX];
         size_t alen;
         te_mr_desc d;
@@ -102,11 +104,10 @@ START_TEST(close_after_count_two_processes)
         ck_assert_int_eq(waitpid(pid, &st, 0), pid);
         ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
                       "target status %d", st);
-        te_peer_remove(a, 0, p);
+        te_engine_destroy(a);
         close(wr);
         close(rd);
     }
-    te_engine_destroy(a);
     ck_assert_msg(!failed, "%d of %d rounds failed; first: %s", failed,
                   ROUNDS / 3, first);
 }
