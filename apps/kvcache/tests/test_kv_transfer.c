@@ -261,9 +261,13 @@ START_TEST(killed_prefiller_is_fenced_within_the_deadline)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     ck_assert_int_ne(r.status[5], 0);
     ck_assert_msg(strstr(r.why[5], "fenced"), "%s", r.why[5]);
-    /* Fenced because the engine saw the peer go (its connection closed),
-     * not because the request's 4 s deadline passed. */
-    ck_assert_msg(strstr(r.why[5], "declared its peer down"), "%s", r.why[5]);
+    /* Fenced because the peer was seen to go (the engine declared it down,
+     * or a message to it failed first: under load either comes first), not
+     * because the request's 4 s deadline or an ACCEPT's passed. */
+    ck_assert_msg(!strstr(r.why[5], "deadline") &&
+                      !strstr(r.why[5], "in time"),
+                  "fenced by a deadline, not by the peer's death: %s",
+                  r.why[5]);
     ck_assert_uint_eq(free_pages(d), 64);
     /* The dead prefiller takes no more requests. */
     ck_assert_int_eq(te_kv_decoder_submit(d, pf, 6, 128, 4000, on_done, &r),
