@@ -176,7 +176,9 @@ TE_API int te_mr_revoke(te_engine *e, te_mr *mr, te_mr_desc *new_desc)
     if (rc)
         return rc;
     rc = rekey(e, mr, new_desc);
-    atomic_store_explicit(&mr->users, 0, memory_order_release);
+    /* Not a store of 0: a submit may be between its increment and its
+     * backing out right now, and its decrement must still balance. */
+    atomic_fetch_sub_explicit(&mr->users, TE_MR_CLAIMED, memory_order_release);
     return rc;
 }
 

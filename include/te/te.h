@@ -359,12 +359,13 @@ TE_API int te_mr_reg(te_engine *e, int group, void *addr, size_t len,
  * can still land in the region. -EBUSY while local requests still use it
  * (mr stays valid). Any other error comes from a NIC that refused to
  * deregister: mr is freed all the same (do not use it again), but that NIC
- * may still honour its key, so keep the memory out of reuse. Safe against
- * te_submit on other threads: the decision is one atomic step, so either
- * a request took the registration first (this call: -EBUSY) or this call
+ * may still honour its key, so keep the memory out of reuse. The -EBUSY
+ * decision is one atomic step against te_submit on other threads: either a
+ * request took the registration first (this call: -EBUSY) or this call
  * did (that te_submit: -EBUSY, "being deregistered or revoked"); no
- * request ever runs on a registration being freed. Like free(), the
- * handle must not be used once this call has returned 0.
+ * request ever runs on a registration being freed. But the handle is
+ * freed when this call returns 0, like free(): a te_submit that may still
+ * be handed mr must not run concurrently with a dereg that can succeed.
  */
 TE_API int te_mr_dereg(te_engine *e, te_mr *mr);
 
