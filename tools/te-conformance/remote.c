@@ -125,7 +125,7 @@ static const struct remote_ops inproc_ops = {
 /* ---------------------------------------------------------- child */
 
 struct child {
-    pid_t pid;
+    pid_t pid; /* -1 once reaped (ch_kill) */
     int fd;
 };
 
@@ -213,6 +213,8 @@ static void ch_close(struct remote *r)
     struct cmd_req q = {.cmd = CMD_QUIT};
     cmd_write(ch->fd, &q, sizeof(q));
     close(ch->fd);
+    if (ch->pid < 0)
+        goto done; /* killed and reaped already */
     /* Bounded wait for a clean exit, then kill. */
     for (int i = 0; i < 500; i++) {
         if (waitpid(ch->pid, NULL, WNOHANG) == ch->pid)
@@ -226,9 +228,20 @@ done:
     r->impl = NULL;
 }
 
+/* Returns once the child is dead (reaped): what is submitted after it
+ * goes to a dead process, however fast the caller is (a caller-progress
+ * engine over shm had completed all 300 writes of peer_killed before a
+ * bare SIGKILL had taken effect). */
 static int ch_kill(struct remote *r)
 {
-    return kill(C(r)->pid, SIGKILL) ? -errno : 0;
+    struct child *ch = C(r);
+    if (ch->pid < 0)
+        return 0;
+    if (kill(ch->pid, SIGKILL))
+        return -errno;
+    waitpid(ch->pid, NULL, 0);
+    ch->pid = -1;
+    return 0;
 }
 
 static const struct remote_ops child_ops = {
