@@ -165,14 +165,16 @@ class KVCache:
         out = ffi.new("te_kv_cache **")
         _check(lib.te_kv_cache_new(d, out), "te_kv_cache_new")
         self._c = out[0]
-        self._shape = d.shape
+        # An owned copy: d.shape is a view into d, which cffi frees with d
+        # when this function returns (CI read a freed shape once).
+        self._shape = ffi.new("te_kv_shape *", d.shape)
         self.layers, self.kv_factor = len(layers), kv_factor
         self.pages, self.tokens_per_page = pages, tpp
         self.address_range = (base, base + length)  #: what is registered
 
     def pages_for(self, tokens):
         """Pages a prompt of ``tokens`` tokens needs."""
-        return lib.te_kv_pages_for(ffi.addressof(self._shape), tokens)
+        return lib.te_kv_pages_for(self._shape, tokens)
 
     def _cdata(self):
         if self._c is None:
@@ -243,7 +245,7 @@ class Decoder:
     def __init__(self, engine, cache, max_requests=16, accept_timeout_ms=0,
                  cancel_timeout_ms=0, group=0, per_layer=False):
         o = ffi.new("te_kv_decoder_opts *")
-        o.shape = cache._shape
+        o.shape = cache._shape[0]
         o.pool_pages = cache.pages
         o.max_requests = max_requests
         o.group = group
