@@ -12,13 +12,7 @@ Completion callbacks run on the engine's threads; rather than call into
 Python there, a small C queue (kvpy_box) collects them and Python waits on
 it with the GIL released (cffi releases it around every call).
 """
-import os
-import sys
-
-from cffi import FFI
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE_ROOT = os.path.dirname(os.path.dirname(HERE))
+from _app_build import app_builder, main
 
 CDEF = r"""
 #define TE_KV_MSG_MAX ...
@@ -193,30 +187,8 @@ static int kvpy_box_wait(kvpy_box *b, int timeout_ms, uint64_t *id,
 """
 
 
-def _dirs(env, default):
-    v = os.environ.get(env)
-    return [v] if v else [default]
-
-
-def make_ffibuilder():
-    inc = (_dirs("TE_INCLUDE_DIR", os.path.join(SOURCE_ROOT, "include")) +
-           _dirs("TE_KV_INCLUDE_DIR",
-                 os.path.join(SOURCE_ROOT, "apps", "kvcache", "include")))
-    lib = (_dirs("TE_LIBRARY_DIR", os.path.join(SOURCE_ROOT, "build", "core")) +
-           _dirs("TE_KV_LIBRARY_DIR",
-                 os.path.join(SOURCE_ROOT, "build", "apps", "kvcache")))
-    builder = FFI()
-    builder.cdef(CDEF)
-    builder.set_source(
-        "transferengine._te_kv", SOURCE, include_dirs=inc, library_dirs=lib,
-        libraries=["te-kv", "transferengine", "pthread"],
-        extra_link_args=["-Wl,-rpath," + d for d in lib],
-        extra_compile_args=["-std=gnu11"])
-    return builder
-
-
-ffibuilder = make_ffibuilder()
+ffibuilder = app_builder("_te_kv", "kvcache", "KV", "te-kv", CDEF,
+                         SOURCE, extra_libs=["pthread"])
 
 if __name__ == "__main__":
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(HERE)
-    ffibuilder.compile(tmpdir=out, verbose=False)
+    main(ffibuilder)

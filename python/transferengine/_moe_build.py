@@ -7,13 +7,7 @@ TE_INCLUDE_DIR / TE_MOE_INCLUDE_DIR / TE_LIBRARY_DIR / TE_MOE_LIBRARY_DIR,
 else the source tree and ./build. The engine comes from the core module as
 an address (te_engine * has no type shared between the two modules).
 """
-import os
-import sys
-
-from cffi import FFI
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE_ROOT = os.path.dirname(os.path.dirname(HERE))
+from _app_build import app_builder, main
 
 CDEF = r"""
 #define TE_MOE_MAX_RANKS ...
@@ -78,32 +72,9 @@ void te_moe_rank_free(te_moe_rank *r);
 """
 
 
-def _dirs(env, default):
-    v = os.environ.get(env)
-    return [v] if v else [default]
-
-
-def make_ffibuilder():
-    inc = (_dirs("TE_INCLUDE_DIR", os.path.join(SOURCE_ROOT, "include")) +
-           _dirs("TE_MOE_INCLUDE_DIR",
-                 os.path.join(SOURCE_ROOT, "apps", "moe", "include")))
-    lib = (_dirs("TE_LIBRARY_DIR", os.path.join(SOURCE_ROOT, "build", "core")) +
-           _dirs("TE_MOE_LIBRARY_DIR",
-                 os.path.join(SOURCE_ROOT, "build", "apps", "moe")))
-    builder = FFI()
-    builder.cdef(CDEF)
-    builder.set_source(
-        "transferengine._te_moe", "#include <te/moe.h>\n"
-        "_Static_assert(TE_MOE_MAX_RANKS == 64, \"stats arrays\");\n",
-        include_dirs=inc, library_dirs=lib,
-        libraries=["te-moe", "transferengine"],
-        extra_link_args=["-Wl,-rpath," + d for d in lib],
-        extra_compile_args=["-std=gnu11"])
-    return builder
-
-
-ffibuilder = make_ffibuilder()
+ffibuilder = app_builder("_te_moe", "moe", "MOE", "te-moe", CDEF,
+                         ("#include <te/moe.h>\n"
+                          "_Static_assert(TE_MOE_MAX_RANKS == 64, \"stats arrays\");\n"))
 
 if __name__ == "__main__":
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(HERE)
-    ffibuilder.compile(tmpdir=out, verbose=False)
+    main(ffibuilder)

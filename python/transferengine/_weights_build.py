@@ -11,13 +11,7 @@ TE_INCLUDE_DIR / TE_WEIGHTS_INCLUDE_DIR / TE_LIBRARY_DIR /
 TE_WEIGHTS_LIBRARY_DIR say where the headers and libraries are, else the
 source tree and ./build.
 """
-import os
-import sys
-
-from cffi import FFI
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE_ROOT = os.path.dirname(os.path.dirname(HERE))
+from _app_build import app_builder, main
 
 CDEF = r"""
 #define TE_WT_MAX_DIMS ...
@@ -105,27 +99,8 @@ void te_wt_receiver_destroy(te_wt_receiver *r);
 """
 
 
-def _dirs(var, default):
-    return [os.environ.get(var) or default]
-
-
-def make_ffibuilder():
-    inc = _dirs("TE_INCLUDE_DIR", os.path.join(SOURCE_ROOT, "include")) + _dirs(
-        "TE_WEIGHTS_INCLUDE_DIR", os.path.join(SOURCE_ROOT, "apps", "weights", "include"))
-    lib = _dirs("TE_LIBRARY_DIR", os.path.join(SOURCE_ROOT, "build", "core")) + _dirs(
-        "TE_WEIGHTS_LIBRARY_DIR", os.path.join(SOURCE_ROOT, "build", "apps", "weights"))
-    builder = FFI()
-    builder.cdef(CDEF)
-    builder.set_source(
-        "transferengine._te_weights", "#include <te/weights.h>\n",
-        include_dirs=inc, library_dirs=lib, libraries=["te-weights", "transferengine"],
-        extra_link_args=["-Wl,-rpath," + d for d in lib],
-        extra_compile_args=["-std=gnu11"])
-    return builder
-
-
-ffibuilder = make_ffibuilder()
+ffibuilder = app_builder("_te_weights", "weights", "WEIGHTS", "te-weights", CDEF,
+                         "#include <te/weights.h>\n")
 
 if __name__ == "__main__":
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(HERE)
-    ffibuilder.compile(tmpdir=out, verbose=False)
+    main(ffibuilder)
