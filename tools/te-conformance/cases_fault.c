@@ -221,7 +221,8 @@ static int case_remote_killed(struct conf *c)
     struct remote *victim = &c->rem[c->nremotes - 1], *ok = &c->rem[0];
     enum { N = 300, SZ = 256 * 1024 };
     conf_fill(c->src_buf, 0, SZ, 5);
-    int submitted = 0;
+    int submitted = 0, refused = 0;
+    int64_t bad_refusal = 0;
     for (int i = 0; i < N; i++) {
         te_request q = conf_req(TE_OP_WRITE);
         q.user_data = (uint64_t)i;
@@ -230,8 +231,16 @@ static int case_remote_killed(struct conf *c)
         q.u.xfer.remote = &victim->desc;
         q.u.xfer.remote_off = (uint64_t)(i % 32) * SZ;
         q.u.xfer.len = SZ;
-        if (conf_submit(c, &q) > 0)
+        int64_t id = conf_submit(c, &q);
+        if (id > 0)
             submitted++;
+        /* Once the engine knows the remote is down, te_submit refuses at
+         * once (-ECONNRESET): in caller mode that is the usual sign of the
+         * death, every write before the kill having completed. */
+        else if (i > N / 3 && id == -ECONNRESET)
+            refused++;
+        else if (!bad_refusal)
+            bad_refusal = id ? id : -EPROTO;
         if (i == N / 3)
             CHECK_RC(victim->ops->kill(victim));
     }
@@ -255,7 +264,10 @@ static int case_remote_killed(struct conf *c)
           submitted, te_strerror(rc));
     CHECK(dup == 0 && more == 0, "%d duplicate, %d extra completions", dup,
           more);
-    CHECK(failed > 0, "no request failed although the remote was killed");
+    CHECK(!bad_refusal, "te_submit to the remote refused a write: %s",
+          te_strerror((int)bad_refusal));
+    CHECK(failed + refused > 0, "no request failed or was refused although "
+          "the remote was killed");
     /* The survivor still works. */
     uint32_t imm = conf_imm();
     te_request q = conf_req(TE_OP_WRITE);
