@@ -21,8 +21,13 @@ int efa_shm_name_endpoint(struct fid_ep *ep, const struct fi_info *info)
         return 0;
     static atomic_uint seq;
     uint32_t pid = (uint32_t)getpid();
+    /* Fixed width: peers' endpoint names must have one length (the
+     * address check and the batched fi_av_insert compare them), and pids,
+     * start times and counters of various digit counts did not (a process
+     * of pid 9999 could not reach one of pid 10000, nor an engine its
+     * process's 11th). */
     char name[48];
-    snprintf(name, sizeof(name), NAME_PREFIX "%u-%llx-%u", pid,
+    snprintf(name, sizeof(name), NAME_PREFIX "%010u-%016llx-%08u", pid,
              (unsigned long long)efa_proc_start_time(pid),
              atomic_fetch_add(&seq, 1));
     return fi_setname(&ep->fid, name, strlen(name) + 1);

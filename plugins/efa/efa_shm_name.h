@@ -8,7 +8,8 @@
  * (measured: conformance runs failed so after a day of killed peers on
  * this machine, 202 regions left). So the plugin names its shm endpoints
  * itself, "te-PID-STARTTIME-N", unique per process incarnation, and removes
- * such regions whose process is gone.
+ * such regions whose process is gone. The fields are zero-padded to a fixed
+ * width, so every name has the same length (efa_peer.c compares them).
  */
 #ifndef TE_EFA_SHM_NAME_H
 #define TE_EFA_SHM_NAME_H

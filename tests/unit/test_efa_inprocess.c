@@ -134,7 +134,7 @@ START_TEST(regions_named_per_process_and_dead_ones_removed)
     shm_unlink(live);
     /* The engine's own endpoint has such a name. */
     char mine[32];
-    snprintf(mine, sizeof(mine), "te-%d-", (int)getpid());
+    snprintf(mine, sizeof(mine), "te-%010d-", (int)getpid()); /* fixed width */
     int found = 0;
     DIR *d = opendir("/dev/shm");
     for (struct dirent *de; d && (de = readdir(d));)
