@@ -57,6 +57,9 @@ struct te_wt_trainer {
     void *source_arg;
     uint8_t *load_buf;           /* te_wt_trainer_load()'s parts */
     te_peer *peers;              /* other trainers */
+    te_peer self;                /* this trainer, for its own device parts */
+    int self_added;
+    int own_via_engine;          /* TE_WT_LOCAL_READS=engine: host parts too */
     te_mr_desc *descs;           /* [trainer * count + tensor]: their parts */
     uint32_t *slice_index;
     wt_track *k;                 /* completions (push state) */

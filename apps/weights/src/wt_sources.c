@@ -74,9 +74,9 @@ static int check_sources(const te_wt_trainer *t, const te_wt_source *src, uint32
                          "part of %u trainers needs %llu", t->rank, mt->name,
                          (unsigned long long)x->bytes, x->addr, t->s->trainers,
                          (unsigned long long)part_bytes(t, (uint32_t)i));
-        else if (x->mem != TE_MEM_HOST)
-            rc = wt_fail(-ENOTSUP, "trainer %u: tensor '%s': only host memory "
-                         "sources (no GPU gather path yet)", t->rank, mt->name);
+        else if (x->mem != TE_MEM_HOST && x->mem != TE_MEM_CUDA)
+            rc = wt_fail(-EINVAL, "trainer %u: tensor '%s': mem %u is neither "
+                         "TE_MEM_HOST nor TE_MEM_CUDA", t->rank, mt->name, x->mem);
         else if (!x->addr && part_bytes(t, (uint32_t)i))
             rc = wt_fail(-EINVAL, "trainer %u: tensor '%s': NULL address", t->rank,
                          mt->name);

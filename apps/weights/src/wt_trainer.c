@@ -111,10 +111,14 @@ int te_wt_trainer_create(te_engine *e, const te_wt_model *m,
     if (te_engine_nic_count(e, 0) != (int)s->nics)
         return wt_fail(-EINVAL, "the schedule is for %u NIC(s) per GPU, group 0 "
                        "has %d", s->nics, te_engine_nic_count(e, 0));
+    const char *lr = getenv("TE_WT_LOCAL_READS");
+    if (lr && *lr && strcmp(lr, "engine") && strcmp(lr, "cpu"))
+        return wt_fail(-EINVAL, "TE_WT_LOCAL_READS=%s: want engine or cpu", lr);
     te_wt_trainer *t = calloc(1, sizeof(*t));
     if (!t)
         return wt_fail(-ENOMEM, "out of memory");
-    *t = (te_wt_trainer){.e = e, .m = m, .sh = sh, .s = s, .rank = rank};
+    *t = (te_wt_trainer){.e = e, .m = m, .sh = sh, .s = s, .rank = rank,
+                         .own_via_engine = lr && !strcmp(lr, "engine")};
     uint32_t T = s->trainers;
     t->peers = calloc(T, sizeof(te_peer));
     t->descs = calloc((uint64_t)T * m->count + 1, sizeof(te_mr_desc));
@@ -230,6 +234,45 @@ static void add_reads(wt_track *k, int g, int n)
     pthread_mutex_unlock(&k->mu);
 }
 
+/* The engine's route to this trainer itself: a part the CPU must not read
+ * (device memory) is read through it like another trainer's part. */
+static int self_peer(te_wt_trainer *t)
+{
+    if (t->self_added)
+        return 0;
+    uint8_t a[TE_ADDR_MAX];
+    size_t n = sizeof(a);
+    int rc = te_engine_address(t->e, 0, a, &n);
+    if (!rc)
+        rc = te_peer_add(t->e, 0, a, n, &t->self);
+    if (rc)
+        return wt_fail(rc, "trainer %u: a route to itself (for its own parts "
+                       "in device memory): %s", t->rank, te_last_error());
+    t->self_added = 1;
+    return 0;
+}
+
+/* Where the read of trainer r's part of tensor ti comes from: another
+ * trainer's published part, or this trainer's own registration. */
+static int read_source(te_wt_trainer *t, uint32_t r, uint32_t ti, te_peer *peer,
+                       te_mr_desc *own, const te_mr_desc **remote)
+{
+    if (r != t->rank) {
+        *peer = t->peers[r];
+        *remote = &t->descs[(uint64_t)r * t->m->count + ti];
+        return 0;
+    }
+    int rc = self_peer(t);
+    if (rc)
+        return rc;
+    if ((rc = te_mr_describe(t->src.v[ti].mr, own)))
+        return wt_fail(rc, "trainer %u: tensor '%s': %s", t->rank,
+                       t->m->tensors[ti].name, te_last_error());
+    *peer = t->self;
+    *remote = own;
+    return 0;
+}
+
 static int start_gather(te_wt_trainer *t, uint32_t param, int g, double deadline,
                         te_wt_push_stats *st)
 {
@@ -244,22 +287,28 @@ static int start_gather(te_wt_trainer *t, uint32_t param, int g, double deadline
             te_wt_fsdp_range(ts, T, r, &b, &e);
             if (e == b)
                 continue;
-            if (r == t->rank) { /* the framework's tensor, read in place */
+            /* The framework's host tensor is read in place by the CPU; a
+             * device part goes through the engine (the CPU cannot read it). */
+            if (r == t->rank && t->src.v[ti].mem == TE_MEM_HOST &&
+                !t->own_via_engine) {
                 memcpy(t->gather[g] + base + b, t->src.v[ti].addr, e - b);
                 continue;
             }
             te_request rq;
             te_request_init(&rq, TE_OP_READ);
+            te_mr_desc own;
+            int rc = read_source(t, r, ti, &rq.u.xfer.peer, &own,
+                                 &rq.u.xfer.remote);
+            if (rc)
+                return rc;
             rq.route.kind = TE_ROUTE_SHARD;
             rq.user_data = wt_track_user_data(t->k, 1, (uint64_t)g);
-            rq.u.xfer.peer = t->peers[r];
             rq.u.xfer.local = t->gather_mr[g];
             rq.u.xfer.local_off = base + b;
-            rq.u.xfer.remote = &t->descs[(uint64_t)r * t->m->count + ti];
             rq.u.xfer.remote_off = 0;
             rq.u.xfer.len = e - b;
             add_reads(t->k, g, 1);
-            int rc = submit(t, &rq, deadline);
+            rc = submit(t, &rq, deadline);
             if (rc) {
                 add_reads(t->k, g, -1);
                 return rc;

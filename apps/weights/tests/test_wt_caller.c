@@ -114,11 +114,15 @@ struct push_job {
     int timeout_ms;
 };
 
+/* Bytes the trainers read through their engines in the last update. */
+static uint64_t read_bytes[T];
+
 static void *push(void *arg)
 {
     struct push_job *j = arg;
-    te_wt_push_stats st;
+    te_wt_push_stats st = {0};
     j->rc = te_wt_trainer_push(j->f->t[j->r], j->f->dir, j->version, j->timeout_ms, &st);
+    read_bytes[j->r] = st.read_bytes;
     if (!j->rc)
         j->rc = te_wt_trainer_wait_done(j->f->t[j->r], j->f->dir, j->version, 10000);
     return NULL;
@@ -264,6 +268,14 @@ START_TEST(double_buffered_from_caller_tensors)
         /* Only the moved tensor was registered again. */
         ck_assert_uint_eq(te_wt_trainer_registrations(f.t[1]) - regs1, v == 3);
         ck_assert_msg(rc == 0, "version %u: %s", v, te_wt_last_error());
+        /* Every tensor is gathered once; with TE_WT_LOCAL_READS=engine (the
+         * path of device-memory parts) a trainer's own parts come through
+         * its engine too, so the reads carry every byte of the model. */
+        const char *lr = getenv("TE_WT_LOCAL_READS");
+        if (lr && !strcmp(lr, "engine"))
+            ck_assert_uint_eq(read_bytes[0] + read_bytes[1], f.m->data_bytes);
+        else
+            ck_assert_uint_lt(read_bytes[0] + read_bytes[1], f.m->data_bytes);
         int set = (int)(v - 1) % 2;
         ck_assert_int_eq(rep.live_set, set);
         ck_assert_int_eq(te_wt_receiver_live_set(rv, NULL), set);
@@ -354,8 +366,23 @@ START_TEST(bad_input)
     snprintf(want, sizeof(want), "tensor '%s' has no source",
              f.m->tensors[f.m->count - 1].name);
     refused(&f, src, f.m->count - 1, want);
+    src[3].mem = 7;
+    snprintf(want, sizeof(want), "tensor '%s': mem 7 is neither", name);
+    refused(&f, src, f.m->count, want);
+    src[3].mem = TE_MEM_HOST;
     src[3].name = "no.such.tensor";
     refused(&f, src, f.m->count, "'no.such.tensor' is not in model");
+    /* Device memory where CUDA cannot be used: the registration's reason,
+     * naming the tensor (the trainer is unbound until a bind succeeds). */
+    char why[256];
+    if (te_cuda_status(why, sizeof(why)) != 0) {
+        src[3].name = name;
+        src[3].mem = TE_MEM_CUDA;
+        ck_assert_int_lt(te_wt_trainer_bind(f.t[0], src, f.m->count), 0);
+        ck_assert_msg(strstr(te_wt_last_error(), name), "%s", te_wt_last_error());
+        te_wt_push_stats unbound;
+        ck_assert_int_eq(te_wt_trainer_push(f.t[0], f.dir, 1, 100, &unbound), -EINVAL);
+    }
     free(src);
     /* Receiver: a destination too small, one missing, one unknown. */
     te_wt_rank_param *params;
@@ -387,6 +414,18 @@ START_TEST(bad_input)
     ck_assert_int_eq(te_wt_trainer_push(bare, f.dir, 1, 100, &st), -EINVAL);
     ck_assert_ptr_nonnull(strstr(te_wt_last_error(), "no sources bound"));
     te_wt_trainer_destroy(bare);
+    /* A misspelt TE_WT_LOCAL_READS is refused by name, not ignored. */
+    const char *lr = getenv("TE_WT_LOCAL_READS");
+    char *keep = lr ? strdup(lr) : NULL;
+    setenv("TE_WT_LOCAL_READS", "gpu", 1);
+    ck_assert_int_eq(te_wt_trainer_create(f.et[0], f.m, f.sh, f.s, 0, &bare), -EINVAL);
+    ck_assert_msg(strstr(te_wt_last_error(), "TE_WT_LOCAL_READS=gpu: want engine or cpu"),
+                  "%s", te_wt_last_error());
+    if (keep)
+        setenv("TE_WT_LOCAL_READS", keep, 1);
+    else
+        unsetenv("TE_WT_LOCAL_READS");
+    free(keep);
     free_dests(NULL, d, params, n);
     teardown(&f);
 }

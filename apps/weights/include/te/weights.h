@@ -410,8 +410,10 @@ typedef struct te_wt_source {
     te_wt_dtype dtype;    /**< dtype of the full tensor: must be the model's */
     uint32_t ndim;        /**< full tensor's dims: must be the model's */
     uint64_t shape[TE_WT_MAX_DIMS]; /**< full tensor's shape */
-    uint32_t mem;         /**< TE_MEM_HOST; TE_MEM_CUDA is refused (no GPU
-                               gather path yet, docs/weights.md) */
+    uint32_t mem;         /**< TE_MEM_HOST or TE_MEM_CUDA (device memory,
+                               registered as such; this trainer's own part
+                               is then read through the engine, never by
+                               the CPU: docs/weights.md) */
 } te_wt_source;
 
 /**
