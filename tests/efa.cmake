@@ -27,6 +27,17 @@ if(TARGET test_efa_inprocess)
   endif()
 endif()
 
+# Job authentication (plugins/efa/efa_auth.h): the handshake's messages,
+# and engines of this process over shm with the same, another or no secret.
+# Exits 77 where the plugin or shm is absent.
+if(TARGET test_efa_auth)
+  set_tests_properties(test_efa_auth PROPERTIES LABELS efa
+    SKIP_RETURN_CODE 77 TIMEOUT 120)
+  if(TARGET te-plugin-efa)
+    add_dependencies(test_efa_auth te-plugin-efa)
+  endif()
+endif()
+
 # Writes without an immediate to a sleepy target over tcp;ofi_rxm (manual
 # progress: plugins/efa/efa_cq.c inbound_pending). Exits 77 without it.
 # Two processes (the target is forked): "twoproc" in the name puts it in
@@ -101,6 +112,31 @@ te_efa_conformance(shm_1nic_twoproc_caller --two-process ${TE_EFA_SHM}
   --set engine.progress=caller)
 te_efa_conformance(tcp_1nic_twoproc_caller --two-process ${TE_EFA_TCP}
   --set engine.progress=caller)
+
+# Every peer authenticated with the job secret (docs/security.md): the
+# whole suite across two processes, over shm and tcp, 1 and 2 NICs.
+set(TE_EFA_AUTH --set engine.auth_key=conformance-job-secret-0123)
+te_efa_conformance(shm_1nic_twoproc_auth --two-process ${TE_EFA_SHM} ${TE_EFA_AUTH})
+te_efa_conformance(shm_2nic_twoproc_auth --two-process ${TE_EFA_SHM} ${TE_EFA_2NIC} ${TE_EFA_AUTH})
+te_efa_conformance(tcp_1nic_twoproc_auth --two-process ${TE_EFA_TCP} ${TE_EFA_AUTH})
+te_efa_conformance(tcp_2nic_twoproc_auth --two-process ${TE_EFA_TCP} ${TE_EFA_2NIC} ${TE_EFA_AUTH})
+# Refusals, named: a remote with another secret (refused on both sides, the
+# write fails with the reason), a keyed remote refusing this keyless engine,
+# and this keyed engine refusing a keyless remote.
+function(te_efa_refusal name regex)
+  add_test(NAME efa_auth_refused_${name}
+           COMMAND te-conformance --plugin efa --two-process --remotes 1
+                   --case write_sizes ${ARGN})
+  set_tests_properties(efa_auth_refused_${name} PROPERTIES
+    ENVIRONMENT "${TE_EFA_ENV}" TIMEOUT 60 LABELS "efa;conformance"
+    PASS_REGULAR_EXPRESSION "${regex}")
+endfunction()
+te_efa_refusal(other_key_tcp
+  "failed authentication: its proof does not verify under our key.*failed authentication: it refused our proof|failed authentication: it refused our proof.*failed authentication: its proof does not verify under our key"
+  ${TE_EFA_TCP} ${TE_EFA_AUTH} --remote-set engine.auth_key=another-job-secret-456789)
+te_efa_refusal(remote_keyed_shm
+  "the remote refused this engine as a peer: .*peer of pid [0-9]+ failed authentication: it has no key"
+  ${TE_EFA_SHM} --remote-set engine.auth_key=conformance-job-secret-0123)
 
 # Two hosts: network namespaces joined by a veth pair (root needed; the
 # script exits 77 = skipped, with the reason, where they cannot be made).

@@ -80,6 +80,15 @@ static void finish(efa_nic *nic, struct efa_slot *s, int status, uint64_t len,
     }
     struct te_plugin_cq_entry e = {.status = status, .context = s->context};
     if (s->kind == TE_POP_RECV) {
+        if (status == 0 && nic->auth.on &&
+            !efa_auth_accept(nic, src, "a SEND")) {
+            /* Not for the core: the buffer goes back to the provider. */
+            if (efa_recv_repost(nic, s) != 0) {
+                s->repost = 1;
+                nic->reposts_due++;
+            }
+            return;
+        }
         e.kind = TE_PCQ_RECV;
         e.len = len;
         e.peer = efa_peer_of_src(nic, src);
@@ -101,7 +110,8 @@ static void on_entry(efa_nic *nic, const struct fi_cq_data_entry *ce,
         struct te_plugin_cq_entry e = {.kind = TE_PCQ_IMM,
                                        .imm = (uint32_t)ce->data,
                                        .peer = efa_peer_of_src(nic, src)};
-        emit(nic, &e, out, n);
+        if (!nic->auth.on || efa_auth_accept(nic, src, "an immediate"))
+            emit(nic, &e, out, n);
         /* FI_RX_CQ_DATA: the data consumed one of our receives; give it
          * back to the provider (now, or at a later poll if it is full):
          * the core never sees it. */
@@ -112,6 +122,10 @@ static void on_entry(efa_nic *nic, const struct fi_cq_data_entry *ce,
             s->repost = 1;
             nic->reposts_due++;
         }
+        return;
+    }
+    if (efa_auth_owns(nic, ce->op_context)) {
+        efa_auth_completion(nic, ce->op_context, src, ce->len, 0);
         return;
     }
     struct efa_slot *s = efa_slot_of(nic, ce->op_context);
@@ -139,6 +153,11 @@ static int on_error(efa_nic *nic, struct te_plugin_cq_entry *out, int *n)
     char pmsg[256] = "";
     const char *pm = fi_cq_strerror(nic->cq, ee.prov_errno, ee.err_data, pmsg,
                                     sizeof(pmsg));
+    if (efa_auth_owns(nic, ee.op_context)) {
+        efa_auth_completion(nic, ee.op_context, FI_ADDR_NOTAVAIL, 0,
+                            ee.err ? ee.err : FI_EIO);
+        return 0;
+    }
     struct efa_slot *s = efa_slot_of(nic, ee.op_context);
     if (!s) {
         /* shm reports the ops of a dead peer this way (context NULL): say
@@ -225,6 +244,7 @@ int efa_wait_arm(te_plugin_nic *nic)
      * CQ wait fd does not watch). The core retries it every turn, so the
      * mark stays fresh while it lasts. */
     if (nic->cq_fifo.count || nic->pending || nic->reposts_due ||
+        nic->auth.busy || nic->auth.due || nic->auth.recv_due ||
         (nic->held_ns && tpc_now_ns() - nic->held_ns < EFA_HELD_SPIN_NS)) {
         rc = -EAGAIN;
     } else {
@@ -249,6 +269,8 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
         goto out;
     if (nic->pending)
         efa_peers_resolve(nic);
+    if (nic->auth.due || nic->auth.recv_due)
+        efa_auth_housekeeping(nic, false); /* messages waiting for room */
     for (uint32_t i = 0; nic->reposts_due && i < nic->nslots; i++) {
         struct efa_slot *s = &nic->slots[i];
         if (s->repost && s->state == EFA_SLOT_LIVE &&
@@ -264,6 +286,8 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
         if (now >= nic->hk_next_ns) {
             nic->hk_next_ns = now + EFA_HK_INTERVAL_NS;
             efa_peers_housekeeping(nic);
+            if (nic->auth.on)
+                efa_auth_housekeeping(nic, true);
             fifo_drain(nic, out, max, &n);
         }
     }

@@ -88,10 +88,14 @@ int efa_discover(efa_ctx *ctx)
                                           FI_REMOTE_CQ_DATA | FI_HMEM,
                                           FI_REMOTE_CQ_DATA | FI_HMEM |
                                               FI_SOURCE};
+    /* A job secret: the handshake travels in tagged messages, apart from
+     * the application's untagged SENDs (efa_auth_wire.h). Not asked for
+     * otherwise: nothing changes without a secret. */
+    uint64_t base = EFA_BASE_CAPS | (efa_auth_required(ctx) ? FI_TAGGED : 0);
     int rc = -FI_ENODATA;
     uint64_t caps = 0;
     for (size_t i = 0; i < sizeof(drop_order) / sizeof(drop_order[0]); i++) {
-        caps = EFA_BASE_CAPS | (optional & ~drop_order[i]);
+        caps = base | (optional & ~drop_order[i]);
         rc = getinfo(ctx, caps, &ctx->infos);
         if (rc != -FI_ENODATA)
             break;

@@ -34,6 +34,7 @@
 #include "tpc_log.h"
 #include "tpc_ops.h"
 #include "tpc_rng.h"
+#include "efa_auth.h"
 #include "efa_local.h"
 #include "efa_proc.h"
 #include "efa_shm_name.h"
@@ -115,6 +116,8 @@ typedef struct te_plugin_ctx efa_ctx;
 #define EFA_ADDR_MAGIC 0x41464554u /* "TEFA" */
 #define EFA_ADDR_VERSION 1u
 #define EFA_AF_KEYCHECK 0x1u       /* rkeys of this NIC carry a check */
+#define EFA_AF_AUTH 0x2u           /* its engine has a secret: authenticate
+                                    * (efa_auth.h); key_secret is then 0 */
 
 /* A NIC address as published by nic_address(): this header, then the
  * endpoint name from fi_getname(). Host byte order (same-architecture
@@ -181,6 +184,8 @@ struct efa_peer {
     uint64_t stall_since_ns; /* first -FI_EAGAIN with nothing in flight */
     uint64_t pidfd_read_ns;  /* last pidfd check before a post */
     struct efa_local *local; /* an endpoint of this process, or NULL */
+    uint32_t auth;           /* its efa_auth_rec index + 1, 0 without auth */
+    int down_status;         /* why it is down (-EACCES: refused) */
 };
 
 struct te_plugin_mr {
@@ -252,6 +257,7 @@ struct te_plugin_nic {
     uint64_t hk_next_ns;
     uint32_t reposts_due;     /* FI_RX_CQ_DATA receives to post again */
     uint64_t unmatched_errors; /* error entries with no op context */
+    struct efa_auth auth;      /* job authentication (efa_auth.h) */
 };
 typedef struct te_plugin_nic efa_nic;
 
@@ -334,6 +340,9 @@ static inline struct efa_peer *efa_peer_get(efa_nic *nic, te_plugin_peer h)
     struct efa_peer *p = &nic->peers[idx - 1];
     return p->handle == h && p->state != EFA_PEER_FREE ? p : NULL;
 }
+/* map[fa] = v, growing the map (zero-filled) as needed: 0 or -ENOMEM,
+ * -EINVAL for FI_ADDR_NOTAVAIL. */
+int efa_addr_map_set(uint32_t **map, size_t *cap, fi_addr_t fa, uint32_t v);
 /* Insert every pending peer into the address vector (one call). */
 int efa_peers_resolve(efa_nic *nic);
 /* The peer handle of a completion's source address, or 0. */
@@ -347,6 +356,39 @@ void efa_peer_down(efa_nic *nic, struct efa_peer *p, int status,
 void efa_peers_housekeeping(efa_nic *nic);
 void efa_peers_free(efa_nic *nic);
 /* This process's identity for same-host liveness. */
+
+/* --------------------------------------------------------- efa_auth.c */
+
+/* Does the engine have a secret (plugin ABI 1.4 auth_required)? */
+bool efa_auth_required(const efa_ctx *ctx);
+/* Post the message receives (the NIC's endpoint is enabled; auth.on). */
+int efa_auth_open(efa_nic *nic);
+/* Release what efa_auth_open made (after the endpoint is closed). */
+void efa_auth_close(efa_nic *nic);
+/* A core peer of address a (len bytes, parsed): share its address's
+ * record, inserted into the AV now, and start the handshake if none is
+ * done or running. Caller holds nic->lock. */
+int efa_auth_peer_attach(efa_nic *nic, struct efa_peer *p, const void *a,
+                         size_t len);
+/* The peer is released; caller holds nic->lock. */
+void efa_auth_peer_detach(efa_nic *nic, struct efa_peer *p);
+/* The peer is down for good (process gone, connection lost): its address
+ * must authenticate again. */
+void efa_auth_peer_lost(efa_nic *nic, struct efa_peer *p);
+/* May operations go to p? 1 yes, 0 not yet (hold them). */
+int efa_auth_tx_ready(efa_nic *nic, const struct efa_peer *p);
+/* The rkey-check secret of p's NIC (learnt in the handshake). */
+uint64_t efa_auth_key_secret(efa_nic *nic, const struct efa_peer *p);
+/* Is an immediate or SEND from src to be delivered? Counts and logs the
+ * ones that are not. */
+bool efa_auth_accept(efa_nic *nic, fi_addr_t src, const char *what);
+/* Is op_context one of the handshake's messages? */
+bool efa_auth_owns(efa_nic *nic, void *op_context);
+/* A message's completion (err 0) or error completion (err > 0, FI_*). */
+void efa_auth_completion(efa_nic *nic, void *op_context, fi_addr_t src,
+                         uint64_t len, int err);
+/* Deadlines and messages waiting for a send buffer; from poll(). */
+void efa_auth_housekeeping(efa_nic *nic, bool deadlines);
 
 /* --------------------------------------------------------- efa_post.c */
 

@@ -62,7 +62,20 @@ int efa_mr_register_locked(efa_nic *nic, void *addr, size_t len,
     /* A key can be taken already (e.g. by the provider's own regions):
      * move on to the next few. */
     for (int attempt = 0; attempt < 8 && rc == -FI_ENOKEY; attempt++) {
-        if (!nic->prov_key) {
+        if (!nic->prov_key && nic->auth.on) {
+            /* With a secret keys must not be guessable (docs/security.md):
+             * 32 random bits, then the check under a secret that only
+             * authenticated peers learn; random bits alone without one. */
+            uint32_t r = (uint32_t)tpc_random64();
+            r = r ? r : 1;
+            size_t ks = nic->info->domain_attr->mr_key_size;
+            a.requested_key = nic->mint_keys
+                                  ? ((uint64_t)r << 32) |
+                                        efa_key_check(nic->key_secret, r)
+                              : ks && ks < 8
+                                  ? tpc_random64() & ((1ull << (8 * ks)) - 1)
+                                  : tpc_random64();
+        } else if (!nic->prov_key) {
             uint32_t seq = ++nic->key_seq;
             if (!seq)
                 seq = ++nic->key_seq;

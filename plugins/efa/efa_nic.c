@@ -21,6 +21,7 @@ static void nic_free(efa_nic *nic)
      * provider still holds can touch a region closed below. */
     if (nic->ep)
         fi_close(&nic->ep->fid);
+    efa_auth_close(nic);
     while (nic->mrs) {
         efa_mr *m = nic->mrs;
         nic->mrs = m->next;
@@ -55,10 +56,13 @@ static int build_address(efa_nic *nic, const uint8_t *raw, size_t raw_len)
     a->magic = EFA_ADDR_MAGIC;
     a->version = EFA_ADDR_VERSION;
     a->raw_len = (uint8_t)raw_len;
-    a->flags = nic->mint_keys ? EFA_AF_KEYCHECK : 0;
+    a->flags = (nic->mint_keys ? EFA_AF_KEYCHECK : 0) |
+               (nic->auth.on ? EFA_AF_AUTH : 0);
     a->landing_key = nic->landing_key;
     a->landing_addr = nic->virt_addr ? (uint64_t)(uintptr_t)nic->landing : 0;
-    a->key_secret = nic->key_secret;
+    /* With a secret, the key check's input goes to authenticated peers
+     * only (in the handshake), which makes keys unguessable to others. */
+    a->key_secret = nic->auth.on ? 0 : nic->key_secret;
     a->host_id = ctx->host_id;
     a->pid = (uint32_t)getpid();
     a->start_time = ctx->start_time;
@@ -133,17 +137,6 @@ int efa_nic_open(te_plugin_ctx *ctx, int idx,
         efa_ctx_err(ctx, "cannot open device %d: %u devices", idx, ctx->ndev);
         return -ENODEV;
     }
-    /* Fail closed (docs/security.md): a job that set a secret expects its
-     * peers authenticated, and this transport cannot do that yet. */
-    const struct te_plugin_host *h = &ctx->host;
-    if (h->struct_size >= offsetof(struct te_plugin_host, auth_verify) +
-                              sizeof(h->auth_verify) &&
-        h->auth_required && h->auth_required(h->host_ctx) == 1) {
-        efa_ctx_err(ctx, "engine.auth_key is set and the efa transport cannot "
-                   "authenticate its peers yet: refused rather than accept "
-                   "unauthenticated peers (docs/security.md)");
-        return -ENOTSUP;
-    }
     efa_nic *nic = calloc(1, sizeof(*nic));
     if (!nic)
         return -ENOMEM;
@@ -197,6 +190,21 @@ int efa_nic_open(te_plugin_ctx *ctx, int idx,
     nic->rx_cq_data = (i->mode & FI_RX_CQ_DATA) != 0;
     nic->source = ctx->paths.source && ctx->probe.source == 1;
     const char *prov = i->fabric_attr->prov_name;
+    /* A job secret (docs/security.md): peers authenticate with tagged
+     * messages, and inbound events are told apart by FI_SOURCE. Without
+     * either, refuse rather than run unauthenticated. */
+    nic->auth.on = efa_auth_required(ctx);
+    if (nic->auth.on && (!nic->source || !(i->caps & FI_TAGGED))) {
+        efa_ctx_err(ctx, "%s: engine.auth_key is set and provider %s %s: "
+                    "peers cannot be authenticated, refused rather than "
+                    "accept unauthenticated ones (docs/security.md)",
+                    nic->name, prov, !nic->source
+                        ? "does not name the sender of completions "
+                          "(FI_SOURCE)"
+                        : "has no tagged messages (FI_TAGGED)");
+        nic_free(nic);
+        return -ENOTSUP;
+    }
     nic->prov_errno_is_errno = efa_prov_has(prov, "tcp") ||
                                efa_prov_has(prov, "sockets") ||
                                efa_prov_has(prov, "udp");
@@ -237,6 +245,8 @@ int efa_nic_open(te_plugin_ctx *ctx, int idx,
                                 &nic->landing_mr, &nic->landing_key);
     pthread_mutex_unlock(&nic->lock);
     if (rc)
+        goto fail; /* message already set */
+    if (nic->auth.on && (rc = efa_auth_open(nic)))
         goto fail; /* message already set */
     build_address(nic, raw, raw_len);
     efa_log(ctx, 2, "%s: opened (queue depth %u, %u receives, %zu-byte "

@@ -39,23 +39,28 @@ static int pidfd_open_(uint32_t pid)
 
 /* ---------------------------------------------------------- table */
 
-static int av_map_set(efa_nic *nic, fi_addr_t fa, uint32_t v)
+int efa_addr_map_set(uint32_t **map, size_t *cap, fi_addr_t fa, uint32_t v)
 {
     if (fa == FI_ADDR_NOTAVAIL)
         return -EINVAL;
-    if (fa >= nic->av_map_cap) {
-        size_t cap = nic->av_map_cap ? nic->av_map_cap : 64;
-        while (cap <= fa)
-            cap *= 2;
-        uint32_t *m = realloc(nic->av_map, cap * sizeof(*m));
+    if (fa >= *cap) {
+        size_t n = *cap ? *cap : 64;
+        while (n <= fa)
+            n *= 2;
+        uint32_t *m = realloc(*map, n * sizeof(*m));
         if (!m)
             return -ENOMEM;
-        memset(m + nic->av_map_cap, 0, (cap - nic->av_map_cap) * sizeof(*m));
-        nic->av_map = m;
-        nic->av_map_cap = cap;
+        memset(m + *cap, 0, (n - *cap) * sizeof(*m));
+        *map = m;
+        *cap = n;
     }
-    nic->av_map[fa] = v;
+    (*map)[fa] = v;
     return 0;
+}
+
+static int av_map_set(efa_nic *nic, fi_addr_t fa, uint32_t v)
+{
+    return efa_addr_map_set(&nic->av_map, &nic->av_map_cap, fa, v);
 }
 
 te_plugin_peer efa_peer_of_src(efa_nic *nic, fi_addr_t src)
@@ -86,7 +91,18 @@ static struct efa_peer *peer_new(efa_nic *nic)
 /* Release a peer whose provider operations have all come back. */
 static void peer_release(efa_nic *nic, struct efa_peer *p)
 {
-    if (p->fi_addr != FI_ADDR_NOTAVAIL) {
+    if (p->auth) {
+        /* The address belongs to its record (efa_auth.c): stays in the
+         * AV; the map points at another peer of it, if any. */
+        uint32_t me = (uint32_t)(p - nic->peers) + 1, other = 0;
+        for (uint32_t i = 0; i < nic->npeers && !other; i++)
+            if (i + 1 != me && nic->peers[i].auth == p->auth &&
+                nic->peers[i].state != EFA_PEER_FREE)
+                other = i + 1;
+        if (p->fi_addr < nic->av_map_cap && nic->av_map[p->fi_addr] == me)
+            av_map_set(nic, p->fi_addr, other);
+        efa_auth_peer_detach(nic, p);
+    } else if (p->fi_addr != FI_ADDR_NOTAVAIL) {
         fi_av_remove(nic->av, &p->fi_addr, 1, 0);
         av_map_set(nic, p->fi_addr, 0);
     }
@@ -170,6 +186,20 @@ int efa_peer_add(te_plugin_nic *nic, const void *addr, size_t len,
     int rc = parse(nic, addr, len, &a, &raw);
     if (rc)
         return rc;
+    /* With a secret, peers authenticate (efa_auth.h); without, a peer
+     * that asks for it is refused, which tells it why (docs/security.md). */
+    bool theirs = (a.flags & EFA_AF_AUTH) != 0;
+    if (nic->auth.on != theirs) {
+        const char *why = theirs
+            ? "requires authentication (engine.auth_key set in its engine) "
+              "and this engine has no key"
+            : "failed authentication: it has no key (engine.auth_key unset "
+              "in its engine)";
+        efa_log(nic->ctx, 1, "%s: peer of pid %u %s: refused", nic->name,
+                a.pid, why);
+        efa_err(nic, "peer of pid %u %s", a.pid, why);
+        return -EACCES;
+    }
     /* Another endpoint of this very process: hold it (efa_local.h). */
     struct efa_local *local = NULL;
     if (a.host_id && a.host_id == nic->ctx->host_id &&
@@ -200,6 +230,23 @@ int efa_peer_add(te_plugin_nic *nic, const void *addr, size_t len,
     p->landing_addr = a.landing_addr;
     p->key_secret = a.key_secret;
     watch(nic, p, &a);
+    if (nic->auth.on) {
+        /* Its address is inserted now, by its record, and authenticated
+         * before operations go to it (efa_auth.c). */
+        pthread_mutex_lock(&nic->lock);
+        rc = efa_auth_peer_attach(nic, p, addr, len);
+        if (rc == 0) {
+            p->state = EFA_PEER_LIVE;
+            rc = av_map_set(nic, p->fi_addr, idx + 1);
+        }
+        if (rc)
+            peer_release(nic, p);
+        pthread_mutex_unlock(&nic->lock);
+        if (rc)
+            return rc;
+        *out = p->handle;
+        return 0;
+    }
     nic->pending++;
     if (nic->ctx->cfg.av_insert == EFA_AV_AT_ADD) {
         pthread_mutex_lock(&nic->lock);
@@ -286,6 +333,10 @@ void efa_peer_down(efa_nic *nic, struct efa_peer *p, int status,
     if (p->state != EFA_PEER_LIVE && p->state != EFA_PEER_PENDING)
         return;
     p->state = EFA_PEER_DOWN;
+    p->down_status = status;
+    /* Gone for good: whoever answers at its address proves itself anew. */
+    if (p->auth && status != -EACCES)
+        efa_auth_peer_lost(nic, p);
     orphan_ops(nic, p, status);
     struct te_plugin_cq_entry e = {.kind = TE_PCQ_PEER_DOWN,
                                    .status = status, .peer = p->handle};

@@ -233,9 +233,16 @@ static int post_to(efa_nic *nic, const struct te_plugin_op *op,
                    struct efa_peer *p)
 {
     if (p->state == EFA_PEER_DOWN) {
-        complete_now(nic, op, -ECONNRESET, op->peer);
+        /* A refused peer's operations say so (-EACCES). */
+        complete_now(nic, op, p->down_status == -EACCES ? -EACCES
+                                                         : -ECONNRESET,
+                     op->peer);
         return 1;
     }
+    /* Not authenticated yet: held (the core retries; efa_auth.c fails
+     * the peer within EFA_AUTH_TIMEOUT_NS if it never is). */
+    if (p->auth && !efa_auth_tx_ready(nic, p))
+        return p->state == EFA_PEER_DOWN ? post_to(nic, op, p) : 0;
     if (op->kind == TE_POP_READ && nic->ctx->probe.read != 1) {
         efa_err(nic, "READ: fi_read does not work on provider %s (probe)",
                 nic->info->fabric_attr->prov_name);
@@ -247,7 +254,9 @@ static int post_to(efa_nic *nic, const struct te_plugin_op *op,
         raddr = p->landing_addr;
         rkey = p->landing_key;
     } else if (op->kind != TE_POP_SEND && (p->flags & EFA_AF_KEYCHECK) &&
-               !efa_key_valid(p->key_secret, rkey)) {
+               !efa_key_valid(p->auth ? efa_auth_key_secret(nic, p)
+                                      : p->key_secret,
+                              rkey)) {
         efa_err(nic, "%s: rkey 0x%llx was not issued by the target NIC "
                 "(forged, corrupted or another NIC's key); nothing sent",
                 tpc_op_name(op->kind), (unsigned long long)rkey);

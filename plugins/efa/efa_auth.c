@@ -1,0 +1,662 @@
+/*
+ * Job authentication of the efa transport: the records, the handshake's
+ * state machine and the gate on inbound events (efa_auth.h). Messages are
+ * tagged sends from a small registered pool; their completions come
+ * through poll() like every other (efa_cq.c hands them here).
+ *
+ * Who waits for what (every wait bounded by EFA_AUTH_TIMEOUT_NS):
+ *   initiator: HELLO sent -> CHALLENGE verified (rx_ok) -> PROOF sent ->
+ *              ACK (tx_ok; the core's operations to it are posted);
+ *   target:    HELLO -> CHALLENGE sent -> PROOF verified (rx_ok, tx_ok) ->
+ *              ACK sent.
+ * A MAC that does not verify gets a REFUSE, so both sides log the refusal;
+ * the core's peers of the address go down with -EACCES and the reason.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <rdma/fi_tagged.h>
+
+#include "efa_internal.h"
+
+#define NOPS (EFA_AUTH_NRECV + EFA_AUTH_NSEND)
+#define MSG_LEN sizeof(struct efa_auth_msg)
+#define FAILED_KEEP_NS 1000000000ull /* a refused stranger's record */
+
+static const struct te_plugin_host *host_of(const efa_ctx *ctx)
+{
+    const struct te_plugin_host *h = &ctx->host;
+    /* A core older than ABI 1.4 has no secret to offer. */
+    if (h->struct_size < offsetof(struct te_plugin_host, auth_verify) +
+                             sizeof(h->auth_verify) ||
+        !h->auth_required || !h->auth_mac || !h->auth_verify)
+        return NULL;
+    return h;
+}
+
+bool efa_auth_required(const efa_ctx *ctx)
+{
+    const struct te_plugin_host *h = host_of(ctx);
+    return h && h->auth_required(h->host_ctx) == 1;
+}
+
+/* ---------------------------------------------------------- records */
+
+static struct efa_auth_rec *rec_at(efa_nic *nic, uint32_t idx1)
+{
+    return idx1 && idx1 <= nic->auth.nrecs && nic->auth.recs[idx1 - 1].used
+               ? &nic->auth.recs[idx1 - 1]
+               : NULL;
+}
+
+static uint32_t rec_index(efa_nic *nic, const struct efa_auth_rec *r)
+{
+    return (uint32_t)(r - nic->auth.recs) + 1;
+}
+
+static struct efa_wire_addr hdr_of(const uint8_t *addr)
+{
+    struct efa_wire_addr h;
+    memcpy(&h, addr, sizeof(h)); /* the bytes may be unaligned */
+    return h;
+}
+
+static bool same_raw(const uint8_t *a, const uint8_t *b)
+{
+    struct efa_wire_addr ha = hdr_of(a), hb = hdr_of(b);
+    return ha.raw_len == hb.raw_len &&
+           memcmp(a + sizeof(ha), b + sizeof(hb), ha.raw_len) == 0;
+}
+
+static int map_set(efa_nic *nic, fi_addr_t fa, uint32_t v)
+{
+    return efa_addr_map_set(&nic->auth.map, &nic->auth.map_cap, fa, v);
+}
+
+static struct efa_auth_rec *rec_of_src(efa_nic *nic, fi_addr_t src)
+{
+    struct efa_auth *a = &nic->auth;
+    if (src == FI_ADDR_NOTAVAIL || src >= a->map_cap)
+        return NULL;
+    return rec_at(nic, a->map[src]);
+}
+
+static struct efa_auth_rec *rec_find(efa_nic *nic, const uint8_t *addr)
+{
+    for (uint32_t i = 0; i < nic->auth.nrecs; i++)
+        if (nic->auth.recs[i].used && same_raw(nic->auth.recs[i].addr, addr))
+            return &nic->auth.recs[i];
+    return NULL;
+}
+
+/* "peer of pid 4242", for logs and errors. */
+static void who(efa_nic *nic, const struct efa_auth_rec *r, char *buf,
+                size_t len)
+{
+    struct efa_wire_addr h = hdr_of(r->addr);
+    snprintf(buf, len, "peer of pid %u%s", h.pid,
+             h.host_id == nic->ctx->host_id ? "" : " on another host");
+}
+
+/* Handshake in progress (keeps the worker polling: efa_wait_arm). */
+static void progress_set(struct efa_auth *a, struct efa_auth_rec *r,
+                         uint8_t ini, uint8_t challenged)
+{
+    bool was = r->ini || r->challenged, now = ini || challenged;
+    r->ini = ini;
+    r->challenged = challenged;
+    if (was && !now)
+        a->busy--;
+    else if (!was && now)
+        a->busy++;
+}
+
+static void due_set(struct efa_auth *a, struct efa_auth_rec *r, uint8_t type,
+                    uint8_t reason)
+{
+    if (r->due && !type)
+        a->due--;
+    else if (!r->due && type)
+        a->due++;
+    r->due = type;
+    r->due_reason = reason;
+}
+
+/* A record for addr (len bytes, already checked), its address inserted. */
+static struct efa_auth_rec *rec_new(efa_nic *nic, const uint8_t *addr,
+                                    size_t len)
+{
+    struct efa_auth *a = &nic->auth;
+    struct efa_auth_rec *r = NULL;
+    for (uint32_t i = 0; i < a->nrecs && !r; i++)
+        if (!a->recs[i].used)
+            r = &a->recs[i];
+    if (!r) {
+        if (a->nrecs == a->cap) {
+            uint32_t cap = a->cap ? 2 * a->cap : 16;
+            struct efa_auth_rec *n = realloc(a->recs, cap * sizeof(*n));
+            if (!n)
+                return NULL;
+            a->recs = n;
+            a->cap = cap;
+        }
+        r = &a->recs[a->nrecs++];
+    }
+    memset(r, 0, sizeof(*r));
+    struct efa_wire_addr h = hdr_of(addr);
+    fi_addr_t fa = FI_ADDR_NOTAVAIL;
+    int n = fi_av_insert(nic->av, addr + sizeof(h), 1, &fa, 0, NULL);
+    if (n != 1 || fa == FI_ADDR_NOTAVAIL) {
+        efa_err(nic, "fi_av_insert of the address of a peer of pid %u: %s",
+                h.pid, fi_strerror(n < 0 ? -n : FI_EINVAL));
+        return NULL;
+    }
+    r->used = 1;
+    r->fi_addr = fa;
+    r->addr_len = (uint32_t)len;
+    r->pid = h.pid;
+    memcpy(r->addr, addr, len);
+    if (map_set(nic, fa, rec_index(nic, r))) {
+        fi_av_remove(nic->av, &fa, 1, 0);
+        r->used = 0;
+        return NULL;
+    }
+    /* Another endpoint of this process: messages to it go under its lock
+     * like operations (efa_local.h). */
+    if (h.host_id == nic->ctx->host_id && h.pid == (uint32_t)getpid() &&
+        h.start_time == nic->ctx->start_time)
+        r->local = efa_local_find(nic->info->fabric_attr->prov_name,
+                                  addr + sizeof(h), h.raw_len);
+    return r;
+}
+
+static void rec_free(efa_nic *nic, struct efa_auth_rec *r)
+{
+    struct efa_auth *a = &nic->auth;
+    progress_set(a, r, 0, 0);
+    due_set(a, r, 0, 0);
+    fi_av_remove(nic->av, &r->fi_addr, 1, 0);
+    map_set(nic, r->fi_addr, 0);
+    efa_local_put(r->local);
+    memset(r, 0, sizeof(*r));
+}
+
+/* ---------------------------------------------------------- messages */
+
+static uint8_t *msg_buf(efa_nic *nic, uint32_t i)
+{
+    return nic->auth.buf + (size_t)i * MSG_LEN;
+}
+
+/* The MAC of role over r's handshake (we_initiate: this NIC is the
+ * initiator); with check, verify that instead: 0 or -EACCES. */
+static int mac_for(efa_nic *nic, const struct efa_auth_rec *r, uint32_t role,
+                   bool we_initiate, uint8_t *mac, const uint8_t *check)
+{
+    const struct te_plugin_host *h = host_of(nic->ctx);
+    uint8_t b[EFA_AUTH_BIND_MAX];
+    size_t n = we_initiate
+                   ? efa_auth_bind(b, role, r->n_i, r->n_t, nic->addr,
+                                   nic->addr_len, r->addr, r->addr_len)
+                   : efa_auth_bind(b, role, r->n_i, r->n_t, r->addr,
+                                   r->addr_len, nic->addr, nic->addr_len);
+    if (!h || !n)
+        return -EINVAL;
+    return check ? h->auth_verify(h->host_ctx, b, n, check)
+                 : h->auth_mac(h->host_ctx, b, n, mac);
+}
+
+static int post_recv(efa_nic *nic, uint32_t i)
+{
+    struct iovec iov = {.iov_base = msg_buf(nic, i), .iov_len = MSG_LEN};
+    void *desc = nic->auth.desc;
+    struct fi_msg_tagged m = {.msg_iov = &iov, .desc = &desc, .iov_count = 1,
+                              .addr = FI_ADDR_UNSPEC, .tag = EFA_AUTH_TAG,
+                              .ignore = 0, .context = &nic->auth.ops[i].fctx};
+    return (int)fi_trecvmsg(nic->ep, &m, 0);
+}
+
+/* Send a message of type to r now, or mark it due (no buffer free, or the
+ * provider says -FI_EAGAIN while it connects): housekeeping retries it. */
+static int send_msg(efa_nic *nic, struct efa_auth_rec *r, uint8_t type,
+                    uint8_t reason)
+{
+    struct efa_auth *a = &nic->auth;
+    if (a->send_free >= NOPS) {
+        due_set(a, r, type, reason);
+        return 0;
+    }
+    uint32_t i = a->send_free;
+    struct efa_auth_msg *m = (struct efa_auth_msg *)msg_buf(nic, i);
+    memset(m, 0, sizeof(*m));
+    m->magic = EFA_AUTH_MAGIC;
+    m->version = EFA_AUTH_VERSION;
+    m->type = type;
+    m->reason = reason;
+    memcpy(m->n_i, r->n_i, sizeof(m->n_i));
+    memcpy(m->n_t, r->n_t, sizeof(m->n_t));
+    int rc = 0;
+    if (type == EFA_AUTH_HELLO) {
+        m->addr_len = (uint32_t)nic->addr_len;
+        memcpy(m->addr, nic->addr, nic->addr_len);
+    } else if (type == EFA_AUTH_CHALLENGE) {
+        rc = mac_for(nic, r, EFA_AUTH_ROLE_TARGET, false, m->mac, NULL);
+    } else if (type == EFA_AUTH_PROOF) {
+        rc = mac_for(nic, r, EFA_AUTH_ROLE_INITIATOR, true, m->mac, NULL);
+        m->key_secret = nic->key_secret;
+    } else if (type == EFA_AUTH_ACK) {
+        m->key_secret = nic->key_secret;
+    }
+    if (rc)
+        return rc;
+    struct iovec iov = {.iov_base = m, .iov_len = MSG_LEN};
+    void *desc = a->desc;
+    struct fi_msg_tagged tm = {.msg_iov = &iov, .desc = &desc, .iov_count = 1,
+                               .addr = r->fi_addr, .tag = EFA_AUTH_TAG,
+                               .context = &a->ops[i].fctx};
+    if (r->local && !efa_local_enter(r->local))
+        return -ECONNRESET; /* its engine in this process is gone */
+    ssize_t s = fi_tsendmsg(nic->ep, &tm, FI_COMPLETION);
+    if (r->local)
+        efa_local_leave(r->local);
+    if (s == -FI_EAGAIN) {
+        due_set(a, r, type, reason);
+        return 0;
+    }
+    due_set(a, r, 0, 0);
+    if (s) {
+        efa_log(nic->ctx, 1, "%s: authentication message to pid %u: %s",
+                nic->name, r->pid, fi_strerror((int)-s));
+        return efa_errno((int)s);
+    }
+    a->send_free = a->ops[i].next_free;
+    return 0;
+}
+
+/* Refuse r: log it, the core's peers of the address go down (-EACCES,
+ * the reason in the engine's last error), the record is kept a while so
+ * the stranger's messages find it refused, then freed. */
+static void rec_fail(efa_nic *nic, struct efa_auth_rec *r, const char *why)
+{
+    struct efa_auth *a = &nic->auth;
+    char w[64], reason[256];
+    who(nic, r, w, sizeof(w));
+    snprintf(reason, sizeof(reason), "%s failed authentication: %s", w, why);
+    efa_log(nic->ctx, 1, "%s: %s", nic->name, reason);
+    progress_set(a, r, 0, 0);
+    r->rx_ok = r->tx_ok = 0;
+    r->failed = 1;
+    r->deadline_ns = tpc_now_ns() + FAILED_KEEP_NS;
+    uint32_t idx = rec_index(nic, r);
+    bool said = false;
+    for (uint32_t i = 0; i < nic->npeers; i++) {
+        struct efa_peer *p = &nic->peers[i];
+        if (p->auth != idx || (p->state != EFA_PEER_LIVE &&
+                               p->state != EFA_PEER_PENDING))
+            continue;
+        if (!said)
+            efa_err(nic, "%s", reason);
+        said = true;
+        efa_peer_down(nic, p, -EACCES, reason);
+    }
+}
+
+static int fresh(uint8_t *nonce)
+{
+    return getrandom(nonce, EFA_AUTH_NONCE_LEN, 0) == EFA_AUTH_NONCE_LEN
+               ? 0
+               : -EIO;
+}
+
+static int start_hello(efa_nic *nic, struct efa_auth_rec *r)
+{
+    if (fresh(r->n_i)) {
+        efa_err(nic, "getrandom failed: no nonce for authentication");
+        return -EIO;
+    }
+    memset(r->n_t, 0, sizeof(r->n_t));
+    r->failed = 0;
+    r->rx_ok = r->tx_ok = 0;
+    progress_set(&nic->auth, r, EFA_AI_HELLO, 0);
+    r->deadline_ns = tpc_now_ns() + EFA_AUTH_TIMEOUT_NS;
+    int rc = send_msg(nic, r, EFA_AUTH_HELLO, 0);
+    if (rc)
+        progress_set(&nic->auth, r, 0, 0);
+    return rc;
+}
+
+/* ---------------------------------------------------------- inbound */
+
+/* A HELLO's address: one of ours (format, provider, endpoint name size)
+ * and one that asks for authentication. */
+static bool hello_addr_ok(efa_nic *nic, const struct efa_auth_msg *m)
+{
+    if (m->addr_len < sizeof(struct efa_wire_addr))
+        return false;
+    struct efa_wire_addr h = hdr_of(m->addr);
+    return h.magic == EFA_ADDR_MAGIC && h.version == EFA_ADDR_VERSION &&
+           (h.flags & EFA_AF_AUTH) && h.raw_len == nic->raw_len &&
+           m->addr_len == sizeof(h) + h.raw_len &&
+           strncmp(h.prov, nic->info->fabric_attr->prov_name,
+                   EFA_PROV_LEN) == 0;
+}
+
+static uint32_t strangers(efa_nic *nic)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < nic->auth.nrecs; i++) {
+        const struct efa_auth_rec *r = &nic->auth.recs[i];
+        n += r->used && !r->refs && !(r->rx_ok && r->tx_ok);
+    }
+    return n;
+}
+
+static void on_hello(efa_nic *nic, const struct efa_auth_msg *m,
+                     fi_addr_t src)
+{
+    struct efa_auth *a = &nic->auth;
+    if (!hello_addr_ok(nic, m)) {
+        efa_log(nic->ctx, 2, "%s: authentication hello with a malformed "
+                "address: dropped", nic->name);
+        return;
+    }
+    struct efa_auth_rec *r = rec_find(nic, m->addr);
+    if (r && src != r->fi_addr) {
+        /* Someone else speaking for a known address. */
+        efa_log(nic->ctx, 1, "%s: authentication hello naming the address "
+                "of pid %u came from another sender: dropped", nic->name,
+                r->pid);
+        return;
+    }
+    if (!r) {
+        if (strangers(nic) >= EFA_AUTH_MAX_STRANGERS) {
+            efa_log(nic->ctx, 1, "%s: %u authentications in progress: hello "
+                    "dropped", nic->name, EFA_AUTH_MAX_STRANGERS);
+            return;
+        }
+        if (!(r = rec_new(nic, m->addr, m->addr_len)))
+            return;
+    }
+    /* Both sides said hello at once: one answers (efa_auth_wire.h). */
+    if (r->ini == EFA_AI_HELLO &&
+        efa_auth_keeps_initiator(nic->addr, nic->addr_len, m->addr,
+                                 m->addr_len))
+        return;
+    if (r->ini == EFA_AI_PROOF)
+        return; /* ours is finishing; theirs would restart it */
+    memcpy(r->n_i, m->n_i, sizeof(r->n_i));
+    if (fresh(r->n_t))
+        return;
+    r->failed = 0;
+    r->rx_ok = r->tx_ok = 0; /* a new life of the address proves again */
+    progress_set(a, r, 0, 1);
+    r->deadline_ns = tpc_now_ns() + EFA_AUTH_TIMEOUT_NS;
+    if (send_msg(nic, r, EFA_AUTH_CHALLENGE, 0))
+        rec_fail(nic, r, "cannot send our challenge");
+}
+
+static void on_message(efa_nic *nic, const void *buf, uint64_t len,
+                       fi_addr_t src)
+{
+    struct efa_auth *a = &nic->auth;
+    struct efa_auth_msg m;
+    if (efa_auth_msg_parse(buf, len, &m)) {
+        efa_log(nic->ctx, 2, "%s: malformed authentication message of %llu "
+                "bytes: dropped", nic->name, (unsigned long long)len);
+        return;
+    }
+    if (m.type == EFA_AUTH_HELLO) {
+        on_hello(nic, &m, src);
+        return;
+    }
+    struct efa_auth_rec *r = rec_of_src(nic, src);
+    if (!r || memcmp(m.n_i, r->n_i, sizeof(m.n_i)) ||
+        (m.type != EFA_AUTH_CHALLENGE &&
+         memcmp(m.n_t, r->n_t, sizeof(m.n_t))))
+        return; /* not of a handshake in progress: stale or forged */
+    switch (m.type) {
+    case EFA_AUTH_CHALLENGE:
+        if (r->ini != EFA_AI_HELLO)
+            return;
+        memcpy(r->n_t, m.n_t, sizeof(r->n_t));
+        if (mac_for(nic, r, EFA_AUTH_ROLE_TARGET, true, NULL, m.mac)) {
+            send_msg(nic, r, EFA_AUTH_REFUSE, EFA_AUTH_R_BAD_MAC);
+            rec_fail(nic, r, "its proof does not verify under our key (a "
+                     "different engine.auth_key)");
+            return;
+        }
+        r->rx_ok = 1;
+        progress_set(a, r, EFA_AI_PROOF, 0);
+        r->deadline_ns = tpc_now_ns() + EFA_AUTH_TIMEOUT_NS;
+        if (send_msg(nic, r, EFA_AUTH_PROOF, 0))
+            rec_fail(nic, r, "cannot send our proof");
+        return;
+    case EFA_AUTH_PROOF:
+        if (!r->challenged)
+            return;
+        if (mac_for(nic, r, EFA_AUTH_ROLE_INITIATOR, false, NULL, m.mac)) {
+            send_msg(nic, r, EFA_AUTH_REFUSE, EFA_AUTH_R_BAD_MAC);
+            rec_fail(nic, r, "its proof does not verify under our key (a "
+                     "different engine.auth_key)");
+            return;
+        }
+        r->rx_ok = r->tx_ok = 1;
+        r->peer_key_secret = m.key_secret;
+        progress_set(a, r, 0, 0);
+        if (send_msg(nic, r, EFA_AUTH_ACK, 0))
+            rec_fail(nic, r, "cannot send our acknowledgement");
+        else
+            efa_log(nic->ctx, 3, "%s: peer of pid %u authenticated",
+                    nic->name, r->pid);
+        return;
+    case EFA_AUTH_ACK:
+        if (r->ini != EFA_AI_PROOF)
+            return;
+        r->tx_ok = 1;
+        r->peer_key_secret = m.key_secret;
+        progress_set(a, r, 0, 0);
+        efa_log(nic->ctx, 3, "%s: peer of pid %u authenticated", nic->name,
+                r->pid);
+        return;
+    case EFA_AUTH_REFUSE:
+        if (r->ini || r->challenged)
+            rec_fail(nic, r, efa_auth_reason_text(m.reason));
+        return;
+    default:
+        return;
+    }
+}
+
+/* ---------------------------------------------------------- interface */
+
+int efa_auth_open(efa_nic *nic)
+{
+    struct efa_auth *a = &nic->auth;
+    if (posix_memalign((void **)&a->buf, 64, NOPS * MSG_LEN)) {
+        efa_err(nic, "out of memory for authentication messages");
+        return -ENOMEM;
+    }
+    memset(a->buf, 0, NOPS * MSG_LEN);
+    for (uint32_t i = EFA_AUTH_NRECV; i < NOPS; i++)
+        a->ops[i].next_free = i + 1;
+    a->send_free = EFA_AUTH_NRECV;
+    uint64_t key;
+    pthread_mutex_lock(&nic->lock);
+    int rc = efa_mr_register_locked(nic, a->buf, NOPS * MSG_LEN,
+                                    FI_SEND | FI_RECV, TE_PMEM_HOST, 0,
+                                    &a->mr, &key);
+    if (!rc) {
+        a->desc = fi_mr_desc(a->mr);
+        for (uint32_t i = 0; i < EFA_AUTH_NRECV && !rc; i++)
+            rc = post_recv(nic, i);
+        if (rc) {
+            efa_err(nic, "fi_trecvmsg (authentication): %s",
+                    fi_strerror(-rc));
+            rc = efa_errno(rc);
+        }
+    }
+    pthread_mutex_unlock(&nic->lock);
+    return rc;
+}
+
+void efa_auth_close(efa_nic *nic)
+{
+    struct efa_auth *a = &nic->auth;
+    for (uint32_t i = 0; i < a->nrecs; i++)
+        if (a->recs[i].used)
+            efa_local_put(a->recs[i].local);
+    free(a->recs);
+    free(a->map);
+    if (a->mr)
+        fi_close(&a->mr->fid);
+    free(a->buf);
+    memset(a, 0, sizeof(*a));
+}
+
+int efa_auth_peer_attach(efa_nic *nic, struct efa_peer *p, const void *addr,
+                         size_t len)
+{
+    struct efa_auth_rec *r = rec_find(nic, addr);
+    if (!r && !(r = rec_new(nic, addr, len)))
+        return -EHOSTUNREACH;
+    r->refs++;
+    p->auth = rec_index(nic, r);
+    p->fi_addr = r->fi_addr;
+    if (same_raw(addr, nic->addr)) {
+        /* This very NIC: nothing to prove to ourselves. */
+        r->rx_ok = r->tx_ok = 1;
+        r->peer_key_secret = nic->key_secret;
+        return 0;
+    }
+    if (r->tx_ok || r->ini || r->challenged)
+        return 0; /* done, or running */
+    int rc = start_hello(nic, r);
+    if (rc) {
+        r->refs--;
+        p->auth = 0;
+        p->fi_addr = FI_ADDR_NOTAVAIL;
+        if (!r->refs && !r->rx_ok)
+            rec_free(nic, r);
+        if (rc != -EIO)
+            efa_err(nic, "cannot start authentication with the peer: %s",
+                    strerror(-rc));
+    }
+    return rc;
+}
+
+void efa_auth_peer_detach(efa_nic *nic, struct efa_peer *p)
+{
+    struct efa_auth_rec *r = rec_at(nic, p->auth);
+    p->auth = 0;
+    if (r && r->refs)
+        r->refs--;
+}
+
+void efa_auth_peer_lost(efa_nic *nic, struct efa_peer *p)
+{
+    struct efa_auth_rec *r = rec_at(nic, p->auth);
+    if (!r || r->failed)
+        return;
+    progress_set(&nic->auth, r, 0, 0);
+    r->rx_ok = r->tx_ok = 0;
+}
+
+int efa_auth_tx_ready(efa_nic *nic, const struct efa_peer *p)
+{
+    struct efa_auth_rec *r = rec_at(nic, p->auth);
+    if (!r)
+        return 0;
+    if (r->tx_ok)
+        return 1;
+    /* Lost since (efa_auth_peer_lost): prove ourselves again. */
+    if (!r->ini && !r->challenged && !r->failed && start_hello(nic, r))
+        rec_fail(nic, r, "cannot start authentication");
+    return 0;
+}
+
+uint64_t efa_auth_key_secret(efa_nic *nic, const struct efa_peer *p)
+{
+    struct efa_auth_rec *r = rec_at(nic, p->auth);
+    return r ? r->peer_key_secret : p->key_secret;
+}
+
+bool efa_auth_accept(efa_nic *nic, fi_addr_t src, const char *what)
+{
+    struct efa_auth_rec *r = rec_of_src(nic, src);
+    if (r && r->rx_ok)
+        return true;
+    uint64_t n = ++nic->auth.dropped;
+    if ((n & (n - 1)) == 0) /* the 1st, 2nd, 4th, 8th, ... */
+        efa_log(nic->ctx, 1, "%s: dropped %s from %s (%llu dropped so "
+                "far)", nic->name, what,
+                r ? "a peer whose authentication is not complete"
+                  : "a sender that never authenticated",
+                (unsigned long long)n);
+    return false;
+}
+
+bool efa_auth_owns(efa_nic *nic, void *op_context)
+{
+    uintptr_t p = (uintptr_t)op_context, b = (uintptr_t)nic->auth.ops;
+    return nic->auth.on && p >= b && p < b + sizeof(nic->auth.ops) &&
+           (p - b) % sizeof(struct efa_auth_op) == 0;
+}
+
+void efa_auth_completion(efa_nic *nic, void *op_context, fi_addr_t src,
+                         uint64_t len, int err)
+{
+    struct efa_auth *a = &nic->auth;
+    uint32_t i = (uint32_t)((struct efa_auth_op *)op_context - a->ops);
+    if (i >= EFA_AUTH_NRECV) {
+        a->ops[i].next_free = a->send_free;
+        a->send_free = i;
+        if (err)
+            efa_log(nic->ctx, 2, "%s: an authentication message was not "
+                    "delivered: %s", nic->name, fi_strerror(err));
+        return;
+    }
+    if (!err)
+        on_message(nic, msg_buf(nic, i), len, src);
+    else if (err != FI_ECANCELED)
+        efa_log(nic->ctx, 2, "%s: authentication receive: %s", nic->name,
+                fi_strerror(err));
+    if (post_recv(nic, i))
+        a->recv_due |= 1u << i;
+}
+
+void efa_auth_housekeeping(efa_nic *nic, bool deadlines)
+{
+    struct efa_auth *a = &nic->auth;
+    for (uint32_t i = 0; a->recv_due && i < EFA_AUTH_NRECV; i++)
+        if ((a->recv_due & (1u << i)) && post_recv(nic, i) == 0)
+            a->recv_due &= ~(1u << i);
+    for (uint32_t i = 0; a->due && a->send_free < NOPS && i < a->nrecs; i++) {
+        struct efa_auth_rec *r = &a->recs[i];
+        if (r->used && r->due && send_msg(nic, r, r->due, r->due_reason))
+            rec_fail(nic, r, "cannot send an authentication message");
+    }
+    if (!deadlines)
+        return;
+    uint64_t now = tpc_now_ns();
+    for (uint32_t i = 0; i < a->nrecs; i++) {
+        struct efa_auth_rec *r = &a->recs[i];
+        if (!r->used || now <= r->deadline_ns)
+            continue;
+        if (r->ini == EFA_AI_HELLO)
+            rec_fail(nic, r, "no answer to our authentication hello within "
+                     "5000 ms (its engine is not progressing, or has no "
+                     "efa endpoint there)");
+        else if (r->ini == EFA_AI_PROOF)
+            rec_fail(nic, r, "no acknowledgement of our proof within 5000 "
+                     "ms");
+        else if (r->challenged)
+            rec_fail(nic, r, "no proof within 5000 ms");
+        else if (r->failed && !r->refs)
+            rec_free(nic, r);
+    }
+}

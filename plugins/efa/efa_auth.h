@@ -1,0 +1,81 @@
+/*
+ * Job authentication of the efa transport (docs/security.md, docs/efa.md
+ * "Authentication"): when the engine has a secret, every remote NIC
+ * address is authenticated by the challenge-response of efa_auth_wire.h
+ * before operations go to it or anything from it reaches the core.
+ *
+ * FI_EP_RDM is connectionless, so the state is kept per remote address in
+ * a record (one address vector entry per address, shared by the core's
+ * peers of that address and by a remote that only writes to us):
+ *   rx_ok  its MAC verified: its immediates and SENDs are delivered
+ *          (before, they are dropped and counted);
+ *   tx_ok  it verified ours and said so: operations may be posted to it
+ *          (before, post() holds them; on failure they fail with -EACCES).
+ * Inbound data is attributed with FI_SOURCE, so authentication requires
+ * it. The provider executes a remote write with a valid key whoever sends
+ * it; what keeps strangers out of memory is that keys are random under a
+ * secret (efa_mr.c), not this gate.
+ */
+#ifndef EFA_AUTH_H
+#define EFA_AUTH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+
+#include "efa_auth_wire.h"
+
+struct efa_local;
+
+#define EFA_AUTH_TIMEOUT_NS 5000000000ull /* every wait of a handshake */
+#define EFA_AUTH_NRECV 16     /* tagged receives posted for messages */
+#define EFA_AUTH_NSEND 64     /* messages in flight at once */
+#define EFA_AUTH_MAX_STRANGERS 256 /* unauthenticated records at once */
+
+enum efa_auth_ini { EFA_AI_NONE = 0, EFA_AI_HELLO, EFA_AI_PROOF };
+
+struct efa_auth_rec {
+    uint8_t used;
+    uint8_t ini;         /* enum efa_auth_ini: our handshake as initiator */
+    uint8_t challenged;  /* we answered its HELLO, wait for its PROOF */
+    uint8_t rx_ok, tx_ok;
+    uint8_t failed;      /* refused; freed at deadline_ns if refs == 0 */
+    uint8_t due;         /* message type waiting for a send buffer, or 0 */
+    uint8_t due_reason;
+    uint32_t refs;       /* the core's peers on this address */
+    fi_addr_t fi_addr;
+    uint64_t deadline_ns;
+    uint64_t peer_key_secret; /* its rkey-check secret (PROOF/ACK) */
+    uint8_t n_i[EFA_AUTH_NONCE_LEN], n_t[EFA_AUTH_NONCE_LEN];
+    struct efa_local *local;  /* an endpoint of this process, or NULL */
+    uint32_t addr_len;
+    uint32_t pid;
+    uint8_t addr[TE_PLUGIN_MAX_ADDR_LEN]; /* its NIC address */
+};
+
+/* A control message's provider context. */
+struct efa_auth_op {
+    struct fi_context2 fctx;
+    uint32_t next_free;
+};
+
+struct efa_auth {
+    bool on;
+    struct efa_auth_rec *recs;
+    uint32_t nrecs, cap;
+    uint32_t *map;            /* fi_addr -> record index + 1 */
+    size_t map_cap;
+    uint8_t *buf;             /* NRECV + NSEND messages, registered */
+    struct fid_mr *mr;
+    void *desc;
+    struct efa_auth_op ops[EFA_AUTH_NRECV + EFA_AUTH_NSEND];
+    uint32_t send_free;       /* free send op, or EFA_AUTH_NRECV+NSEND */
+    uint32_t busy;            /* handshakes in progress */
+    uint32_t due;             /* records with a message waiting */
+    uint32_t recv_due;        /* receives to post again (bit i) */
+    uint64_t dropped;         /* events of unauthenticated senders */
+};
+
+#endif

@@ -1,0 +1,262 @@
+/* Job authentication of the efa plugin (docs/security.md, efa_auth.h):
+ *  - the handshake's messages and MAC input (plugins/efa/efa_auth_wire.c,
+ *    pure, compiled in here);
+ *  - engines of this process over libfabric's shm: the same secret
+ *    authenticates and transfers; another secret is refused on both sides
+ *    with the reason; a keyless engine and a keyed one refuse each other
+ *    at te_peer_add. The engine tests skip (77) without the efa plugin or
+ *    shm. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "te/te.h"
+#include "te_test.h"
+#include "../../plugins/efa/efa_auth_wire.c"
+
+/* ------------------------------------------------------------ wire */
+
+static struct efa_auth_msg msg_of(uint8_t type)
+{
+    struct efa_auth_msg m;
+    memset(&m, 0, sizeof(m));
+    m.magic = EFA_AUTH_MAGIC;
+    m.version = EFA_AUTH_VERSION;
+    m.type = type;
+    if (type == EFA_AUTH_HELLO)
+        m.addr_len = 72;
+    return m;
+}
+
+START_TEST(parse_accepts_every_type_and_refuses_damage)
+{
+    struct efa_auth_msg out;
+    for (uint8_t t = EFA_AUTH_HELLO; t <= EFA_AUTH_REFUSE; t++) {
+        struct efa_auth_msg m = msg_of(t);
+        ck_assert_int_eq(efa_auth_msg_parse(&m, sizeof(m), &out), 0);
+        ck_assert_int_eq(out.type, t);
+    }
+    struct efa_auth_msg m = msg_of(EFA_AUTH_PROOF);
+    ck_assert_int_eq(efa_auth_msg_parse(&m, sizeof(m) - 1, &out), -EPROTO);
+    ck_assert_int_eq(efa_auth_msg_parse(NULL, sizeof(m), &out), -EPROTO);
+    m.magic ^= 1;
+    ck_assert_int_eq(efa_auth_msg_parse(&m, sizeof(m), &out), -EPROTO);
+    m = msg_of(EFA_AUTH_PROOF);
+    m.version = 2;
+    ck_assert_int_eq(efa_auth_msg_parse(&m, sizeof(m), &out), -EPROTO);
+    m = msg_of(0);
+    ck_assert_int_eq(efa_auth_msg_parse(&m, sizeof(m), &out), -EPROTO);
+    m = msg_of(EFA_AUTH_REFUSE + 1);
+    ck_assert_int_eq(efa_auth_msg_parse(&m, sizeof(m), &out), -EPROTO);
+    /* A HELLO needs an address that fits; nothing else carries one. */
+    m = msg_of(EFA_AUTH_HELLO);
+    m.addr_len = 0;
+    ck_assert_int_eq(efa_auth_msg_parse(&m, sizeof(m), &out), -EPROTO);
+    m.addr_len = sizeof(m.addr) + 1;
+    ck_assert_int_eq(efa_auth_msg_parse(&m, sizeof(m), &out), -EPROTO);
+    m = msg_of(EFA_AUTH_CHALLENGE);
+    m.addr_len = 8;
+    ck_assert_int_eq(efa_auth_msg_parse(&m, sizeof(m), &out), -EPROTO);
+}
+END_TEST
+
+START_TEST(bind_covers_role_nonces_and_both_addresses)
+{
+    uint8_t ni[EFA_AUTH_NONCE_LEN], nt[EFA_AUTH_NONCE_LEN];
+    uint8_t ia[40], ta[40];
+    memset(ni, 1, sizeof(ni));
+    memset(nt, 2, sizeof(nt));
+    memset(ia, 3, sizeof(ia));
+    memset(ta, 4, sizeof(ta));
+    uint8_t base[EFA_AUTH_BIND_MAX], other[EFA_AUTH_BIND_MAX];
+    size_t n = efa_auth_bind(base, EFA_AUTH_ROLE_TARGET, ni, nt, ia,
+                             sizeof(ia), ta, sizeof(ta));
+    ck_assert_uint_gt(n, 2 * sizeof(ia));
+    ck_assert_int_eq(memcmp(base, "te-efa-auth-v1", 14), 0);
+    /* Each input changes the bytes. */
+    size_t m = efa_auth_bind(other, EFA_AUTH_ROLE_INITIATOR, ni, nt, ia,
+                             sizeof(ia), ta, sizeof(ta));
+    ck_assert(m != n || memcmp(base, other, n) != 0);
+    m = efa_auth_bind(other, EFA_AUTH_ROLE_TARGET, nt, ni, ia, sizeof(ia),
+                      ta, sizeof(ta));
+    ck_assert(m != n || memcmp(base, other, n) != 0);
+    m = efa_auth_bind(other, EFA_AUTH_ROLE_TARGET, ni, nt, ta, sizeof(ta),
+                      ia, sizeof(ia));
+    ck_assert(m != n || memcmp(base, other, n) != 0);
+    /* Moving a byte from one address to the other changes them too. */
+    m = efa_auth_bind(other, EFA_AUTH_ROLE_TARGET, ni, nt, ia, sizeof(ia) - 1,
+                      ta - 1 + 1, sizeof(ta));
+    ck_assert(m != n || memcmp(base, other, n) != 0);
+    /* The same inputs, the same bytes. */
+    m = efa_auth_bind(other, EFA_AUTH_ROLE_TARGET, ni, nt, ia, sizeof(ia),
+                      ta, sizeof(ta));
+    ck_assert_uint_eq(m, n);
+    ck_assert_int_eq(memcmp(base, other, n), 0);
+    /* An address longer than the ABI allows is refused. */
+    static uint8_t big[TE_PLUGIN_MAX_ADDR_LEN + 1];
+    ck_assert_uint_eq(efa_auth_bind(other, 1, ni, nt, big, sizeof(big), ta,
+                                    sizeof(ta)), 0);
+}
+END_TEST
+
+START_TEST(exactly_one_side_keeps_initiating)
+{
+    const uint8_t a[] = {1, 2, 3}, b[] = {1, 2, 4}, c[] = {1, 2};
+    ck_assert(efa_auth_keeps_initiator(a, 3, b, 3) !=
+              efa_auth_keeps_initiator(b, 3, a, 3));
+    ck_assert(efa_auth_keeps_initiator(a, 3, c, 2) !=
+              efa_auth_keeps_initiator(c, 2, a, 3));
+    ck_assert(strstr(efa_auth_reason_text(EFA_AUTH_R_BAD_MAC),
+                     "engine.auth_key"));
+}
+END_TEST
+
+/* ------------------------------------------------------------ engines */
+
+#define KEY1 "efa-auth-test-secret-one-0123"
+#define KEY2 "efa-auth-test-secret-two-4567"
+
+static te_engine *shm_engine(const char *key)
+{
+    char ini[256];
+    snprintf(ini, sizeof(ini), "[engine]\nplugin = efa\n%s%s%s[efa]\n"
+             "provider = shm\n", key ? "auth_key = " : "", key ? key : "",
+             key ? "\n" : "");
+    te_engine *e = NULL;
+    te_test_engine_try(ini, &e);
+    ck_assert_msg(e, "engine: %s", te_last_error());
+    return e;
+}
+
+static int add(te_engine *from, te_engine *to, te_peer *p)
+{
+    uint8_t addr[TE_ADDR_MAX];
+    size_t len = sizeof(addr);
+    ck_assert_int_eq(te_engine_address(to, 0, addr, &len), 0);
+    return te_peer_add(from, 0, addr, len, p);
+}
+
+/* Engines a (key ka) and b (key kb), a source on a, a writable region on
+ * b described by d, and b added to a (the add itself succeeds: the
+ * handshake runs behind it). */
+struct two {
+    te_engine *a, *b;
+    te_mr *ma, *mb;
+    te_mr_desc d;
+    te_peer p;
+};
+static char abuf[4096] __attribute__((aligned(4096)));
+static char bbuf[4096] __attribute__((aligned(4096)));
+
+static void two_open(struct two *t, const char *ka, const char *kb)
+{
+    t->a = shm_engine(ka);
+    t->b = shm_engine(kb);
+    t->ma = te_test_reg(t->a, abuf, sizeof(abuf), 0, NULL);
+    t->mb = te_test_reg(t->b, bbuf, sizeof(bbuf), TE_MR_REMOTE_WRITE, &t->d);
+    ck_assert_msg(add(t->a, t->b, &t->p) == 0, "%s", te_last_error());
+}
+
+static void two_close(struct two *t)
+{
+    ck_assert_int_eq(te_mr_dereg(t->b, t->mb), 0);
+    ck_assert_int_eq(te_mr_dereg(t->a, t->ma), 0);
+    te_engine_destroy(t->b);
+    te_engine_destroy(t->a);
+}
+
+START_TEST(same_key_authenticates_and_transfers)
+{
+    struct two t;
+    two_open(&t, KEY1, KEY1);
+    te_engine *a = t.a, *b = t.b;
+    te_mr *ma = t.ma;
+    te_mr_desc d = t.d;
+    te_peer p = t.p;
+    memset(abuf, 0x6b, 256);
+    te_request r = te_test_write(p, ma, &d, 256, 10000);
+    r.flags |= TE_F_IMM;
+    r.imm = 4242;
+    ck_assert_int_gt(te_submit(a, &r), 0);
+    te_completion c = te_test_completion(a, 10000);
+    ck_assert_msg(c.status == 0, "%s", c.reason);
+    ck_assert_uint_eq(te_test_wait_banked(b, 4242, 1, 10000), 1);
+    ck_assert_int_eq(((volatile char *)bbuf)[255], 0x6b);
+    /* b adds a back: the address is authenticated already. */
+    te_peer back;
+    ck_assert_msg(add(b, a, &back) == 0, "%s", te_last_error());
+    two_close(&t);
+}
+END_TEST
+
+START_TEST(another_key_is_refused_with_the_reason)
+{
+    struct two t;
+    two_open(&t, KEY1, KEY2);
+    te_engine *a = t.a, *b = t.b;
+    te_mr *ma = t.ma;
+    te_mr_desc d = t.d;
+    te_peer p = t.p;
+    memset(abuf, 0x6b, 64);
+    te_request r = te_test_write(p, ma, &d, 64, 20000);
+    r.flags |= TE_F_IMM;
+    r.imm = 77;
+    int64_t id = te_submit(a, &r);
+    if (id > 0) {
+        te_completion c = te_test_completion(a, 20000);
+        /* The reason (96 bytes) starts with the core's words; the whole
+         * of it is the peer's, below. */
+        ck_assert_msg(c.status < 0, "the write succeeded");
+    } else {
+        ck_assert_msg(strstr(te_last_error(), "failed authentication"), "%s",
+                      te_last_error());
+    }
+    int st = te_peer_status(a, 0, p);
+    ck_assert_int_ne(st, 0);
+    ck_assert_msg(strstr(te_last_error(), "failed authentication"), "%s",
+                  te_last_error());
+    /* Nothing arrived. */
+    uint64_t banked = 0;
+    te_test_sleep_ms(50);
+    int armed = 0;
+    ck_assert_int_eq(te_imm_poll(b, 77, &banked, &armed), 0);
+    ck_assert_uint_eq(banked, 0);
+    ck_assert_int_eq(((volatile char *)bbuf)[0], 0);
+    two_close(&t);
+}
+END_TEST
+
+START_TEST(keyless_and_keyed_refuse_each_other_at_add)
+{
+    te_engine *a = shm_engine(KEY1), *b = shm_engine(NULL);
+    te_peer p;
+    ck_assert_int_eq(add(a, b, &p), -EACCES);
+    ck_assert_msg(strstr(te_last_error(), "failed authentication: it has no "
+                         "key"), "%s", te_last_error());
+    ck_assert_int_eq(add(b, a, &p), -EACCES);
+    ck_assert_msg(strstr(te_last_error(), "requires authentication"), "%s",
+                  te_last_error());
+    te_engine_destroy(b);
+    te_engine_destroy(a);
+}
+END_TEST
+
+int main(void)
+{
+    int rc = TE_TEST_RUN("efa_auth_wire",
+        TE_TCASE("wire", parse_accepts_every_type_and_refuses_damage,
+                 bind_covers_role_nonces_and_both_addresses,
+                 exactly_one_side_keeps_initiating));
+    if (rc)
+        return rc;
+    te_engine *probe = NULL;
+    te_test_engine_try("[engine]\nplugin = efa\n[efa]\nprovider = shm\n",
+                       &probe);
+    te_test_skip_without(probe, "efa plugin with libfabric's shm");
+    return TE_TEST_RUN("efa_auth",
+        TE_TCASE_FULL("engines", 60, NULL, NULL,
+                      same_key_authenticates_and_transfers,
+                      another_key_is_refused_with_the_reason,
+                      keyless_and_keyed_refuse_each_other_at_add));
+}
