@@ -17,6 +17,13 @@ torch = pytest.importorskip("torch")
 te = pytest.importorskip("transferengine")
 weights = pytest.importorskip("transferengine.weights")
 from transferengine import _weights_fp8 as fp8  # noqa: E402
+from transferengine import cuda  # noqa: E402
+
+_CUDA_OK, _CUDA_WHY = cuda.cuda_status()
+#: the device variant: torch CUDA tensors on both sides (ctest python_gpu)
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not (_CUDA_OK and torch.cuda.is_available()),
+    reason=f"no usable CUDA device: {_CUDA_WHY or 'torch sees none'}"))]
 
 H, INTER, VOCAB = 160, 192, 128
 SPECS = [("model.embed_tokens.weight", (VOCAB, H)),
@@ -88,12 +95,17 @@ def parts_of(pl, w, rank):
     return out
 
 
-def test_versions_land_in_the_engines_tensors(job):
+@pytest.mark.parametrize("device", DEVICES)
+def test_versions_land_in_the_engines_tensors(job, device):
+    """With device "cuda" the trainers' FSDP halves and the receiver's
+    parameters are CUDA tensors (TE_MEM_CUDA on both sides)."""
     pl, trainers, r, d = job
     params = pl.rank_params(0)
-    sets = [weights.empty_params(pl, 0, make) for _ in range(2)]
+    sets = [weights.empty_params(pl, 0, lambda p: make(p).to(device))
+            for _ in range(2)]
     rv = weights.Receiver(r, pl, 0, sets[0], sets[1])
-    parts = [parts_of(pl, full(1), k) for k in range(2)]
+    parts = [{n: t.to(device) for n, t in parts_of(pl, full(1), k).items()}
+             for k in range(2)]
     for v in (1, 2, 3):
         w = full(v)
         for k in range(2):  # the framework updates its tensors in place
@@ -119,7 +131,8 @@ def test_versions_land_in_the_engines_tensors(job):
         live = rv.live()
         assert live is sets[rep.live_set]
         for p in params:
-            assert torch.equal(live[p.name].reshape(-1).view(torch.uint8), expected(p, w)), p.name
+            got = live[p.name].reshape(-1).view(torch.uint8).cpu()
+            assert torch.equal(got, expected(p, w)), p.name
         # The published destinations are the engine's own tensors.
         assert table_addrs(d, len(params)) == [live[p.name].data_ptr() for p in params]
     rv.close()
