@@ -283,7 +283,7 @@ static void *callback_main(void *arg)
                     got = 1;
                     break;
                 }
-                te_cpu_relax();
+                te_thread_spin_pause(); /* the worker may need this CPU */
             }
             if (got)
                 continue;

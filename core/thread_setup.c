@@ -1,8 +1,10 @@
 /*
- * Thread names and timer slack for the engine's threads (thread_setup.h).
+ * Thread names, timer slack and the idle spin's pause for the engine's
+ * threads (thread_setup.h).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/prctl.h>
 
@@ -29,4 +31,12 @@ uint64_t te_thread_tighten_slack(uint32_t sleep_us)
     if (prctl(PR_SET_TIMERSLACK, (unsigned long)want, 0, 0, 0) != 0)
         return (uint64_t)current;
     return want;
+}
+
+void te_thread_spin_pause(void)
+{
+    /* sched_yield, not a pause instruction: see thread_setup.h. Without
+     * another runnable thread it is one cheap system call, which a loop
+     * that found nothing to do can afford. */
+    sched_yield();
 }

@@ -310,8 +310,12 @@ static void *worker_main(void *arg)
         }
         if (!idle_since)
             idle_since = t->now_ns;
-        if (t->now_ns - idle_since < (uint64_t)e->s.idle_spin_us * 1000u)
+        if (t->now_ns - idle_since < (uint64_t)e->s.idle_spin_us * 1000u) {
+            /* The turn found nothing: let the thread we are waiting on
+             * (a peer's worker, a callback thread) have this CPU. */
+            te_thread_spin_pause();
             continue;
+        }
         if (g->can_block) {
             te_group_block(e, g, t);
         } else if (e->s.idle_sleep_us) {
