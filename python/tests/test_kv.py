@@ -63,8 +63,9 @@ def test_bad_input_is_named():
         sa, sl, sh = arena()
         with pytest.raises(ValueError, match=r"layers\[1\]\.V"):
             kv.KVCache([sl[0], (sl[1][0], sl[1][1][:, :2])], sh)
-        with pytest.raises(ValueError, match="same allocation"):
-            kv.KVCache([sl[0], (sl[1][0], np.zeros_like(sl[1][1]))], sh)
+        with pytest.raises(ValueError, match=r"layers\[1\]\.V: .* float16"):
+            kv.KVCache([sl[0], (sl[1][0], np.zeros(sl[1][1].shape,
+                                                   np.float16))], sh)
         with pytest.raises(te.TEError, match="overlaps"):
             kv.KVCache([sl[0], (sl[1][0], sl[1][0])], sh)
         sc = kv.KVCache(sl, sh)
@@ -124,6 +125,73 @@ def test_per_layer_arrival():
         dec.release(9)
         with pytest.raises(KeyError):
             dec.wait_layer(9, 0)
+        dec.close()
+        src.close()
+        sc.close()
+        dc.close()
+
+
+def separate(dtype=np.float32):
+    """One allocation per tensor (as an engine that allocates per layer and
+    per K/V): [(K, V)] of [pages, tpp, heads, dim], and [2, 16] hidden."""
+    shape = (PAGES, TPP, HEADS, DIM)
+    return ([(np.zeros(shape, dtype), np.zeros(shape, dtype))
+             for _ in range(L)], np.zeros((2, 16), dtype))
+
+
+def test_separate_allocations_per_layer():
+    """The decoder's K, V and hidden are each their own numpy array, the
+    source's one torch tensor per layer ([2, pages, ...], vLLM's shape) when
+    torch is here: the bytes land in the decoder's arrays at the named pages,
+    nothing else written, and each array is registered where it lies."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    with engine() as pe, engine() as de:
+        rng = np.random.default_rng(11)
+        if torch is not None:
+            per_layer = [torch.zeros(2, PAGES, TPP, HEADS, DIM)
+                         for _ in range(L)]
+            for t in per_layer:
+                t.copy_(torch.from_numpy(rng.standard_normal(t.shape)))
+            sl = [(t[0], t[1]) for t in per_layer]
+            sh = torch.from_numpy(rng.standard_normal((2, 16)).astype(
+                np.float32))
+            src_np = [(k.numpy(), v.numpy()) for k, v in sl]
+            sh_np = sh.numpy()
+        else:
+            sl, sh = separate()
+            for k, v in sl:
+                k[...] = rng.standard_normal(k.shape)
+                v[...] = rng.standard_normal(v.shape)
+            sh[...] = rng.standard_normal(sh.shape)
+            src_np, sh_np = sl, sh
+        dl, dh = separate()
+        sc, dc = kv.KVCache(sl, sh), kv.KVCache(dl, dh)
+        assert dc.address_range is None
+        arrays = [a for pair in dl for a in pair] + [dh]
+        assert dc.address_ranges == [(a.ctypes.data, a.ctypes.data + a.nbytes)
+                                     for a in arrays]  # zero-copy: these
+        assert len(sc.address_ranges) == (L + 1 if torch is not None
+                                          else 2 * L + 1)
+        src, dec = kv.Source(pe, sc), kv.Decoder(de, dc)
+        fut = dec.submit(7, 6, [3, 0], hidden_slot=1,
+                         prefiller=dec.add_prefiller(pe.address()))
+        src.begin(7, 6, [5, 1], hidden_slot=0)
+        for layer in range(L):
+            src.layer_done(7, layer)
+        src.hidden_done(7)
+        fut.result(timeout=10)
+        src.wait(7, timeout=10)
+        for layer in range(L):
+            for kvi in range(2):
+                want = np.zeros_like(dl[layer][kvi])
+                want[[3, 0]] = src_np[layer][kvi][[5, 1]]
+                np.testing.assert_array_equal(dl[layer][kvi], want)
+        np.testing.assert_array_equal(dh[1], sh_np[0])
+        assert not dh[0].any()
+        dec.release(7)
         dec.close()
         src.close()
         sc.close()

@@ -24,7 +24,12 @@ typedef struct te_kv_shape {
     uint32_t layers, kv_heads, head_dim, elem_bytes, kv_factor,
              tokens_per_page, hidden, reserved;
 } te_kv_shape;
-typedef struct te_kv_region { uint64_t offset, page_stride; } te_kv_region;
+#define TE_KV_MAX_ALLOCS ...
+typedef struct te_kv_region {
+    uint64_t offset, page_stride;
+    uint32_t alloc, reserved;
+} te_kv_region;
+typedef struct te_kv_alloc { void *base; uint64_t len; } te_kv_alloc;
 typedef struct te_kv_cache_desc {
     te_kv_shape shape;
     void *base;
@@ -33,7 +38,9 @@ typedef struct te_kv_cache_desc {
     uint32_t pages;
     const te_kv_region *regions;
     uint64_t hidden_offset, hidden_stride;
-    uint32_t hidden_slots;
+    uint32_t hidden_slots, nallocs;
+    const te_kv_alloc *allocs;
+    uint32_t hidden_alloc, reserved;
 } te_kv_cache_desc;
 typedef struct te_kv_cache te_kv_cache;
 typedef struct te_kv_source te_kv_source;

@@ -16,9 +16,12 @@
     ...decode on the engine's own pages...; dec.release(req_id)
 
 Tensors: per layer a (K, V) pair or one MLA latent, each shaped
-[pages, tokens_per_page, ...] with a page's elements contiguous, all views
-of ONE allocation (a torch storage, or one numpy base array), host or CUDA.
-The writes read the prefiller's tensors and land in the decoder's: no copy.
+[pages, tokens_per_page, ...] with a page's elements contiguous, of one
+dtype and device, host or CUDA. They may be views of one allocation (a
+torch storage, or one numpy base array) or separate allocations (one
+tensor per layer, or per layer's K and V, as vLLM and SGLang allocate
+them): each distinct allocation is registered once. The writes read the
+prefiller's tensors and land in the decoder's: no copy.
 """
 import concurrent.futures
 import threading
@@ -94,9 +97,11 @@ class KVCache:
     ``layers``: per layer a (K, V) pair or one latent tensor, each
     [pages, tokens_per_page, *rest]; ``hidden``: optional [slots, hidden]
     for the last hidden state. Shapes and dtypes must agree across layers
-    (ValueError naming the tensor); the C library checks that the pages lie
-    in one allocation and that no two overlap (TEError naming them). The
-    tensors must outlive every Source/Decoder made on this cache."""
+    (ValueError naming the tensor); each tensor's allocation (its torch
+    storage or numpy base array) becomes one te_kv_alloc, and the C library
+    checks that every page lies in its allocation and that no two pages
+    overlap (TEError naming them). The tensors must outlive every
+    Source/Decoder made on this cache."""
 
     def __init__(self, layers, hidden=None):
         self._keep = (layers, hidden)
@@ -122,7 +127,14 @@ class KVCache:
         for x in shape0[2:-1]:
             heads *= x
         page_bytes = tpp * heads * dim * es
-        base, length = _allocation(t0)
+        allocs = []  # distinct (base, bytes), in order of first use
+
+        def alloc_of(t):
+            a = _allocation(t)
+            if a not in allocs:
+                allocs.append(a)
+            return allocs.index(a), a[0]
+
         regions = ffi.new("te_kv_region[]", len(views))
         for i, (name, t) in enumerate(views):
             addr, shape, tes, strides, dtype, cuda = _info(t, name)
@@ -135,10 +147,7 @@ class KVCache:
                     raise ValueError(f"{name}: a page's elements are not "
                                      f"contiguous (strides {strides})")
                 inner *= shape[d]
-            if _allocation(t) != (base, length):
-                raise ValueError(f"{name}: not a view of the same allocation "
-                                 f"as {name0} (one registration covers the "
-                                 "cache)")
+            regions[i].alloc, base = alloc_of(t)
             regions[i].offset = addr - base
             regions[i].page_stride = strides[0] if pages > 1 else page_bytes
         d = ffi.new("te_kv_cache_desc *")
@@ -148,8 +157,7 @@ class KVCache:
             if len(hshape) != 2 or hes != es or hcuda != cuda0:
                 raise ValueError(f"hidden: {hshape} {hdtype}: want [slots, "
                                  f"hidden] of {dtype0} on the same device")
-            if _allocation(hidden) != (base, length):
-                raise ValueError("hidden: not a view of the cache's allocation")
+            d.hidden_alloc, base = alloc_of(hidden)
             hid = hshape[1]
             d.hidden_offset = haddr - base
             d.hidden_stride = hstrides[0] if hshape[0] > 1 else hid * es
@@ -157,8 +165,15 @@ class KVCache:
         _check(lib.te_kv_shape_custom(len(layers), heads, dim, es, kv_factor,
                                       hid, page_bytes * kv_factor,
                                       ffi.addressof(d.shape)), "KVCache shape")
-        d.base = ffi.cast("void *", base)
-        d.len = length
+        if len(allocs) > lib.TE_KV_MAX_ALLOCS:
+            raise ValueError(f"layers: {len(allocs)} allocations (at most "
+                             f"{lib.TE_KV_MAX_ALLOCS})")
+        arr = ffi.new("te_kv_alloc[]", len(allocs))
+        for i, (b, n) in enumerate(allocs):
+            arr[i].base = ffi.cast("void *", b)
+            arr[i].len = n
+        d.allocs = arr
+        d.nallocs = len(allocs)
         d.mem = 1 if cuda0 else 0  # TE_MEM_CUDA / TE_MEM_HOST
         d.pages = pages
         d.regions = regions
@@ -170,7 +185,11 @@ class KVCache:
         self._shape = ffi.new("te_kv_shape *", d.shape)
         self.layers, self.kv_factor = len(layers), kv_factor
         self.pages, self.tokens_per_page = pages, tpp
-        self.address_range = (base, base + length)  #: what is registered
+        #: what is registered: one (start, end) per allocation
+        self.address_ranges = [(b, b + n) for b, n in allocs]
+        #: the one allocation's range (None when there are several)
+        self.address_range = (self.address_ranges[0]
+                              if len(allocs) == 1 else None)
 
     def pages_for(self, tokens):
         """Pages a prompt of ``tokens`` tokens needs."""

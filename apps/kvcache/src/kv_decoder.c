@@ -11,7 +11,9 @@
  * FREE, cb(-ECANCELED). Any deadline passing, a REJECT, or the prefiller's
  * peer going down -> the prefiller is fenced: its registration of the pool
  * is revoked (te_mr_revoke returns only when no write with the old key can
- * land), every request of it fails, their pages go back.
+ * land), every request of it fails, their pages go back. An engine cache
+ * of several allocations has one registration per allocation per
+ * prefiller: a fence revokes every one of them before any page goes back.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -60,8 +62,9 @@ struct prefiller {
     int live;
     int quarantined;        /* a revoke failed: old keys may still work */
     te_peer peer;
-    te_mr *mr;              /* the pool, registered for this prefiller */
-    te_mr_desc desc;
+    te_mr **mr;             /* per allocation (d->nallocs), registered for
+                               this prefiller */
+    te_mr_desc *desc;       /* their descriptors */
 };
 
 enum ev_kind { EV_MSG = 1, EV_IMM = 2, EV_SEND_FAILED = 3 };
@@ -82,8 +85,12 @@ struct te_kv_decoder {
     uint64_t token; /* names us in every message (HELLO introduces it) */
     te_kv_decoder_opts o;
     uint64_t page_bytes, layer_stride, hidden_bytes, region;
-    uint8_t *mem;           /* the pool's memory, or the engine's cache */
+    uint8_t *mem;           /* the pool's memory (NULL for a cache) */
     te_kv_cache *cache;     /* the engine's cache (te_kv_decoder_new_cache) */
+    const te_kv_alloc *allocs; /* what is registered per prefiller: the
+                                  pool, or the cache's allocations */
+    uint32_t nallocs;
+    te_kv_alloc pool_alloc; /* the pool as allocs[0] */
     te_kv_layer_fn layer_fn; /* per-layer arrival (te_kv_decoder_on_layer) */
     void *layer_arg;
     te_kv_pool *pool;
@@ -378,8 +385,14 @@ static void fence_prefiller(te_kv_decoder *d, uint32_t pf, int status,
         }
     }
     pthread_mutex_unlock(&d->lock);
-    te_mr_desc fresh;
-    int rc = te_mr_revoke(d->e, p->mr, &fresh);
+    /* Every allocation's registration: a write through any old key could
+     * land in a page about to be handed back. The fresh descriptors are
+     * kept but never sent (a fenced prefiller stays dead). */
+    int rc = 0;
+    for (uint32_t a = 0; a < d->nallocs; a++) {
+        int r = te_mr_revoke(d->e, p->mr[a], &p->desc[a]);
+        rc = rc ? rc : r;
+    }
     char msg[400];
     if (rc) {
         snprintf(msg, sizeof(msg), "prefiller %u fenced (%s) but revoking "
@@ -393,8 +406,6 @@ static void fence_prefiller(te_kv_decoder *d, uint32_t pf, int status,
     pthread_mutex_lock(&d->lock);
     if (rc)
         p->quarantined = 1;
-    else
-        p->desc = fresh;
     for (uint32_t i = 0; i < d->o.max_requests; i++) {
         struct kv_req *q = &d->req[i];
         if (q->state == R_CANCELLING && q->pf == pf)
@@ -637,14 +648,14 @@ static int decoder_make(te_engine *e, const te_kv_decoder_opts *o,
     d->region = o->shape.layers * d->layer_stride +
                 o->max_requests * d->hidden_bytes;
     int rc;
-    if (cache) { /* the engine's memory: registered, never written here */
-        d->mem = cache->d.base;
-        d->region = cache->d.len;
-    }
     d->req = calloc(o->max_requests, sizeof(*d->req));
     if (!cache)
         d->mem = aligned_alloc(4096, (d->region + 4095) & ~(uint64_t)4095);
-    if (!d->req || !d->mem) {
+    /* The engine's memory is registered, never written here. */
+    d->pool_alloc = (te_kv_alloc){d->mem, d->region};
+    d->allocs = cache ? cache->allocs : &d->pool_alloc;
+    d->nallocs = cache ? cache->nallocs : 1;
+    if (!d->req || (!cache && !d->mem)) {
         rc = kv_fail(-ENOMEM, "te_kv_decoder_new: %" PRIu64 " bytes",
                      d->region);
         goto fail;
@@ -734,35 +745,102 @@ int te_kv_decoder_new_cache(te_engine *e, const te_kv_decoder_opts *o,
     return rc;
 }
 
-/* Register the pool for a prefiller and greet it; on failure no
- * registration of it is left. */
+/* Deregister what is registered of p: 0, or -EIO if one could not be. */
+static int prefiller_dereg(te_kv_decoder *d, struct prefiller *p)
+{
+    int rc = 0;
+    for (uint32_t a = 0; p->mr && a < d->nallocs; a++)
+        if (p->mr[a] && te_mr_dereg(d->e, p->mr[a]))
+            rc = -EIO;
+        else
+            p->mr[a] = NULL;
+    return rc;
+}
+
+/* Register every allocation for one prefiller (p). */
+static int prefiller_reg(te_kv_decoder *d, struct prefiller *p)
+{
+    p->mr = calloc(d->nallocs, sizeof(*p->mr));
+    p->desc = calloc(d->nallocs, sizeof(*p->desc));
+    if (!p->mr || !p->desc)
+        return kv_fail(-ENOMEM, "decoder: out of memory");
+    uint32_t mem = d->cache ? (uint32_t)d->cache->d.mem : TE_MEM_HOST;
+    for (uint32_t a = 0; a < d->nallocs; a++) {
+        int rc = te_mr_reg(d->e, d->o.group, d->allocs[a].base,
+                           d->allocs[a].len, TE_MR_REMOTE_WRITE, mem,
+                           &p->mr[a]);
+        if (rc)
+            return kv_fail(rc, "decoder: registering %s %u: %s", d->cache ?
+                           "cache allocation" : "the pool", a,
+                           te_last_error());
+        te_mr_describe(p->mr[a], &p->desc[a]);
+    }
+    return 0;
+}
+
+/* An engine cache's descriptors, TE_KV_DESCS_PER_MSG per CACHE_DESCS, as
+ * set `i` (the prefiller's index: a later registration of the same
+ * source has a higher one). Sent once per registration, so a request
+ * carries none (docs/kvcache.md, protocol). */
+static int send_descs(te_kv_decoder *d, uint32_t i, const struct prefiller *p)
+{
+    static __thread te_kv_msg m;
+    for (uint32_t a = 0; a < d->nallocs; a += TE_KV_DESCS_PER_MSG) {
+        memset(&m, 0, offsetof(te_kv_msg, desc));
+        m.type = TE_KV_MSG_CACHE_DESCS;
+        m.layout = i;
+        m.nallocs = d->nallocs;
+        m.first = a;
+        m.ndescs = d->nallocs - a < TE_KV_DESCS_PER_MSG ? d->nallocs - a
+                                                        : TE_KV_DESCS_PER_MSG;
+        for (uint32_t k = 0; k < m.ndescs; k++) {
+            size_t n = TE_DESC_MAX;
+            te_desc_serialize(&p->desc[a + k], m.descs[k], &n);
+            m.desc_lens[k] = (uint32_t)n;
+        }
+        int rc = send_to(d, p->peer, i, &m);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Register the pool (every cache allocation) for a prefiller and greet it;
+ * on failure no registration of it is left, unless one could not be
+ * deregistered after descriptors were sent (then it stays, dead). */
 static int greet_prefiller(te_kv_decoder *d, uint32_t i, const void *addr,
                            size_t len, struct prefiller *p)
 {
     int rc = te_peer_add(d->e, d->o.group, addr, len, &p->peer);
     if (rc)
         return kv_fail(rc, "decoder: prefiller address: %s", te_last_error());
-    if ((rc = te_mr_reg(d->e, d->o.group, d->mem, d->region,
-                        TE_MR_REMOTE_WRITE,
-                        d->cache ? (uint32_t)d->cache->d.mem : TE_MEM_HOST,
-                        &p->mr)))
-        return kv_fail(rc, "decoder: registering the pool: %s",
-                       te_last_error());
-    te_mr_describe(p->mr, &p->desc);
+    rc = prefiller_reg(d, p);
     static __thread te_kv_msg m;
-    memset(&m, 0, sizeof(m));
+    memset(&m, 0, offsetof(te_kv_msg, desc));
     m.type = TE_KV_MSG_HELLO;
     size_t alen = sizeof(m.addr);
-    if ((rc = te_engine_address(d->e, d->o.group, m.addr, &alen)))
+    if (!rc && (rc = te_engine_address(d->e, d->o.group, m.addr, &alen)))
         rc = kv_fail(rc, "decoder: our own address: %s", te_last_error());
     m.addr_len = (uint32_t)alen;
-    if (rc == 0 && (rc = send_to(d, p->peer, i, &m)) == 0)
+    if (!rc)
+        rc = send_to(d, p->peer, i, &m);
+    if (!rc && d->cache)
+        rc = send_descs(d, i, p);
+    if (!rc)
         return 0;
-    /* Nothing was sent, so no key of this registration was handed out.
-     * The peer stays: te_peer_add() gives every adder of an address the
-     * same handle, so removing it could cut off another user of it. */
-    te_mr_dereg(d->e, p->mr);
-    p->mr = NULL;
+    /* A key may have left in a CACHE_DESCS already: revoke before the
+     * registrations go (a refused dereg leaves them to free()). The peer
+     * stays: te_peer_add() gives every adder of an address the same
+     * handle, so removing it could cut off another user of it. */
+    for (uint32_t a = 0; d->cache && p->mr && a < d->nallocs; a++)
+        if (p->mr[a])
+            te_mr_revoke(d->e, p->mr[a], NULL);
+    if (prefiller_dereg(d, p) == 0) {
+        free(p->mr);
+        free(p->desc);
+        p->mr = NULL;
+        p->desc = NULL;
+    }
     return rc;
 }
 
@@ -782,12 +860,12 @@ int te_kv_decoder_add_prefiller(te_kv_decoder *d, const void *addr,
     pthread_mutex_unlock(&d->lock);
     struct prefiller p = {0};
     int rc = greet_prefiller(d, i, addr, len, &p);
+    p.live = rc == 0;
+    pthread_mutex_lock(&d->lock);
+    d->pf[i] = p; /* a dead one keeps what could not be deregistered */
+    pthread_mutex_unlock(&d->lock);
     if (rc)
         return rc;
-    p.live = 1;
-    pthread_mutex_lock(&d->lock);
-    d->pf[i] = p;
-    pthread_mutex_unlock(&d->lock);
     *id = i;
     return 0;
 }
@@ -816,6 +894,8 @@ static void layout_fields(const te_kv_decoder *d, uint32_t slot,
     m->flags = d->layer_fn ? TE_KV_REQ_LAYER_NOTES : 0;
     m->nregions = c->shape.layers * c->shape.kv_factor;
     memcpy(m->regions, c->regions, m->nregions * sizeof(te_kv_region));
+    m->nallocs = d->nallocs; /* version 2: descriptors by `layout` */
+    m->hidden_alloc = c->hidden_alloc;
     m->hidden_off = hidden_slot == UINT32_MAX ? 0 :
                     c->hidden_offset + (uint64_t)hidden_slot * c->hidden_stride;
     m->hidden_bytes = hidden_slot == UINT32_MAX ? 0 :
@@ -871,15 +951,18 @@ static int submit_req(te_kv_decoder *d, uint32_t pf, uint64_t id,
                                1000000ull;
     q->phase_ns = now + (uint64_t)d->o.accept_timeout_ms * 1000000ull;
     memset(&m, 0, offsetof(te_kv_msg, pages));
+    m.nallocs = 0;
     m.request_id = id;
     m.tokens = tokens;
     m.layers = d->o.shape.layers;
     m.imm = q->imm;
     m.npages = npages;
+    m.layout = pf;
     layout_fields(d, slot, hidden_slot, &m);
     size_t dl = sizeof(m.desc);
-    te_desc_serialize(&d->pf[pf].desc, m.desc, &dl);
-    m.desc_len = (uint32_t)dl;
+    if (!d->cache) /* a pool: its one descriptor inline (version 1) */
+        te_desc_serialize(&d->pf[pf].desc[0], m.desc, &dl);
+    m.desc_len = d->cache ? 0 : (uint32_t)dl;
     memcpy(m.pages, q->pages, npages * sizeof(uint32_t));
     /* Sent with the lock held: until te_submit has answered, no other path
      * (a fence of this prefiller, a deadline) may end the request, or a
@@ -1083,7 +1166,7 @@ static int dereg_all(te_kv_decoder *d)
     for (uint32_t pf = 0; pf < d->npf; pf++) {
         if (!d->pf[pf].mr)
             continue;
-        if (te_mr_dereg(d->e, d->pf[pf].mr) || d->pf[pf].quarantined) {
+        if (prefiller_dereg(d, &d->pf[pf]) || d->pf[pf].quarantined) {
             te_log_printf(TE_LOG_ERROR, "te-kv",
                     "decoder: free: prefiller %u's "
                     "registration: %s", pf, d->pf[pf].quarantined ?
@@ -1129,6 +1212,10 @@ void te_kv_decoder_free(te_kv_decoder *d)
         free(v);
     }
     te_kv_pool_free(d->pool);
+    for (uint32_t pf = 0; pf < d->npf; pf++) {
+        free(d->pf[pf].mr);
+        free(d->pf[pf].desc);
+    }
     for (uint32_t i = 0; i < d->o.max_requests; i++)
         free(d->req[i].pages);
     free(d->req);

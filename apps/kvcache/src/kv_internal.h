@@ -12,6 +12,9 @@
 struct te_kv_cache {
     te_kv_cache_desc d;
     te_kv_region regions[TE_KV_MAX_REGIONS];
+    /* The allocations, normalised: base/len is allocs[0] (nallocs 1). */
+    te_kv_alloc allocs[TE_KV_MAX_ALLOCS];
+    uint32_t nallocs;
     uint64_t page_bytes;   /* one region's page */
     uint64_t hidden_bytes; /* one hidden slot's payload */
     int users;             /* under kv_cache_lock */

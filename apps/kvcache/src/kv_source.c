@@ -12,6 +12,12 @@
  * A CANCEL stops further writes; CANCELLED is sent only once every write
  * submitted for the request has completed locally (nothing more can land
  * at the decoder), as in kv_prefiller.c.
+ *
+ * A decoder whose cache is several allocations sends their descriptors
+ * once per registration (CACHE_DESCS, after its HELLO) and names that set
+ * (`layout`) in each CACHE_REQUEST; a request waits for its set like it
+ * waits for the HELLO, and is refused if the decoder has registered anew
+ * since (the old set was fenced: its keys are dead anyway).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -32,7 +38,7 @@
 struct sreq {
     int used, begun, accepted, cancelled, ended, failed;
     int status;               /* when ended: 0, -ECANCELED, an error */
-    char why[200];
+    char why[256];
     uint64_t id;
     uint32_t tokens, npages, hidden_slot;
     uint32_t *src_pages;      /* the engine's, npages */
@@ -40,19 +46,33 @@ struct sreq {
     uint32_t *left;           /* per layer: its writes not completed */
     int hidden_reported, hidden_written;
     te_kv_msg *m;             /* the decoder's CACHE_REQUEST, or NULL */
-    te_mr_desc dst;
+    te_mr_desc *dst;          /* per allocation of the decoder's cache */
     int outstanding;          /* writes and messages not completed */
+};
+
+/* A decoder's descriptors of one registration set (CACHE_DESCS). */
+struct dlayout {
+    uint32_t id, nallocs, have;
+    int bad;                  /* a descriptor did not parse, or nallocs
+                                 changed within the set */
+    uint8_t *got;             /* per allocation: its descriptor came */
+    te_mr_desc *desc;         /* nallocs */
 };
 
 struct te_kv_source {
     te_engine *e;
     int group, timeout_ms;
     te_kv_cache *c;
-    te_mr *mr;
+    te_mr **mr;               /* per allocation of c */
     pthread_mutex_t lock;
     pthread_cond_t cond;      /* a request ended, or outstanding fell */
     struct sreq req[SRC_SLOTS];
-    struct { uint64_t token; te_peer peer; } dec[SRC_DECODERS];
+    struct {
+        uint64_t token;
+        te_peer peer;
+        int has_peer;         /* its HELLO came (descriptors may precede) */
+        struct dlayout *lay;  /* its newest descriptor set, or NULL */
+    } dec[SRC_DECODERS];
     uint32_t ndec;
     struct { uint64_t sender, id; } tomb[SRC_TOMBS];
     uint32_t tomb_next;
@@ -84,6 +104,7 @@ static struct sreq *slot_new(te_kv_source *s, uint64_t id)
 
 static void slot_free(struct sreq *q)
 {
+    free(q->dst);
     free(q->src_pages);
     free(q->layer);
     free(q->left);
@@ -91,14 +112,36 @@ static void slot_free(struct sreq *q)
     memset(q, 0, sizeof(*q));
 }
 
-static int peer_of(te_kv_source *s, uint64_t token, te_peer *out)
+/* The decoder `token`'s entry, made if `add` and there is room (NULL
+ * otherwise). */
+static int dec_index(te_kv_source *s, uint64_t token, int add)
 {
     for (uint32_t i = 0; i < s->ndec; i++)
-        if (s->dec[i].token == token) {
-            *out = s->dec[i].peer;
-            return 1;
-        }
-    return 0;
+        if (s->dec[i].token == token)
+            return (int)i;
+    if (!add || s->ndec == SRC_DECODERS)
+        return -1;
+    memset(&s->dec[s->ndec], 0, sizeof(s->dec[0]));
+    s->dec[s->ndec].token = token;
+    return (int)s->ndec++;
+}
+
+static int peer_of(te_kv_source *s, uint64_t token, te_peer *out)
+{
+    int i = dec_index(s, token, 0);
+    if (i < 0 || !s->dec[i].has_peer)
+        return 0;
+    *out = s->dec[i].peer;
+    return 1;
+}
+
+static void layout_free(struct dlayout *l)
+{
+    if (l) {
+        free(l->got);
+        free(l->desc);
+        free(l);
+    }
 }
 
 /* ------------------------------------------------------- completions */
@@ -257,11 +300,11 @@ static void region_request(te_kv_source *s, struct sreq *q, uint32_t r,
     w->imm = q->m->imm;
     w->group = s->group;
     w->u.paged.peer = peer;
-    w->u.paged.src = s->mr;
+    w->u.paged.src = s->mr[s->c->regions[r].alloc];
     w->u.paged.src_off = s->c->regions[r].offset;
     w->u.paged.src_stride = s->c->regions[r].page_stride;
     w->u.paged.src_idx = q->src_pages;
-    w->u.paged.dst = &q->dst;
+    w->u.paged.dst = &q->dst[q->m->regions[r].alloc];
     w->u.paged.dst_off = q->m->regions[r].offset;
     w->u.paged.dst_stride = q->m->regions[r].page_stride;
     w->u.paged.dst_idx = q->m->pages;
@@ -277,10 +320,10 @@ static void hidden_request(te_kv_source *s, struct sreq *q, te_peer peer,
     w->imm = q->m->imm;
     w->group = s->group;
     w->u.xfer.peer = peer;
-    w->u.xfer.local = s->mr;
+    w->u.xfer.local = s->mr[s->c->d.hidden_alloc];
     w->u.xfer.local_off = s->c->d.hidden_offset +
                           (uint64_t)q->hidden_slot * s->c->d.hidden_stride;
-    w->u.xfer.remote = &q->dst;
+    w->u.xfer.remote = &q->dst[q->m->hidden_alloc];
     w->u.xfer.remote_off = q->m->hidden_off;
     w->u.xfer.len = s->c->hidden_bytes;
 }
@@ -316,9 +359,44 @@ static void flush(te_kv_source *s, struct sreq *q)
 
 /* ------------------------------------------------------------ starting */
 
+/* The decoder's memory descriptors for q into q->dst: its version-1
+ * request's inline one, or the set its CACHE_DESCS carried (lay, the
+ * sender's newest). A positive errno with why set if they are unusable. */
+static int take_descs(struct sreq *q, const struct dlayout *lay, char *why,
+                      size_t n)
+{
+    const te_kv_msg *m = q->m;
+    uint32_t na = m->nallocs ? m->nallocs : 1;
+    if (m->nallocs && lay->id != m->layout) {
+        snprintf(why, n, "layout %u: the decoder registered anew since "
+                 "(layout %u): that registration was fenced", m->layout,
+                 lay->id);
+        return ESTALE;
+    }
+    if (m->nallocs && (lay->bad || lay->nallocs != m->nallocs)) {
+        snprintf(why, n, "layout %u: its descriptors %s", m->layout,
+                 lay->bad ? "did not parse (our log says why)"
+                          : "are for another number of allocations");
+        return EBADMSG;
+    }
+    free(q->dst);
+    if (!(q->dst = calloc(na, sizeof(*q->dst)))) {
+        snprintf(why, n, "out of memory for %u descriptors", na);
+        return ENOMEM;
+    }
+    if (m->nallocs) {
+        memcpy(q->dst, lay->desc, na * sizeof(*q->dst));
+    } else if (te_desc_parse(m->desc, m->desc_len, &q->dst[0])) {
+        snprintf(why, n, "descriptor: %s", te_last_error());
+        return EBADMSG;
+    }
+    return 0;
+}
+
 /* Why the decoder's request m cannot be served from our cache, naming the
  * field (0 if it can). Nothing is written before this passed. */
-static int check(te_kv_source *s, struct sreq *q, char *why, size_t n)
+static int check(te_kv_source *s, struct sreq *q, const struct dlayout *lay,
+                 char *why, size_t n)
 {
     const te_kv_msg *m = q->m;
     const te_kv_shape *sh = &s->c->d.shape;
@@ -345,27 +423,28 @@ static int check(te_kv_source *s, struct sreq *q, char *why, size_t n)
                  q->hidden_slot == UINT32_MAX ? "not given to begin" : "given");
         return EINVAL;
     }
-    if (te_desc_parse(m->desc, m->desc_len, &q->dst)) {
-        snprintf(why, n, "descriptor: %s", te_last_error());
-        return EBADMSG;
-    }
+    int bad = take_descs(q, lay, why, n);
+    if (bad)
+        return bad;
     uint32_t top = 0;
     for (uint32_t k = 0; k < m->npages; k++)
         top = m->pages[k] > top ? m->pages[k] : top;
     for (uint32_t r = 0; r < m->nregions; r++) {
+        const te_mr_desc *dst = &q->dst[m->regions[r].alloc];
         unsigned __int128 end = (unsigned __int128)m->regions[r].page_stride *
                                     top + m->regions[r].offset + s->c->page_bytes;
-        if (m->regions[r].page_stride < s->c->page_bytes || end > q->dst.len) {
+        if (m->regions[r].page_stride < s->c->page_bytes || end > dst->len) {
             snprintf(why, n, "regions[%u]: page %u ends past the decoder's "
-                     "region of %" PRIu64 " bytes (or stride below a page)",
-                     r, top, q->dst.len);
+                     "allocation %u of %" PRIu64 " bytes (or stride below a "
+                     "page)", r, top, m->regions[r].alloc, dst->len);
             return ERANGE;
         }
     }
-    if (m->hidden_bytes && (m->hidden_off > q->dst.len ||
-                            m->hidden_bytes > q->dst.len - m->hidden_off)) {
+    const te_mr_desc *hd = &q->dst[m->hidden_alloc];
+    if (m->hidden_bytes && (m->hidden_off > hd->len ||
+                            m->hidden_bytes > hd->len - m->hidden_off)) {
         snprintf(why, n, "hidden_off %" PRIu64 " ends past the decoder's "
-                 "region", m->hidden_off);
+                 "allocation %u", m->hidden_off, m->hidden_alloc);
         return ERANGE;
     }
     return 0;
@@ -392,15 +471,28 @@ static int64_t count_imms(te_kv_source *s, struct sreq *q, te_peer peer)
     return total;
 }
 
-/* Both halves are here: check, ACCEPT, write what is done (lock held). */
+/* The newest descriptor set of m's sender, or NULL. */
+static const struct dlayout *layout_of(te_kv_source *s, const te_kv_msg *m)
+{
+    int i = dec_index(s, m->sender, 0);
+    return i < 0 ? NULL : s->dec[i].lay;
+}
+
+/* Both halves are here (and the descriptors a version-2 request names):
+ * check, ACCEPT, write what is done (lock held). */
 static void try_start(te_kv_source *s, struct sreq *q)
 {
     te_peer peer;
     if (!q->begun || !q->m || q->accepted || q->ended ||
         !peer_of(s, q->m->sender, &peer))
         return;
-    char why[160];
-    int bad = check(s, q, why, sizeof(why));
+    const struct dlayout *lay = layout_of(s, q->m);
+    if (q->m->nallocs &&
+        (!lay || lay->id < q->m->layout ||
+         (lay->id == q->m->layout && !lay->bad && lay->have < lay->nallocs)))
+        return; /* its CACHE_DESCS are still on the way */
+    char why[200];
+    int bad = check(s, q, lay, why, sizeof(why));
     int64_t count = bad ? 0 : count_imms(s, q, peer);
     if (!bad && count <= 0) {
         snprintf(why, sizeof(why), "counting immediates: %s",
@@ -480,6 +572,80 @@ static void on_request(te_kv_source *s, te_kv_msg *m, te_peer from)
     try_start(s, q);
 }
 
+/* Requests of decoder `sender` that waited for its HELLO or descriptors. */
+static void retry_sender(te_kv_source *s, uint64_t sender)
+{
+    for (int i = 0; i < SRC_SLOTS; i++)
+        if (s->req[i].used && s->req[i].m && s->req[i].m->sender == sender)
+            try_start(s, &s->req[i]);
+}
+
+/* The set m->layout of the sender: its newest replaces an older one (the
+ * decoder registers anew only after fencing us), an older one's late
+ * chunks are dropped. Lock held. */
+static struct dlayout *layout_for(te_kv_source *s, const te_kv_msg *m)
+{
+    int i = dec_index(s, m->sender, 1);
+    if (i < 0) {
+        te_log_printf(TE_LOG_WARN, "te-kv", "source: descriptors of decoder "
+                      "%016llx dropped: %d decoders known already",
+                      (unsigned long long)m->sender, SRC_DECODERS);
+        return NULL;
+    }
+    struct dlayout *l = s->dec[i].lay;
+    if (l && l->id > m->layout)
+        return NULL;
+    if (l && l->id == m->layout)
+        return l;
+    struct dlayout *n = calloc(1, sizeof(*n));
+    if (n && (!(n->got = calloc(m->nallocs, 1)) ||
+              !(n->desc = calloc(m->nallocs, sizeof(*n->desc))))) {
+        layout_free(n);
+        n = NULL;
+    }
+    if (!n) {
+        te_log_printf(TE_LOG_ERROR, "te-kv", "source: no memory for %u "
+                      "descriptors (its requests time out at the decoder)",
+                      m->nallocs);
+        return NULL;
+    }
+    n->id = m->layout;
+    n->nallocs = m->nallocs;
+    layout_free(l);
+    s->dec[i].lay = n;
+    return n;
+}
+
+/* A CACHE_DESCS: store and check its descriptors; once the set is whole,
+ * start the sender's requests that waited for it. Lock held. */
+static void on_descs(te_kv_source *s, const te_kv_msg *m)
+{
+    struct dlayout *l = layout_for(s, m);
+    if (!l)
+        return;
+    if (l->nallocs != m->nallocs) {
+        l->bad = 1;
+        te_log_printf(TE_LOG_WARN, "te-kv", "source: decoder %016llx layout "
+                      "%u: nallocs %u, earlier %u", (unsigned long long)
+                      m->sender, m->layout, m->nallocs, l->nallocs);
+    }
+    for (uint32_t k = 0; k < m->ndescs && !l->bad; k++) {
+        uint32_t a = m->first + k; /* < nallocs: the parser checked */
+        if (l->got[a])
+            continue; /* a duplicate */
+        if (te_desc_parse(m->descs[k], m->desc_lens[k], &l->desc[a])) {
+            l->bad = 1;
+            te_log_printf(TE_LOG_WARN, "te-kv", "source: decoder %016llx "
+                          "layout %u descriptor %u: %s", (unsigned long long)
+                          m->sender, m->layout, a, te_last_error());
+        }
+        l->got[a] = 1;
+        l->have++;
+    }
+    if (l->bad || l->have == l->nallocs)
+        retry_sender(s, m->sender);
+}
+
 static void on_msg(int group, te_peer from, const void *data, size_t len,
                    void *arg)
 {
@@ -497,17 +663,19 @@ static void on_msg(int group, te_peer from, const void *data, size_t len,
     pthread_mutex_lock(&s->lock);
     te_peer peer;
     if (m->type == TE_KV_MSG_HELLO) {
+        int i = -1;
         if (te_peer_add(s->e, s->group, m->addr, m->addr_len, &peer))
             te_log_printf(TE_LOG_WARN, "te-kv", "source: hello: %s",
                           te_last_error());
-        else if (!peer_of(s, m->sender, &peer) && s->ndec < SRC_DECODERS) {
-            s->dec[s->ndec].token = m->sender;
-            s->dec[s->ndec++].peer = peer;
+        else if ((i = dec_index(s, m->sender, 1)) >= 0 &&
+                 !s->dec[i].has_peer) {
+            s->dec[i].peer = peer;
+            s->dec[i].has_peer = 1;
         }
-        for (int i = 0; i < SRC_SLOTS; i++) /* requests that overtook it */
-            if (s->req[i].used && s->req[i].m &&
-                s->req[i].m->sender == m->sender)
-                try_start(s, &s->req[i]);
+        retry_sender(s, m->sender); /* requests that overtook it */
+        free(m);
+    } else if (m->type == TE_KV_MSG_CACHE_DESCS) {
+        on_descs(s, m);
         free(m);
     } else if (m->type == TE_KV_MSG_CACHE_REQUEST) {
         on_request(s, m, from);
@@ -530,6 +698,28 @@ static void on_msg(int group, te_peer from, const void *data, size_t len,
 
 /* ------------------------------------------------------------------ API */
 
+/* Deregister every allocation still registered: 0, or the first error
+ * (-EBUSY for a while after writes completed: the transport may still
+ * hold a completed op, so it is retried for up to a second). */
+static int dereg_all(te_kv_source *s)
+{
+    int first = 0;
+    for (uint32_t a = 0; a < s->c->nallocs; a++) {
+        if (!s->mr[a])
+            continue;
+        int rc = te_mr_dereg(s->e, s->mr[a]);
+        for (int i = 0; rc == -EBUSY && i < 1000; i++) {
+            usleep(1000);
+            rc = te_mr_dereg(s->e, s->mr[a]);
+        }
+        if (rc && !first)
+            first = rc;
+        if (!rc)
+            s->mr[a] = NULL;
+    }
+    return first;
+}
+
 int te_kv_source_new(te_engine *e, int group, te_kv_cache *c, int timeout_ms,
                      te_kv_source **out)
 {
@@ -546,12 +736,21 @@ int te_kv_source_new(te_engine *e, int group, te_kv_cache *c, int timeout_ms,
     s->group = group;
     s->timeout_ms = timeout_ms ? timeout_ms : 30000;
     s->c = c;
-    int rc = te_mr_reg(e, group, c->d.base, c->d.len, 0, (uint32_t)c->d.mem,
-                       &s->mr);
-    if (rc) {
+    int rc = 0;
+    if (!(s->mr = calloc(c->nallocs, sizeof(*s->mr)))) {
         free(s);
-        return kv_fail(rc, "te_kv_source_new: registering the cache: %s",
-                       te_last_error());
+        return kv_fail(-ENOMEM, "te_kv_source_new: out of memory");
+    }
+    for (uint32_t a = 0; a < c->nallocs && !rc; a++)
+        if ((rc = te_mr_reg(e, group, c->allocs[a].base, c->allocs[a].len, 0,
+                            (uint32_t)c->d.mem, &s->mr[a])))
+            rc = kv_fail(rc, "te_kv_source_new: registering allocation %u "
+                         "of the cache: %s", a, te_last_error());
+    if (rc) {
+        dereg_all(s);
+        free(s->mr);
+        free(s);
+        return rc;
     }
     pthread_mutex_init(&s->lock, NULL);
     pthread_condattr_t ca;
@@ -560,9 +759,11 @@ int te_kv_source_new(te_engine *e, int group, te_kv_cache *c, int timeout_ms,
     pthread_cond_init(&s->cond, &ca);
     pthread_condattr_destroy(&ca);
     if ((rc = te_set_recv_handler(e, group, on_msg, s))) {
-        te_mr_dereg(e, s->mr);
+        rc = kv_fail(rc, "te_kv_source_new: %s", te_last_error());
+        dereg_all(s);
+        free(s->mr);
         free(s);
-        return kv_fail(rc, "te_kv_source_new: %s", te_last_error());
+        return rc;
     }
     kv_cache_hold(c);
     *out = s;
@@ -744,11 +945,7 @@ void te_kv_source_free(te_kv_source *s)
                    ETIMEDOUT;
     }
     pthread_mutex_unlock(&s->lock);
-    int rc = late ? -ETIMEDOUT : te_mr_dereg(s->e, s->mr);
-    for (int i = 0; rc == -EBUSY && i < 1000; i++) {
-        usleep(1000); /* the transport may still hold a completed op */
-        rc = te_mr_dereg(s->e, s->mr);
-    }
+    int rc = late ? -ETIMEDOUT : dereg_all(s);
     if (rc) {
         te_log_printf(TE_LOG_ERROR, "te-kv", "source: free: %s: its state is "
                       "kept (leaked) and the cache stays in use",
@@ -760,6 +957,9 @@ void te_kv_source_free(te_kv_source *s)
     for (int i = 0; i < SRC_SLOTS; i++)
         if (s->req[i].used)
             slot_free(&s->req[i]);
+    for (uint32_t i = 0; i < s->ndec; i++)
+        layout_free(s->dec[i].lay);
+    free(s->mr);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
     free(s);

@@ -92,7 +92,8 @@ static te_kv_cache *cache(uint8_t **mem, te_kv_region *reg, uint64_t *len)
     *mem = aligned_alloc(4096, *len);
     memset(*mem, 1, *len);
     for (uint32_t r = 0; r < LAYERS * 2; r++)
-        reg[r] = (te_kv_region){r * CACHE_PAGES * page, page};
+        reg[r] = (te_kv_region){.offset = r * CACHE_PAGES * page,
+                                .page_stride = page};
     te_kv_cache_desc d = {.shape = s, .base = *mem, .len = *len,
                           .mem = TE_MEM_HOST, .pages = CACHE_PAGES,
                           .regions = reg};

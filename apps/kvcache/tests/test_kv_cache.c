@@ -51,8 +51,10 @@ static struct cache cache_new(te_kv_shape s, int interleaved)
     for (uint32_t l = 0; l < LAYERS; l++)
         for (uint32_t k = 0; k < 2; k++)
             x.reg[l * 2 + k] = interleaved
-                ? (te_kv_region){(l * PAGES * 2 + k) * x.page, 2 * x.page}
-                : (te_kv_region){((l * 2 + k) * PAGES) * x.page, x.page};
+                ? (te_kv_region){.offset = (l * PAGES * 2 + k) * x.page,
+                                 .page_stride = 2 * x.page}
+                : (te_kv_region){.offset = ((l * 2 + k) * PAGES) * x.page,
+                                 .page_stride = x.page};
     te_kv_cache_desc d = {.shape = s, .base = x.mem, .len = x.len,
                           .mem = TE_MEM_HOST, .pages = PAGES,
                           .regions = x.reg,
@@ -104,32 +106,50 @@ struct pair {
     uint32_t pf;
 };
 
-static struct pair pair_new(uint32_t dst_elem_bytes)
+/* Two engines, a source on cache sc and a decoder (of shape ds) on dc
+ * that knows it as prefiller *pf. */
+static void link_new(te_kv_cache *sc, te_kv_cache *dc, te_kv_shape ds,
+                     te_engine **pe, te_engine **de, te_kv_source **s,
+                     te_kv_decoder **d, uint32_t *pf)
 {
-    struct pair p = {0};
-    p.pe = kv_test_engine();
-    p.de = kv_test_engine();
-    p.src = cache_new(shape(2), 0);
-    p.dst = cache_new(shape(dst_elem_bytes), 1);
-    ck_assert_int_eq(te_kv_source_new(p.pe, 0, p.src.c, 5000, &p.s), 0);
-    te_kv_decoder_opts o = {.shape = shape(dst_elem_bytes), .max_requests = 4};
-    ck_assert_msg(te_kv_decoder_new_cache(p.de, &o, p.dst.c, &p.d) == 0, "%s",
+    *pe = kv_test_engine();
+    *de = kv_test_engine();
+    ck_assert_int_eq(te_kv_source_new(*pe, 0, sc, 5000, s), 0);
+    te_kv_decoder_opts o = {.shape = ds, .max_requests = 4};
+    ck_assert_msg(te_kv_decoder_new_cache(*de, &o, dc, d) == 0, "%s",
                   te_kv_last_error());
     uint8_t addr[TE_ADDR_MAX];
     size_t n = sizeof(addr);
-    ck_assert_int_eq(te_engine_address(p.pe, 0, addr, &n), 0);
-    ck_assert_int_eq(te_kv_decoder_add_prefiller(p.d, addr, n, &p.pf), 0);
+    ck_assert_int_eq(te_engine_address(*pe, 0, addr, &n), 0);
+    ck_assert_int_eq(te_kv_decoder_add_prefiller(*d, addr, n, pf), 0);
+}
+
+/* The decoder, the source, then their engines (the caches are the
+ * caller's to free). */
+static void link_free(te_engine *pe, te_engine *de, te_kv_source *s,
+                      te_kv_decoder *d)
+{
+    te_kv_decoder_free(d);
+    te_kv_source_free(s);
+    te_engine_destroy(de);
+    te_engine_destroy(pe);
+}
+
+static struct pair pair_new(uint32_t dst_elem_bytes)
+{
+    struct pair p = {0};
+    p.src = cache_new(shape(2), 0);
+    p.dst = cache_new(shape(dst_elem_bytes), 1);
+    link_new(p.src.c, p.dst.c, shape(dst_elem_bytes), &p.pe, &p.de, &p.s,
+             &p.d, &p.pf);
     return p;
 }
 
 static void pair_free(struct pair *p)
 {
-    te_kv_decoder_free(p->d);
-    te_kv_source_free(p->s);
+    link_free(p->pe, p->de, p->s, p->d);
     ck_assert_int_eq(te_kv_cache_free(p->src.c), 0);
     ck_assert_int_eq(te_kv_cache_free(p->dst.c), 0);
-    te_engine_destroy(p->de);
-    te_engine_destroy(p->pe);
     free(p->src.mem);
     free(p->dst.mem);
 }
@@ -437,6 +457,248 @@ START_TEST(gpu_layers_without_a_device)
 }
 END_TEST
 
+/* An engine that allocates per layer and per K/V (vLLM, SGLang): each
+ * region and the hidden slots in their own malloc'd buffer, pages a
+ * little apart (stride a page + 64) so that a write using another stride
+ * or another buffer's base would show. */
+#define SEP_STRIDE(page) ((page) + 64)
+
+struct sep {
+    uint8_t *buf[LAYERS * 2 + 1]; /* [layer][kv], then hidden */
+    size_t len[LAYERS * 2 + 1];
+    te_kv_alloc allocs[LAYERS * 2 + 1];
+    te_kv_region reg[LAYERS * 2];
+    te_kv_cache *c;
+    uint64_t page;
+};
+
+static struct sep sep_new(te_kv_shape s)
+{
+    struct sep x = {0};
+    x.page = te_kv_region_page_bytes(&s);
+    for (uint32_t a = 0; a <= LAYERS * 2; a++) {
+        x.len[a] = a < LAYERS * 2 ? PAGES * SEP_STRIDE(x.page) : 2 * 64;
+        x.buf[a] = malloc(x.len[a]);
+        memset(x.buf[a], SENTINEL, x.len[a]);
+        x.allocs[a] = (te_kv_alloc){x.buf[a], x.len[a]};
+        if (a < LAYERS * 2)
+            x.reg[a] = (te_kv_region){.offset = 0,
+                                      .page_stride = SEP_STRIDE(x.page),
+                                      .alloc = a};
+    }
+    te_kv_cache_desc d = {.shape = s, .mem = TE_MEM_HOST, .pages = PAGES,
+                          .regions = x.reg, .hidden_stride = 64,
+                          .hidden_slots = 2, .nallocs = LAYERS * 2 + 1,
+                          .allocs = x.allocs, .hidden_alloc = LAYERS * 2};
+    ck_assert_msg(te_kv_cache_new(&d, &x.c) == 0, "%s", te_kv_last_error());
+    return x;
+}
+
+static void sep_free(struct sep *x)
+{
+    ck_assert_int_eq(te_kv_cache_free(x->c), 0);
+    for (uint32_t a = 0; a <= LAYERS * 2; a++)
+        free(x->buf[a]);
+}
+
+/* Every byte of every buffer of x (the engine's own memory, addressed
+ * through the engine's pointers only): the named pages of the layers in
+ * [0, layers) hold the source's pages, hidden slot 0 the source's slot 1
+ * if with_hidden, all else the sentinel. */
+static void sep_check(const struct sep *x, uint32_t layers, int with_hidden)
+{
+    for (uint32_t a = 0; a <= LAYERS * 2; a++)
+        for (size_t i = 0; i < x->len[a]; i++) {
+            uint8_t want = SENTINEL;
+            size_t pg = i / SEP_STRIDE(x->page), in = i % SEP_STRIDE(x->page);
+            for (uint32_t k = 0; a < LAYERS * 2 && a / 2 < layers && k < 3;
+                 k++)
+                if (pg == DST_PAGES[k] && in < x->page)
+                    want = byte_of(a / 2, a % 2, k, in);
+            if (a == LAYERS * 2 && with_hidden && i < 64)
+                want = (uint8_t)(200 + i);
+            ck_assert_msg(x->buf[a][i] == want, "allocation %u byte %zu: %u, "
+                          "want %u", a, i, x->buf[a][i], want);
+        }
+}
+
+/* A source over one allocation, a decoder whose K, V (per layer) and
+ * hidden slots are 7 separate allocations. */
+struct sep_pair {
+    te_engine *pe, *de;
+    struct cache src;
+    struct sep dst;
+    te_kv_source *s;
+    te_kv_decoder *d;
+    uint32_t pf;
+};
+
+static struct sep_pair sep_pair_new(void)
+{
+    struct sep_pair p = {0};
+    p.src = cache_new(shape(2), 0);
+    p.dst = sep_new(shape(2));
+    link_new(p.src.c, p.dst.c, shape(2), &p.pe, &p.de, &p.s, &p.d, &p.pf);
+    return p;
+}
+
+static void sep_pair_free(struct sep_pair *p)
+{
+    link_free(p->pe, p->de, p->s, p->d);
+    ck_assert_int_eq(te_kv_cache_free(p->src.c), 0);
+    sep_free(&p->dst);
+    free(p->src.mem);
+}
+
+static void sep_fill_source(struct sep_pair *p)
+{
+    struct pair q = {.src = p->src};
+    fill_source(&q);
+}
+
+/* The bytes land in the engine's own separate buffers, at the pages named,
+ * and nowhere else in any of them: zero copy into 7 allocations. */
+START_TEST(separate_allocations_land_in_place)
+{
+    struct sep_pair p = sep_pair_new();
+    sep_fill_source(&p);
+    struct result r = {0};
+    ck_assert_msg(te_kv_decoder_submit_pages(p.d, p.pf, 91, 10, DST_PAGES, 3,
+                                             0, 10000, on_done, &r) == 0,
+                  "%s", te_kv_last_error());
+    ck_assert_int_eq(te_kv_source_begin(p.s, 91, 10, SRC_PAGES, 3, 1), 0);
+    for (uint32_t l = 0; l < LAYERS; l++)
+        ck_assert_int_eq(te_kv_source_layer_done(p.s, 91, l), 0);
+    ck_assert_int_eq(te_kv_source_hidden_done(p.s, 91), 0);
+    wait_done(&r);
+    ck_assert_msg(r.status == 0, "%s", r.why);
+    ck_assert_int_eq(te_kv_source_wait(p.s, 91, 10000), 0);
+    sep_check(&p.dst, LAYERS, 1);
+    ck_assert_int_eq(te_kv_decoder_release(p.d, 91), 0);
+    sep_pair_free(&p);
+}
+END_TEST
+
+/* The other way round: the source's cache is separate allocations (its
+ * own registrations, one per buffer), the decoder's one allocation. */
+START_TEST(separate_source_allocations)
+{
+    struct pair p = {0};
+    struct sep src = sep_new(shape(2));
+    p.dst = cache_new(shape(2), 1);
+    link_new(src.c, p.dst.c, shape(2), &p.pe, &p.de, &p.s, &p.d, &p.pf);
+    for (uint32_t a = 0; a < LAYERS * 2; a++)
+        for (uint32_t k = 0; k < 3; k++)
+            for (uint64_t i = 0; i < src.page; i++)
+                src.buf[a][SRC_PAGES[k] * SEP_STRIDE(src.page) + i] =
+                    byte_of(a / 2, a % 2, k, i);
+    for (int i = 0; i < 64; i++)
+        src.buf[LAYERS * 2][64 + i] = (uint8_t)(200 + i);
+    struct result r = {0};
+    ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 92, 10, DST_PAGES,
+                                                3, 0, 10000, on_done, &r), 0);
+    ck_assert_int_eq(te_kv_source_begin(p.s, 92, 10, SRC_PAGES, 3, 1), 0);
+    for (uint32_t l = 0; l < LAYERS; l++)
+        ck_assert_int_eq(te_kv_source_layer_done(p.s, 92, l), 0);
+    ck_assert_int_eq(te_kv_source_hidden_done(p.s, 92), 0);
+    wait_done(&r);
+    ck_assert_msg(r.status == 0, "%s", r.why);
+    ck_assert_int_eq(te_kv_source_wait(p.s, 92, 10000), 0);
+    check_landed(&p, 1);
+    link_free(p.pe, p.de, p.s, p.d);
+    sep_free(&src);
+    ck_assert_int_eq(te_kv_cache_free(p.dst.c), 0);
+    free(p.dst.mem);
+}
+END_TEST
+
+/* Fencing covers every allocation: the decoder's deadline passes after
+ * layer 0 landed; its fence revokes all 7 registrations, so layer 1 and
+ * the hidden state, reported later, fail at the source (old keys) and
+ * land in none of the buffers. */
+START_TEST(fence_revokes_every_allocation)
+{
+    struct sep_pair p = sep_pair_new();
+    sep_fill_source(&p);
+    struct result r = {0};
+    ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 93, 10, DST_PAGES,
+                                                3, 0, 1500, on_done, &r), 0);
+    ck_assert_int_eq(te_kv_source_begin(p.s, 93, 10, SRC_PAGES, 3, 1), 0);
+    ck_assert_int_eq(te_kv_source_layer_done(p.s, 93, 0), 0);
+    wait_done(&r); /* the request's 1.5 s deadline: fenced */
+    ck_assert_int_eq(r.status, -ETIMEDOUT);
+    ck_assert_msg(strstr(r.why, "keys revoked"), "%s", r.why);
+    for (uint32_t l = 1; l < LAYERS; l++)
+        ck_assert_int_eq(te_kv_source_layer_done(p.s, 93, l), 0);
+    ck_assert_int_eq(te_kv_source_hidden_done(p.s, 93), 0);
+    int rc = te_kv_source_wait(p.s, 93, 10000);
+    ck_assert_msg(rc < 0 && rc != -ETIMEDOUT, "source wait: %d %s", rc,
+                  te_kv_last_error());
+    sep_check(&p.dst, 1, 0); /* layer 0 only: nothing after the fence */
+    sep_pair_free(&p);
+}
+END_TEST
+
+/* The allocations form: each field named. */
+START_TEST(separate_allocations_desc_is_checked)
+{
+    te_kv_shape s = shape(2);
+    struct sep x = sep_new(s);
+    te_kv_cache_desc d = {.shape = s, .mem = TE_MEM_HOST, .pages = PAGES,
+                          .regions = x.reg, .hidden_stride = 64,
+                          .hidden_slots = 2, .nallocs = LAYERS * 2 + 1,
+                          .allocs = x.allocs, .hidden_alloc = LAYERS * 2};
+    te_kv_cache *c;
+    d.base = x.buf[0]; /* both forms */
+    ck_assert_int_eq(te_kv_cache_new(&d, &c), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "base/len and allocs both set"),
+                  "%s", te_kv_last_error());
+    d.base = NULL;
+    x.reg[3].alloc = LAYERS * 2 + 1;
+    ck_assert_int_eq(te_kv_cache_new(&d, &c), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "regions[3].alloc 7: 7 "
+                         "allocation(s)"), "%s", te_kv_last_error());
+    x.reg[3].alloc = 2; /* layer 1 V moved into K's buffer: its own idle */
+    ck_assert_int_eq(te_kv_cache_new(&d, &c), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "allocs[3]: no region"), "%s",
+                  te_kv_last_error());
+    x.reg[3].alloc = 3;
+    x.allocs[5].len -= 65; /* layer 2 V's last page ends past its buffer */
+    ck_assert_int_eq(te_kv_cache_new(&d, &c), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "regions[5]: 8 pages") &&
+                  strstr(te_kv_last_error(), "of allocation 5"), "%s",
+                  te_kv_last_error());
+    x.allocs[5].len += 65;
+    x.allocs[4].base = x.buf[3] + 64; /* inside layer 1 V's buffer */
+    ck_assert_int_eq(te_kv_cache_new(&d, &c), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "allocs[4] overlaps allocs[3]"),
+                  "%s", te_kv_last_error());
+    x.allocs[4].base = x.buf[4];
+    d.hidden_alloc = LAYERS * 2 + 1;
+    ck_assert_int_eq(te_kv_cache_new(&d, &c), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "hidden_alloc 7"), "%s",
+                  te_kv_last_error());
+    d.hidden_alloc = 0; /* the hidden slots' own buffer left idle */
+    ck_assert_int_eq(te_kv_cache_new(&d, &c), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "allocs[6]: no region"), "%s",
+                  te_kv_last_error());
+    d.hidden_alloc = LAYERS * 2;
+    d.nallocs = TE_KV_MAX_ALLOCS + 1;
+    ck_assert_int_eq(te_kv_cache_new(&d, &c), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "nallocs 258"), "%s",
+                  te_kv_last_error());
+    d.nallocs = LAYERS * 2 + 1;
+    x.allocs[2].base = NULL;
+    ck_assert_int_eq(te_kv_cache_new(&d, &c), -EINVAL);
+    ck_assert_msg(strstr(te_kv_last_error(), "allocs[2]: no memory"), "%s",
+                  te_kv_last_error());
+    x.allocs[2].base = x.buf[2];
+    ck_assert_int_eq(te_kv_cache_new(&d, &c), 0); /* all repaired */
+    ck_assert_int_eq(te_kv_cache_free(c), 0);
+    sep_free(&x);
+}
+END_TEST
+
 /* The cache description: overlaps, strides and bounds named. */
 START_TEST(cache_desc_is_checked)
 {
@@ -444,7 +706,7 @@ START_TEST(cache_desc_is_checked)
     static uint8_t mem[LAYERS * 2 * PAGES * 256 + 128];
     te_kv_region reg[LAYERS * 2];
     for (uint32_t r = 0; r < LAYERS * 2; r++)
-        reg[r] = (te_kv_region){r * PAGES * 256, 256};
+        reg[r] = (te_kv_region){.offset = r * PAGES * 256, .page_stride = 256};
     te_kv_cache_desc d = {.shape = s, .base = mem, .len = sizeof(mem),
                           .mem = TE_MEM_HOST, .pages = PAGES, .regions = reg,
                           .hidden_offset = LAYERS * 2 * PAGES * 256,
@@ -489,6 +751,10 @@ int main(void)
     tcase_add_test(t, bad_input_is_named);
     tcase_add_test(t, cache_desc_is_checked);
     tcase_add_test(t, gpu_layers_without_a_device);
+    tcase_add_test(t, separate_allocations_land_in_place);
+    tcase_add_test(t, separate_source_allocations);
+    tcase_add_test(t, fence_revokes_every_allocation);
+    tcase_add_test(t, separate_allocations_desc_is_checked);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -125,6 +125,11 @@ enum te_kv_msg_type {
      *  decoder (every write of it completed at the source); sent only when
      *  the CACHE_REQUEST's flags hold TE_KV_REQ_LAYER_NOTES */
     TE_KV_MSG_LAYER = 8,
+    /** decoder -> te_kv_source, once per registration (after its HELLO):
+     *  the memory descriptors of the decoder cache's allocations, up to
+     *  TE_KV_DESCS_PER_MSG per message; CACHE_REQUESTs name the set by
+     *  `layout` and carry no descriptor (wire version 2) */
+    TE_KV_MSG_CACHE_DESCS = 9,
 };
 
 /** CACHE_REQUEST flag: send a LAYER message as each layer lands. */
@@ -133,10 +138,21 @@ enum te_kv_msg_type {
 /** Most regions of an engine-owned cache (layers x kv_factor). */
 #define TE_KV_MAX_REGIONS 256
 
+/** Most allocations of an engine-owned cache: one per region plus one
+ *  for the hidden state (te_kv_cache_desc.allocs). */
+#define TE_KV_MAX_ALLOCS (TE_KV_MAX_REGIONS + 1)
+
+/** Most descriptors one CACHE_DESCS message carries (a cache of more
+ *  allocations sends several). */
+#define TE_KV_DESCS_PER_MSG 32
+
 /** Where one region's page 0 lies and how far apart its pages are. */
 typedef struct te_kv_region {
-    uint64_t offset;      /**< bytes from the cache's base to page 0 */
+    uint64_t offset;      /**< bytes from its allocation's base to page 0 */
     uint64_t page_stride; /**< bytes from page p to page p + 1 */
+    uint32_t alloc;       /**< its allocation: index into
+                               te_kv_cache_desc.allocs (0 with base/len) */
+    uint32_t reserved;    /**< 0 (kept for a later version) */
 } te_kv_region;
 
 /** Most pages one request carries (bounded by engine.max_msg_size). */
@@ -172,18 +188,36 @@ typedef struct te_kv_msg {
     uint32_t tokens_per_page;
     uint32_t flags;           /**< TE_KV_REQ_* */
     uint32_t nregions;        /**< layers * kv_factor */
-    te_kv_region regions[TE_KV_MAX_REGIONS]; /**< the decoder's, [layer][kv] */
+    te_kv_region regions[TE_KV_MAX_REGIONS]; /**< the decoder's, [layer][kv];
+                                  alloc is sent in version 2 only */
+    /* CACHE_REQUEST version 2 (nallocs > 0; desc_len is then 0) and
+     * CACHE_DESCS */
+    uint32_t layout;          /**< the decoder's registration set (its
+                                   prefiller index): names the descriptors */
+    uint32_t nallocs;         /**< allocations of the decoder's cache (1..
+                                   TE_KV_MAX_ALLOCS); 0: a version-1
+                                   CACHE_REQUEST with its one desc inline */
+    uint32_t hidden_alloc;    /**< CACHE_REQUEST: allocation of hidden_off */
+    /* CACHE_DESCS: descriptors first .. first + ndescs - 1 of `layout` */
+    uint32_t first;
+    uint32_t ndescs;          /**< 1..TE_KV_DESCS_PER_MSG */
+    uint32_t desc_lens[TE_KV_DESCS_PER_MSG];
+    uint8_t descs[TE_KV_DESCS_PER_MSG][TE_DESC_MAX];
 } te_kv_msg;
 
 /** Largest encoded message (a CACHE_REQUEST with TE_KV_MAX_PAGES pages and
- * TE_KV_MAX_REGIONS regions): engines carrying te-kv traffic need
- * engine.max_msg_size at least this. */
+ * TE_KV_MAX_REGIONS regions; a CACHE_DESCS is smaller): engines carrying
+ * te-kv traffic need engine.max_msg_size at least this. It does not grow
+ * with the number of allocations: their descriptors travel once per
+ * registration, in CACHE_DESCS messages of TE_KV_DESCS_PER_MSG each. */
 #define TE_KV_MSG_MAX (28 + 56 + TE_DESC_MAX + 4 * TE_KV_MAX_PAGES + 20 + \
-                       16 * TE_KV_MAX_REGIONS)
+                       20 * TE_KV_MAX_REGIONS + 12)
 
 /**
  * Encode m into buf (at most cap bytes); returns the length or -ENOSPC.
- * Versioned, little-endian, length-checked: see docs/kvcache.md.
+ * Versioned, little-endian, length-checked: see docs/kvcache.md. A
+ * CACHE_REQUEST with nallocs > 0 and CACHE_DESCS are wire version 2, every
+ * other message version 1 (their layout is unchanged).
  */
 TE_API int te_kv_msg_encode(const te_kv_msg *m, void *buf, size_t cap);
 
@@ -350,27 +384,51 @@ TE_API void te_kv_decoder_free(te_kv_decoder *d);
 
 /* ------------------------------------------- the engine's own KV cache */
 
+/** One allocation of an engine cache (te_kv_cache_desc.allocs): memory
+ *  registered as a whole, once per engine (per prefiller at a decoder). */
+typedef struct te_kv_alloc {
+    void *base;             /**< its first byte */
+    uint64_t len;           /**< its bytes */
+} te_kv_alloc;
+
 /**
- * The inference engine's paged KV cache as it lies in its memory: one
- * allocation [base, base + len) (host, or CUDA with TE_MEM_CUDA when the
- * core is built with CUDA) holding, per layer, kv_factor regions (K then V,
- * or one MLA latent), each with `pages` pages of
- * te_kv_region_page_bytes(shape) bytes at offset + id * page_stride, and
- * optionally hidden_slots slots of hidden * elem_bytes bytes for the last
- * hidden state. The byte order inside a page is the engine's own; both
- * sides must use the same one (the same shape is checked, the order is not).
+ * The inference engine's paged KV cache as it lies in its memory: one or
+ * more allocations (host, or CUDA with TE_MEM_CUDA when the core is built
+ * with CUDA; all of one kind) holding, per layer, kv_factor regions (K
+ * then V, or one MLA latent), each with `pages` pages of
+ * te_kv_region_page_bytes(shape) bytes at offset + id * page_stride from
+ * the base of the region's allocation, and optionally hidden_slots slots
+ * of hidden * elem_bytes bytes for the last hidden state. The byte order
+ * inside a page is the engine's own; both sides must use the same one (the
+ * same shape is checked, the order is not).
+ *
+ * The allocations are given one of two ways: base/len, one allocation
+ * holding everything (every region's alloc 0; allocs NULL, nallocs 0), or
+ * allocs[0 .. nallocs) (base NULL, len 0), e.g. one tensor per layer (or
+ * per layer's K and V) as vLLM and SGLang allocate them, with each region
+ * naming its allocation (te_kv_region.alloc) and hidden_alloc the hidden
+ * slots'. Fields after hidden_slots were added in that order; a desc
+ * zero-initialised before its fields are set is the one-allocation form.
  */
 typedef struct te_kv_cache_desc {
     te_kv_shape shape;      /**< layers, kv_factor, heads, dim, dtype size,
                                  tokens_per_page, hidden */
-    void *base;             /**< the allocation holding everything below */
-    uint64_t len;           /**< its bytes */
+    void *base;             /**< the one allocation (NULL with allocs) */
+    uint64_t len;           /**< its bytes (0 with allocs) */
     int32_t mem;            /**< TE_MEM_HOST or TE_MEM_CUDA */
     uint32_t pages;         /**< page ids 0 .. pages-1 in every region */
     const te_kv_region *regions; /**< layers * kv_factor, [layer][kv] */
-    uint64_t hidden_offset; /**< hidden slot 0 from base (hidden_slots > 0) */
+    uint64_t hidden_offset; /**< hidden slot 0 from its allocation's base
+                                 (hidden_slots > 0) */
     uint64_t hidden_stride; /**< bytes from slot s to s + 1 */
     uint32_t hidden_slots;  /**< 0: no hidden-state region */
+    uint32_t nallocs;       /**< entries of allocs (1..TE_KV_MAX_ALLOCS),
+                                 or 0: base/len */
+    const te_kv_alloc *allocs; /**< the allocations, pairwise disjoint,
+                                 each holding a region or the hidden slots */
+    uint32_t hidden_alloc;  /**< allocation of the hidden slots (0 with
+                                 base/len) */
+    uint32_t reserved;      /**< 0 */
 } te_kv_cache_desc;
 
 /** A checked te_kv_cache_desc (a copy: the desc may go after _new). */
@@ -381,11 +439,13 @@ typedef struct te_kv_cache te_kv_cache;
 TE_API uint64_t te_kv_region_page_bytes(const te_kv_shape *s);
 
 /**
- * Check and copy d: every region and hidden slot inside [base, base+len),
+ * Check and copy d: every region and hidden slot inside its allocation,
  * strides at least a page (a slot), no two pages (of any regions) or hidden
- * slots overlapping, regions == layers * kv_factor <= TE_KV_MAX_REGIONS.
- * -EINVAL naming the field (te_kv_last_error()). Nothing is registered yet:
- * the decoder and the source register it on their engine.
+ * slots overlapping (by address, across allocations too), allocations
+ * disjoint and each one used, regions == layers * kv_factor <=
+ * TE_KV_MAX_REGIONS. -EINVAL naming the field (te_kv_last_error()).
+ * Nothing is registered yet: the decoder and the source register each
+ * allocation on their engine.
  */
 TE_API int te_kv_cache_new(const te_kv_cache_desc *d, te_kv_cache **out);
 
@@ -402,8 +462,8 @@ typedef struct te_kv_source te_kv_source;
 /**
  * Serve decoders' CACHE_REQUESTs from cache c on group `group` of e
  * (installs the group's receive handler; e must allow TE_KV_MSG_MAX-byte
- * messages). c is registered once (read only). timeout_ms bounds each
- * write and message (0: 30 s; 1..120000).
+ * messages). Each allocation of c is registered once (read only).
+ * timeout_ms bounds each write and message (0: 30 s; 1..120000).
  */
 TE_API int te_kv_source_new(te_engine *e, int group, te_kv_cache *c,
                             int timeout_ms, te_kv_source **out);
@@ -475,8 +535,11 @@ TE_API void te_kv_source_free(te_kv_source *s);
  * A decoder whose pages are the engine's cache c instead of a pool of the
  * library's: o->shape must equal c's shape, o->pool_pages is ignored (c's
  * pages are the page ids), o->poison_freed must be 0 (it would write into
- * the engine's memory). c is registered once per prefiller (fencing revokes
- * one). Requests are submitted with te_kv_decoder_submit_pages();
+ * the engine's memory). Every allocation of c is registered once per
+ * prefiller (so that one prefiller can be fenced alone), and a
+ * fence revokes all of that prefiller's registrations before any of its
+ * requests' pages are handed back. Requests are submitted with
+ * te_kv_decoder_submit_pages();
  * te_kv_decoder_cancel/release/pages/inflight/free work as for the pool.
  */
 TE_API int te_kv_decoder_new_cache(te_engine *e, const te_kv_decoder_opts *o,
