@@ -167,6 +167,171 @@ START_TEST(every_truncation_and_corruption_is_refused)
 }
 END_TEST
 
+/* A version-2 CACHE_REQUEST: 5 regions over 3 allocations, hidden in
+ * the third. */
+static te_kv_msg *cache_request(void)
+{
+    te_kv_msg *m = request(9);
+    m->type = TE_KV_MSG_CACHE_REQUEST;
+    m->desc_len = 0;
+    m->kv_factor = 1;
+    m->elem_bytes = 2;
+    m->tokens_per_page = 16;
+    m->nregions = 5;
+    for (uint32_t r = 0; r < 5; r++)
+        m->regions[r] = (te_kv_region){.offset = r * 4096,
+                                       .page_stride = 8192, .alloc = r % 3};
+    m->layout = 4;
+    m->nallocs = 3;
+    m->hidden_alloc = 2;
+    return m;
+}
+
+static te_kv_msg *descs(uint32_t first, uint32_t n, uint32_t nallocs)
+{
+    te_kv_msg *m = calloc(1, sizeof(*m));
+    m->type = TE_KV_MSG_CACHE_DESCS;
+    m->sender = 77;
+    m->layout = 4;
+    m->nallocs = nallocs;
+    m->first = first;
+    m->ndescs = n;
+    for (uint32_t i = 0; i < n; i++) {
+        m->desc_lens[i] = 40 + i;
+        memset(m->descs[i], (int)(first + i), m->desc_lens[i]);
+    }
+    return m;
+}
+
+/* Version 2: the allocation table round-trips, the version byte says 2
+ * only for the new forms, and a version-1 CACHE_REQUEST still parses (its
+ * regions in allocation 0, its descriptor inline). */
+START_TEST(version2_messages_round_trip)
+{
+    static uint8_t buf[TE_KV_MSG_MAX];
+    te_kv_msg *m = cache_request(), *out = calloc(1, sizeof(*out));
+    int n = encode(m, buf, sizeof(buf));
+    ck_assert_uint_eq(buf[4], 2);
+    ck_assert_int_eq(te_kv_msg_parse(buf, (size_t)n, out), 0);
+    ck_assert_uint_eq(out->nallocs, 3);
+    ck_assert_uint_eq(out->layout, 4);
+    ck_assert_uint_eq(out->hidden_alloc, 2);
+    ck_assert_uint_eq(out->desc_len, 0);
+    for (uint32_t r = 0; r < 5; r++) {
+        ck_assert_uint_eq(out->regions[r].alloc, r % 3);
+        ck_assert_uint_eq(out->regions[r].offset, r * 4096);
+    }
+    m->nallocs = 0; /* version 1: one allocation, descriptor inline */
+    m->desc_len = 48;
+    n = encode(m, buf, sizeof(buf));
+    ck_assert_uint_eq(buf[4], 1);
+    ck_assert_int_eq(te_kv_msg_parse(buf, (size_t)n, out), 0);
+    ck_assert_uint_eq(out->nallocs, 0);
+    ck_assert_uint_eq(out->regions[4].alloc, 0);
+    ck_assert_int_eq(memcmp(out->desc, m->desc, 48), 0);
+    te_kv_msg *d = descs(TE_KV_MAX_ALLOCS - TE_KV_DESCS_PER_MSG,
+                         TE_KV_DESCS_PER_MSG, TE_KV_MAX_ALLOCS);
+    n = encode(d, buf, sizeof(buf));
+    ck_assert_uint_eq(buf[4], 2);
+    ck_assert_int_eq(te_kv_msg_parse(buf, (size_t)n, out), 0);
+    ck_assert_uint_eq(out->ndescs, TE_KV_DESCS_PER_MSG);
+    ck_assert_uint_eq(out->first, TE_KV_MAX_ALLOCS - TE_KV_DESCS_PER_MSG);
+    ck_assert_uint_eq(out->desc_lens[31], 40 + 31);
+    ck_assert_uint_eq(out->descs[31][70], (uint8_t)(d->first + 31));
+    free(d);
+    free(m);
+    free(out);
+}
+END_TEST
+
+/* Parse m's encoding (patched at byte `at` with the u32 v unless at is
+ * 0): the error, whose message must contain `want`. */
+static int refused(const te_kv_msg *m, size_t at, uint32_t v, int err,
+                   const char *want)
+{
+    static uint8_t buf[TE_KV_MSG_MAX];
+    te_kv_msg *out = malloc(sizeof(*out));
+    int n = encode(m, buf, sizeof(buf));
+    if (at)
+        memcpy(buf + at, &v, 4);
+    int rc = te_kv_msg_parse(buf, (size_t)n, out);
+    ck_assert_msg(rc == err && strstr(te_kv_last_error(), want),
+                  "got %d '%s', want %d '%s'", rc, te_kv_last_error(), err,
+                  want);
+    free(out);
+    return rc;
+}
+
+/* Hostile version-2 input: each bound named, every truncation refused, and
+ * random corruption of valid messages never crashes nor yields a message
+ * whose allocation indices are out of range. */
+START_TEST(version2_hostile_input_is_refused)
+{
+    static uint8_t buf[TE_KV_MSG_MAX];
+    te_kv_msg *m = cache_request(), *out = calloc(1, sizeof(*out));
+    te_kv_msg *d = descs(0, 3, 3);
+    int n = encode(m, buf, sizeof(buf)), nd;
+    for (int len = 0; len < n; len++)
+        ck_assert_int_lt(te_kv_msg_parse(buf, (size_t)len, out), 0);
+    m->regions[2].alloc = 3;
+    refused(m, 0, 0, -EBADMSG, "regions[2].alloc 3 (nallocs 3)");
+    m->regions[2].alloc = 2;
+    m->hidden_alloc = 3;
+    refused(m, 0, 0, -EBADMSG, "hidden_alloc 3 (nallocs 3)");
+    m->hidden_alloc = 0;
+    m->nallocs = TE_KV_MAX_ALLOCS + 1;
+    refused(m, 0, 0, -EBADMSG, "nallocs 258");
+    m->nallocs = 0; /* v1 encoding, its version byte set to 2 */
+    m->desc_len = 48;
+    refused(m, 4, 2 | TE_KV_MSG_CACHE_REQUEST << 8, -EBADMSG,
+            "descriptor of 48 bytes (max 0)");
+    te_kv_msg h = {.type = TE_KV_MSG_HELLO, .addr_len = 5};
+    refused(&h, 4, 2 | TE_KV_MSG_HELLO << 8, -EPROTO,
+            "type 6 is not sent in version 2");
+    refused(d, 4, 1 | TE_KV_MSG_CACHE_DESCS << 8, -EPROTO,
+            "type 9 is not sent in version 1");
+    /* CACHE_DESCS: header 28, layout, nallocs, first, ndescs at 40, then
+     * the first descriptor's length at 44. */
+    refused(d, 36, UINT32_MAX, -EBADMSG, "from 4294967295 of nallocs 3");
+    refused(d, 40, 0, -EBADMSG, "0 from 0");
+    refused(d, 40, TE_KV_DESCS_PER_MSG + 1, -EBADMSG, "33 from 0");
+    refused(d, 32, 2, -EBADMSG, "3 from 0 of nallocs 2");
+    refused(d, 44, 0, -EBADMSG, "descriptor 0 of 0 bytes");
+    refused(d, 44, TE_DESC_MAX + 1, -EBADMSG, "descriptor 0 of 289 bytes");
+    refused(d, 44, 1000, -EBADMSG, "descriptor 0 of 1000 bytes");
+    nd = encode(d, buf, sizeof(buf));
+    for (int len = 0; len < nd; len++)
+        ck_assert_int_lt(te_kv_msg_parse(buf, (size_t)len, out), 0);
+    /* Corruption: up to 4 random bytes of a valid message changed, 20000
+     * times per form (bounded). Whatever parses is within its bounds. */
+    m->nallocs = 3;
+    m->desc_len = 0;
+    srand(23);
+    for (int i = 0; i < 40000; i++) {
+        const te_kv_msg *src = i & 1 ? d : m;
+        int len = encode(src, buf, sizeof(buf));
+        for (int k = rand() % 4 + 1; k > 0; k--)
+            buf[rand() % len] = (uint8_t)rand();
+        if (te_kv_msg_parse(buf, (size_t)len, out))
+            continue;
+        if (out->type == TE_KV_MSG_CACHE_REQUEST && out->nallocs) {
+            ck_assert_uint_le(out->nallocs, TE_KV_MAX_ALLOCS);
+            ck_assert_uint_lt(out->hidden_alloc, out->nallocs);
+            for (uint32_t r = 0; r < out->nregions; r++)
+                ck_assert_uint_lt(out->regions[r].alloc, out->nallocs);
+        } else if (out->type == TE_KV_MSG_CACHE_DESCS) {
+            ck_assert_uint_le((uint64_t)out->first + out->ndescs,
+                              out->nallocs);
+            for (uint32_t k = 0; k < out->ndescs; k++)
+                ck_assert_uint_le(out->desc_lens[k], TE_DESC_MAX);
+        }
+    }
+    free(d);
+    free(m);
+    free(out);
+}
+END_TEST
+
 /* A log sink keeping the last message (te.h "logging"). */
 struct kv_log_rec {
     int calls, level;
@@ -305,6 +470,8 @@ int main(void)
     tcase_add_test(t, pool_never_reuses_a_page_before_release);
     tcase_add_test(t, messages_round_trip);
     tcase_add_test(t, every_truncation_and_corruption_is_refused);
+    tcase_add_test(t, version2_messages_round_trip);
+    tcase_add_test(t, version2_hostile_input_is_refused);
     tcase_add_test(t, embedded_store_lists_live_members_and_skips_bad_ones);
     tcase_add_test(t, store_unregister_reports_a_record_left_behind);
     tcase_add_test(t, prefiller_timeout_out_of_range_is_refused);
