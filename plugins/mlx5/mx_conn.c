@@ -11,7 +11,10 @@
  *    still on it complete with errors; the remote replaces its QP too;
  *  - a deadline or a bye from the remote fails the conn: its ops complete
  *    with errors, one TE_PCQ_PEER_DOWN is reported, later posts to it
- *    complete with an error at once; peer_add() of it again restarts it.
+ *    complete with an error at once; peer_add() of it again restarts it;
+ *  - with a job secret (docs/security.md), a peer that fails authentication
+ *    fails the conn the same way with -EACCES, the reason logged and in the
+ *    engine's last error; its QP never left INIT.
  *
  * Peer handles are (seq << 32 | slot + 1) in a handle table, so a handle
  * removed and a new one added are never confused.
@@ -76,7 +79,7 @@ static void mx_conn_destroy(mx_nic *nic, struct mx_conn *c)
     c->hs.state = MX_HS_FAILED;
     mx_conn_sync(nic, c);
     if (c->ah)
-        ibv_destroy_ah(c->ah);
+        mx_oob_ah_release(nic, c->ah); /* a REFUSE may still be leaving */
     mx_map_del(&nic->by_rid, c->rid);
     nic->conns[c->index] = NULL;
     while (nic->nconns && !nic->conns[nic->nconns - 1])
@@ -98,6 +101,13 @@ static struct mx_conn *mx_conn_new(mx_nic *nic, const struct mx_addr *ra,
         free(c);
         mx_err(nic, "out of memory creating a connection");
         errno = ENOMEM;
+        return NULL;
+    }
+    uint8_t nonce[MX_NONCE_LEN];
+    if (nic->hsp.auth && mx_nonce(nic, nonce)) {
+        free(c->ring);
+        free(c);
+        errno = EIO;
         return NULL;
     }
     c->ring_mask = cap - 1;
@@ -140,8 +150,10 @@ static struct mx_conn *mx_conn_new(mx_nic *nic, const struct mx_addr *ra,
     nic->conns[idx] = c;
     if (idx == nic->nconns)
         nic->nconns++;
-    mx_hs_init(&c->hs, c->qp->qp_num, mx_psn_random(), ++nic->epoch, initiator,
-               tpc_now_ns(), &nic->hsp);
+    mx_hs_init(&c->hs, c->qp->qp_num, mx_psn_random(), ++nic->epoch, nonce,
+               initiator, tpc_now_ns(), &nic->hsp);
+    mx_ident(&nic->addr, c->hs.l_ident);
+    mx_ident(&c->ra, c->hs.r_ident);
     mx_conn_sync(nic, c);
     return c;
 }
@@ -155,6 +167,9 @@ static void mx_conn_down(mx_nic *nic, struct mx_conn *c, int status,
     mx_conn_sync(nic, c);
     mx_conn_drop_qp(nic, c);
     mx_conn_fail_ops(nic, c, status);
+    if (status == -EACCES) /* both sides say so, whoever refused */
+        mx_log(nic->ctx, 1, "%s: peer NIC %016llx %s", nic->name,
+               (unsigned long long)c->rid, why);
     if (!c->refs) {
         mx_log(nic->ctx, 2, "%s: connection from NIC %016llx dropped: %s",
                nic->name, (unsigned long long)c->rid, why);
@@ -163,7 +178,11 @@ static void mx_conn_down(mx_nic *nic, struct mx_conn *c, int status,
     }
     c->down_status = status;
     c->down_why = why;
-    mx_err(nic, "peer NIC %016llx is down: %s", (unsigned long long)c->rid, why);
+    if (status == -EACCES) /* why: "failed authentication: ..." */
+        mx_err(nic, "peer NIC %016llx %s", (unsigned long long)c->rid, why);
+    else
+        mx_err(nic, "peer NIC %016llx is down: %s", (unsigned long long)c->rid,
+               why);
     if (!c->down_reported) {
         c->down_reported = true;
         struct te_plugin_cq_entry e = {.kind = TE_PCQ_PEER_DOWN,
@@ -177,6 +196,11 @@ static int mx_conn_renew(mx_nic *nic, struct mx_conn *c, int status)
 {
     mx_conn_drop_qp(nic, c);
     mx_conn_fail_ops(nic, c, status);
+    uint8_t nonce[MX_NONCE_LEN];
+    if (nic->hsp.auth && mx_nonce(nic, nonce)) {
+        mx_conn_down(nic, c, -EIO, "no randomness for an authentication nonce");
+        return -1;
+    }
     if (!(c->qp = mx_qp_create(nic)) ||
         mx_map_put(&nic->by_qpn, c->qp->qp_num, c)) {
         if (c->qp) {
@@ -186,7 +210,7 @@ static int mx_conn_renew(mx_nic *nic, struct mx_conn *c, int status)
         mx_conn_down(nic, c, -ENOMEM, "cannot create a new QP");
         return -1;
     }
-    mx_hs_renewed(&c->hs, c->qp->qp_num, mx_psn_random(), ++nic->epoch,
+    mx_hs_renewed(&c->hs, c->qp->qp_num, mx_psn_random(), ++nic->epoch, nonce,
                   tpc_now_ns(), &nic->hsp);
     c->down_reported = false;
     mx_conn_sync(nic, c);
@@ -206,8 +230,13 @@ static void mx_conn_act(mx_nic *nic, struct mx_conn *c, unsigned act,
 {
     mx_conn_sync(nic, c);
     if (act & MX_HS_DOWN) {
-        mx_conn_down(nic, c, timer ? -ETIMEDOUT : -ECONNRESET,
-                     timer ? MX_WHY_TIMEOUT : MX_WHY_BYE);
+        if (act & MX_HS_SEND) /* our refusal, with its reason */
+            mx_oob_send(nic, c, out);
+        if (c->hs.fail)
+            mx_conn_down(nic, c, -EACCES, mx_hs_fail_str(c->hs.fail));
+        else
+            mx_conn_down(nic, c, timer ? -ETIMEDOUT : -ECONNRESET,
+                         timer ? MX_WHY_TIMEOUT : MX_WHY_BYE);
         return;
     }
     if ((act & MX_HS_CONNECT) && mx_qp_connect(nic, c) < 0) {
@@ -256,6 +285,13 @@ void mx_conn_on_datagram(mx_nic *nic, struct mx_conn *c,
 {
     uint64_t now = tpc_now_ns();
     struct mx_hs_wire out;
+    if (c->hs.state == MX_HS_FAILED && c->hs.fail) {
+        /* Refused (the core still holds the peer): the peer cannot have
+         * changed its key; repeat a refusal of ours if it asks again. */
+        if (mx_hs_on_msg(&c->hs, m, now, &nic->hsp, &out) & MX_HS_SEND)
+            mx_oob_send(nic, c, &out);
+        return;
+    }
     if (c->hs.state == MX_HS_FAILED) {
         /* The core still holds this peer as down. A newer QP of the remote
          * means it is back (e.g. it added us again): serve it. */
@@ -434,7 +470,7 @@ void mx_conns_free_all(mx_nic *nic)
             ibv_destroy_qp(c->qp);
         }
         if (c->ah)
-            ibv_destroy_ah(c->ah);
+            mx_oob_ah_release(nic, c->ah); /* after the UD QP is gone */
         free(c->ring);
         free(c);
         nic->conns[i] = NULL;

@@ -246,6 +246,9 @@ struct te_plugin_nic {
     uint32_t ud_free[MX_UD_SENDS];
     uint32_t nud_free;
     uint64_t hs_rejected; /* datagrams dropped (auth, format) */
+    struct ibv_ah **dead_ah; /* of gone conns, until their sends completed */
+    uint32_t ndead_ah, dead_ah_cap;
+    struct mx_hs_auth auth;  /* the job secret's MAC (hsp.auth when set) */
     bool closing;         /* nic_close(): serve no more datagrams */
 
     /* completions that did not fit in poll()'s array */
@@ -319,6 +322,8 @@ int mx_qp_connect(mx_nic *nic, struct mx_conn *c);
 /* Address handle to the remote's handshake UD QP. */
 struct ibv_ah *mx_ah_create(mx_nic *nic, const struct mx_addr *ra);
 uint32_t mx_psn_random(void);
+/* A fresh authentication nonce (getrandom): 0, or -EIO (logged). */
+int mx_nonce(mx_nic *nic, uint8_t out[MX_NONCE_LEN]);
 const char *mx_wc_status(enum ibv_wc_status s);
 int mx_wc_errno(enum ibv_wc_status s);
 
@@ -355,6 +360,8 @@ int mx_oob_init(mx_nic *nic);
 void mx_oob_fini(mx_nic *nic);
 /* Sign and send a datagram to c's remote; fills the sender fields. */
 int mx_oob_send(mx_nic *nic, struct mx_conn *c, struct mx_hs_wire *m);
+/* A gone conn's address handle: destroyed once no send may use it. */
+void mx_oob_ah_release(mx_nic *nic, struct ibv_ah *ah);
 /* Poll the UD CQ: sends done, datagrams in. */
 void mx_oob_progress(mx_nic *nic);
 

@@ -68,14 +68,15 @@ int mx_nic_open(te_plugin_ctx *ctx, int idx,
                                "rdma_rxe loaded?");
         return -ENODEV;
     }
-    /* Fail closed (docs/security.md): a job that set a secret expects its
-     * peers authenticated, and this transport cannot do that yet. */
+    /* A job secret (docs/security.md): every connection proves it
+     * (mx_hs.h). A core older than ABI 1.4 has none to offer. */
     const struct te_plugin_host *h = &ctx->host;
-    if (h->struct_size >= offsetof(struct te_plugin_host, auth_verify) +
-                              sizeof(h->auth_verify) &&
-        h->auth_required && h->auth_required(h->host_ctx) == 1) {
-        mx_ctx_err(ctx, "engine.auth_key is set and the mlx5 transport cannot "
-                   "authenticate its peers yet: refused rather than accept "
+    bool auth = h->struct_size >= offsetof(struct te_plugin_host, auth_verify) +
+                                      sizeof(h->auth_verify) &&
+                h->auth_required && h->auth_required(h->host_ctx) == 1;
+    if (auth && (!h->auth_mac || !h->auth_verify)) {
+        mx_ctx_err(ctx, "engine.auth_key is set but the core offers no "
+                   "auth_mac/auth_verify: refused rather than accept "
                    "unauthenticated peers (docs/security.md)");
         return -ENOTSUP;
     }
@@ -145,6 +146,22 @@ int mx_nic_open(te_plugin_ctx *ctx, int idx,
     nic->hsp.timeout_ns = cfg->connect_timeout_ms * 1000000ull;
     nic->hsp.retry_ns = cfg->connect_retry_ms * 1000000ull;
     nic->hsp.retry_max_ns = 1000000000ull;
+    if (auth) {
+        nic->auth.mac = h->auth_mac;
+        nic->auth.verify = h->auth_verify;
+        nic->auth.ctx = h->host_ctx;
+        nic->hsp.auth = &nic->auth;
+        /* One MAC now: libcrypto's one-time set-up (tens of ms in the
+         * emulated test guest) is paid here, not by the first connection. */
+        uint8_t mac[TE_PLUGIN_AUTH_MAC_LEN];
+        if (h->auth_mac(h->host_ctx, MX_AUTH_LABEL, sizeof(MX_AUTH_LABEL),
+                        mac)) {
+            mx_err(nic, "engine.auth_key is set but computing a MAC failed: "
+                   "refused rather than accept unauthenticated peers");
+            rc = -EIO;
+            goto fail;
+        }
+    }
     if (nic->hsp.retry_max_ns < nic->hsp.retry_ns)
         nic->hsp.retry_max_ns = nic->hsp.retry_ns;
 

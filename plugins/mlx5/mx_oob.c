@@ -12,6 +12,11 @@
  * address) or the sender's, as published in an address the core gave us
  * through peer_add() (we contacted the sender). A stray or forged datagram
  * therefore cannot create, reset or tear down a connection.
+ *
+ * That secret travels in the address, so it keeps out strays, not a peer
+ * that holds the address. With a job secret (engine.auth_key), the state
+ * machine also proves and checks the job's HMAC in every HELLO, BYE and
+ * CHALLENGE (version 2 datagrams, mx_hs.h) before it connects a QP.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -20,7 +25,7 @@
 
 #include "mx_internal.h"
 
-#define MX_UD_SLOT 256u /* GRH (40) + datagram (88), rounded up */
+#define MX_UD_SLOT 256u /* GRH (40) + datagram (88 or 152), rounded up */
 #define MX_UD_SEND_TAG 0x100000000ull
 
 static unsigned char *mx_ud_slot(mx_nic *nic, uint32_t i)
@@ -110,6 +115,36 @@ int mx_oob_init(mx_nic *nic)
     return 0;
 }
 
+/* Destroy the address handles of gone conns (no send can use them). */
+static void mx_oob_ah_reap(mx_nic *nic)
+{
+    while (nic->ndead_ah)
+        ibv_destroy_ah(nic->dead_ah[--nic->ndead_ah]);
+}
+
+void mx_oob_ah_release(mx_nic *nic, struct ibv_ah *ah)
+{
+    /* A datagram posted with ah (e.g. the REFUSE just sent to the conn
+     * being destroyed) may still be in flight, and some providers (rxe)
+     * look the handle up when the send is processed: keep it until every
+     * send completed. */
+    if (!nic->ud || nic->nud_free == MX_UD_SENDS) {
+        ibv_destroy_ah(ah);
+        return;
+    }
+    if (nic->ndead_ah == nic->dead_ah_cap) {
+        uint32_t nc = nic->dead_ah_cap ? nic->dead_ah_cap * 2 : 8;
+        struct ibv_ah **na = realloc(nic->dead_ah, nc * sizeof(*na));
+        if (!na) {
+            ibv_destroy_ah(ah); /* at worst that datagram is lost */
+            return;
+        }
+        nic->dead_ah = na;
+        nic->dead_ah_cap = nc;
+    }
+    nic->dead_ah[nic->ndead_ah++] = ah;
+}
+
 void mx_oob_fini(mx_nic *nic)
 {
     if (nic->ud) {
@@ -119,6 +154,10 @@ void mx_oob_fini(mx_nic *nic)
                    nic->name, strerror(rc), rc);
         nic->ud = NULL;
     }
+    mx_oob_ah_reap(nic);
+    free(nic->dead_ah);
+    nic->dead_ah = NULL;
+    nic->dead_ah_cap = 0;
     if (nic->ubuf_mr)
         ibv_dereg_mr(nic->ubuf_mr);
     nic->ubuf_mr = NULL;
@@ -143,10 +182,11 @@ int mx_oob_send(mx_nic *nic, struct mx_conn *c, struct mx_hs_wire *m)
     m->keysel = c->has_secret ? MX_KEY_RECEIVER : MX_KEY_SENDER;
     uint32_t slot = nic->ud_free[--nic->nud_free];
     unsigned char *buf = mx_ud_slot(nic, slot);
-    mx_hs_encode(m, c->has_secret ? c->ra.secret : nic->addr.secret, buf);
+    size_t len =
+        mx_hs_encode(m, c->has_secret ? c->ra.secret : nic->addr.secret, buf);
 
-    struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)buf, .length = MX_HS_LEN,
-                          .lkey = nic->ubuf_mr->lkey};
+    struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)buf,
+                          .length = (uint32_t)len, .lkey = nic->ubuf_mr->lkey};
     struct ibv_send_wr wr;
     memset(&wr, 0, sizeof(wr));
     wr.wr_id = MX_UD_SEND_TAG | slot;
@@ -240,6 +280,8 @@ void mx_oob_progress(mx_nic *nic)
             if (wc[i].status != IBV_WC_WR_FLUSH_ERR)
                 mx_ud_post_recv(nic, slot);
         }
+        if (nic->ndead_ah && nic->nud_free == MX_UD_SENDS)
+            mx_oob_ah_reap(nic);
         if (got < 16)
             return;
     }

@@ -6,12 +6,28 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "mx_internal.h"
 
 uint32_t mx_psn_random(void)
 {
     return (uint32_t)tpc_random64() & 0xffffffu;
+}
+
+int mx_nonce(mx_nic *nic, uint8_t out[MX_NONCE_LEN])
+{
+    /* Blocking only until the kernel's generator is seeded (early boot):
+     * a nonce must be unpredictable, not merely unique. */
+    ssize_t r;
+    do
+        r = getrandom(out, MX_NONCE_LEN, 0);
+    while (r < 0 && errno == EINTR);
+    if (r == (ssize_t)MX_NONCE_LEN)
+        return 0;
+    mx_err(nic, "getrandom failed: no nonce for authentication (%s)",
+           r < 0 ? strerror(errno) : "short read");
+    return -EIO;
 }
 
 struct ibv_qp *mx_qp_create(mx_nic *nic)

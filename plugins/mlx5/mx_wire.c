@@ -157,20 +157,31 @@ int mx_addr_decode(const void *buf, size_t len, struct mx_addr *a,
 /* ------------------------------------------------------------ datagram */
 
 /*
- * Datagram layout (88 bytes):
+ * Datagram layout, version 1 (88 bytes):
  *   0 magic u32 | 4 version u8 | 5 type u8 | 6 flags u8 | 7 keysel u8
  *   8 src_id u64 | 16 dst_id u64 | 24 src_gid[16] | 40 src_lid u16
  *  42 src_mtu u8 | 43 src_link_layer u8 | 44 src_ud_qpn u32
  *  48 src_msg_size u32 | 52 qpn u32 | 56 psn u32 | 60 epoch u32
  *  64 echo_qpn u32 | 68 echo_epoch u32 | 72 reserved u64
  *  80 mac u64 = SipHash-2-4(key, bytes 0..79)
+ * Version 2 (152 bytes): bytes 0..71 as version 1, then
+ *  72 reason u8 | 73 reserved[7] | 80 nonce[16] | 96 echo_nonce[16]
+ * 112 proof[32] | 144 mac u64 = SipHash-2-4(key, bytes 0..143)
  */
-void mx_hs_encode(const struct mx_hs_wire *m, const uint8_t key[16],
-                  uint8_t out[MX_HS_LEN])
+static int mx_hs_v2(const struct mx_hs_wire *m)
 {
-    memset(out, 0, MX_HS_LEN);
+    return (m->flags & MX_HS_F_AUTH) || m->type == MX_HS_T_REFUSE ||
+           m->type == MX_HS_T_CHALLENGE;
+}
+
+size_t mx_hs_encode(const struct mx_hs_wire *m, const uint8_t key[16],
+                    uint8_t out[MX_HS_MAX])
+{
+    int v2 = mx_hs_v2(m);
+    size_t macoff = v2 ? MX_HS_MAC_OFF_AUTH : MX_HS_MAC_OFF;
+    memset(out, 0, MX_HS_MAX);
     put32(out, MX_HS_MAGIC);
-    out[4] = MX_HS_VERSION;
+    out[4] = v2 ? MX_HS_VERSION_AUTH : MX_HS_VERSION;
     out[5] = m->type;
     out[6] = m->flags;
     out[7] = m->keysel;
@@ -187,7 +198,14 @@ void mx_hs_encode(const struct mx_hs_wire *m, const uint8_t key[16],
     put32(out + 60, m->epoch);
     put32(out + 64, m->echo_qpn);
     put32(out + 68, m->echo_epoch);
-    put64(out + MX_HS_MAC_OFF, mx_siphash24(key, out, MX_HS_MAC_OFF));
+    if (v2) {
+        out[72] = m->reason;
+        memcpy(out + 80, m->nonce, MX_NONCE_LEN);
+        memcpy(out + 96, m->echo_nonce, MX_NONCE_LEN);
+        memcpy(out + 112, m->proof, MX_PROOF_LEN);
+    }
+    put64(out + macoff, mx_siphash24(key, out, macoff));
+    return macoff + 8;
 }
 
 int mx_hs_decode(const void *buf, size_t len, struct mx_hs_wire *m,
@@ -195,11 +213,17 @@ int mx_hs_decode(const void *buf, size_t len, struct mx_hs_wire *m,
 {
     const uint8_t *p = buf;
     const char *w = NULL;
+    unsigned v = buf && len >= MX_HS_LEN ? p[4] : 0;
     if (!buf || len < MX_HS_LEN)
         w = "truncated handshake datagram";
-    else if (get32(p) != MX_HS_MAGIC || p[4] != MX_HS_VERSION)
+    else if (get32(p) != MX_HS_MAGIC ||
+             (v != MX_HS_VERSION && v != MX_HS_VERSION_AUTH))
         w = "not a handshake datagram of this version";
-    else if (p[5] != MX_HS_T_HELLO && p[5] != MX_HS_T_BYE)
+    else if (v == MX_HS_VERSION_AUTH && len < MX_HS_LEN_AUTH)
+        w = "truncated handshake datagram";
+    else if (p[5] != MX_HS_T_HELLO && p[5] != MX_HS_T_BYE &&
+             (v == MX_HS_VERSION ||
+              (p[5] != MX_HS_T_REFUSE && p[5] != MX_HS_T_CHALLENGE)))
         w = "unknown handshake datagram type";
     else if (p[7] != MX_KEY_RECEIVER && p[7] != MX_KEY_SENDER)
         w = "unknown handshake key selector";
@@ -225,6 +249,13 @@ int mx_hs_decode(const void *buf, size_t len, struct mx_hs_wire *m,
     m->epoch = get32(p + 60);
     m->echo_qpn = get32(p + 64);
     m->echo_epoch = get32(p + 68);
+    if (v == MX_HS_VERSION_AUTH) {
+        m->reason = p[72];
+        memcpy(m->nonce, p + 80, MX_NONCE_LEN);
+        memcpy(m->echo_nonce, p + 96, MX_NONCE_LEN);
+        memcpy(m->proof, p + 112, MX_PROOF_LEN);
+    }
+    unsigned authf = MX_HS_F_AUTH | MX_HS_F_PROOF;
     if (m->src_id == 0 || m->dst_id == 0)
         w = "handshake datagram with NIC id 0";
     else if (m->qpn == 0 || m->qpn > 0xffffffu || m->psn > 0xffffffu ||
@@ -236,6 +267,20 @@ int mx_hs_decode(const void *buf, size_t len, struct mx_hs_wire *m,
     else if (m->src_mtu < 1 || m->src_mtu > 5 ||
              (m->src_link_layer != MX_LL_IB && m->src_link_layer != MX_LL_ETH))
         w = "handshake datagram with a bad MTU or link layer";
+    else if (v == MX_HS_VERSION && (m->flags & authf))
+        w = "version 1 handshake datagram with authentication flags";
+    else if (v == MX_HS_VERSION_AUTH &&
+             (m->type == MX_HS_T_HELLO || m->type == MX_HS_T_BYE ||
+              m->type == MX_HS_T_CHALLENGE) &&
+             !(m->flags & MX_HS_F_AUTH))
+        w = "version 2 handshake datagram without its nonce";
+    else if ((m->flags & MX_HS_F_PROOF) && !(m->flags & MX_HS_F_AUTH))
+        w = "handshake datagram with a proof but no nonce";
+    else if (m->type == MX_HS_T_CHALLENGE && !(m->flags & MX_HS_F_PROOF))
+        w = "handshake challenge without a proof";
+    else if (m->type == MX_HS_T_REFUSE &&
+             (m->reason < MX_REFUSE_NO_KEY || m->reason > MX_REFUSE_BAD_PROOF))
+        w = "handshake refusal with an unknown reason";
     if (w) {
         if (why)
             *why = w;
@@ -247,7 +292,62 @@ int mx_hs_decode(const void *buf, size_t len, struct mx_hs_wire *m,
 int mx_hs_verify(const void *buf, const uint8_t key[16])
 {
     const uint8_t *p = buf;
+    size_t off = p[4] == MX_HS_VERSION_AUTH ? MX_HS_MAC_OFF_AUTH : MX_HS_MAC_OFF;
     /* Compare without an early exit: the time taken says nothing. */
-    uint64_t d = get64(p + MX_HS_MAC_OFF) ^ mx_siphash24(key, p, MX_HS_MAC_OFF);
+    uint64_t d = get64(p + off) ^ mx_siphash24(key, p, off);
     return d == 0;
+}
+
+/* ------------------------------------------------------- job secret MAC */
+
+static void mx_ident_fill(uint64_t id, const uint8_t gid[16], uint16_t lid,
+                          uint32_t ud_qpn, uint8_t ll,
+                          uint8_t out[MX_IDENT_LEN])
+{
+    memset(out, 0, MX_IDENT_LEN);
+    put64(out, id);
+    memcpy(out + 8, gid, 16);
+    put32(out + 24, ud_qpn);
+    put16(out + 28, lid);
+    out[30] = ll;
+}
+
+void mx_ident(const struct mx_addr *a, uint8_t out[MX_IDENT_LEN])
+{
+    mx_ident_fill(a->nic_id, a->gid, a->lid, a->ud_qpn, a->link_layer, out);
+}
+
+void mx_ident_src(const struct mx_hs_wire *m, uint8_t out[MX_IDENT_LEN])
+{
+    mx_ident_fill(m->src_id, m->src_gid, m->src_lid, m->src_ud_qpn,
+                  m->src_link_layer, out);
+}
+
+/*
+ * Layout (136 bytes): 0 label[16] "te-mlx5-auth-v1\0" | 16 type u8
+ * | 17 role u8 | 18 reserved u16 | 20 qpn | 24 psn | 28 epoch
+ * | 32 echo_qpn | 36 echo_epoch (u32 each, the maker's datagram)
+ * | 40 nonce of the lower id | 56 nonce of the higher id
+ * | 72 ident of the lower id | 104 ident of the higher id.
+ */
+void mx_auth_bind(const struct mx_hs_wire *m, const uint8_t *maker_nonce,
+                  const uint8_t *other_nonce, const uint8_t *maker_ident,
+                  const uint8_t *other_ident, uint8_t out[MX_BIND_LEN])
+{
+    uint64_t mi = get64(maker_ident), oi = get64(other_ident);
+    int maker_low = mi <= oi;
+    memset(out, 0, MX_BIND_LEN);
+    memcpy(out, MX_AUTH_LABEL, sizeof(MX_AUTH_LABEL));
+    out[16] = m->type;
+    out[17] = (uint8_t)(mi < oi ? MX_ROLE_LOW
+                                : mi > oi ? MX_ROLE_HIGH : MX_ROLE_SELF);
+    put32(out + 20, m->qpn);
+    put32(out + 24, m->psn);
+    put32(out + 28, m->epoch);
+    put32(out + 32, m->echo_qpn);
+    put32(out + 36, m->echo_epoch);
+    memcpy(out + 40, maker_low ? maker_nonce : other_nonce, MX_NONCE_LEN);
+    memcpy(out + 56, maker_low ? other_nonce : maker_nonce, MX_NONCE_LEN);
+    memcpy(out + 72, maker_low ? maker_ident : other_ident, MX_IDENT_LEN);
+    memcpy(out + 104, maker_low ? other_ident : maker_ident, MX_IDENT_LEN);
 }

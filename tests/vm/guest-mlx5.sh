@@ -11,7 +11,12 @@
 #   3. te-mlx5-pair: two processes on DIFFERENT devices (rxe0 <-> rxe1), so
 #      RoCEv2 packets cross the veth: plain; with half of the handshake
 #      datagrams lost and half duplicated (netem-ud.sh, 3 runs); and with
-#      all of them lost, where a write must fail at the connect deadline.
+#      all of them lost, where a write must fail at the connect deadline;
+#   4. job authentication (engine.auth_key, docs/security.md): the
+#      conformance suite with the same secret in every engine; the pair
+#      with one secret (also with lost and duplicated datagrams); and two
+#      refusals: another secret, and no secret on one side, each refused on
+#      both sides by name ("failed authentication") with nothing written.
 #
 # Engine workers block when idle (engine.idle_spin_us, then the completion
 # channel) so the processes and the guest kernel share the two emulated
@@ -75,11 +80,32 @@ paths_check() {
 step "paths: rxe reported as software, refused under engine.require=hardware" \
   paths_check
 step "pair rxe0<->rxe1" timeout 60 "$pair"
+# Job authentication: every handshake proves engine.auth_key (HMAC over
+# both nonces, addresses and the announced QP) before a QP goes to RTR.
+key=mlx5-conformance-job-secret-0123
+step "conformance with a job secret (engine.auth_key; rxe0+rxe1, 1 remote)" \
+  timeout 240 "$conf" "${common[@]}" --remotes 1 --set engine.nics_per_group=2 \
+  --set engine.auth_key=$key
+step "pair rxe0<->rxe1, both with the same engine.auth_key" \
+  timeout 60 "$pair" --key-a $key --key-b $key
+refused() { # pair options...: both sides refuse, the refusal named
+  local out
+  out=$(timeout 60 "$pair" --expect-refused "$@" 2>&1)
+  local st=$?
+  echo "$out"
+  [ $st -eq 0 ] && echo "$out" | grep -q "failed authentication"
+}
+step "pair, another engine.auth_key on B: refused on both sides" \
+  refused --key-a $key --key-b another-job-secret-456789
+step "pair, no engine.auth_key on B: refused on both sides" \
+  refused --key-a $key
 "$here/netem-ud.sh" "loss 50% duplicate 50%" || rc=1
 for i in 1 2 3; do
   step "pair, handshake datagrams 50% lost 50% duplicated ($i)" \
     timeout 60 "$pair"
 done
+step "pair with engine.auth_key, handshake datagrams 50% lost 50% duplicated" \
+  timeout 60 "$pair" --key-a $key --key-b $key
 "$here/netem-ud.sh" "loss 100%" || rc=1
 step "pair, every handshake datagram lost: write fails at the deadline" \
   timeout 60 "$pair" --expect-down --connect-timeout-ms 3000

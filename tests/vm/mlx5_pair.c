@@ -10,6 +10,20 @@
  *   --expect-down  the handshake cannot succeed (run.sh's caller drops every
  *                  handshake datagram): a write must fail within the
  *                  deadline, not hang.
+ *   --key-a K, --key-b K
+ *                  engine.auth_key of side A / B (job authentication,
+ *                  docs/security.md); the same on both: the test above runs
+ *                  authenticated.
+ *   --expect-refused
+ *                  the keys differ (or one side has none): both sides must
+ *                  see the peer refused, with a reason naming
+ *                  engine.auth_key, within a few seconds; a write to it
+ *                  fails and nothing lands in the other side's memory.
+ *   --setup-runs N set-up time instead: N rounds of fresh engines on both
+ *                  sides, both add each other at once (--passive-b: only A
+ *                  adds B), and A times te_peer_add until its first write
+ *                  (0 bytes, with an immediate) completed; prints each round
+ *                  and the median.
  * Public API only. Exit 0 on success.
  */
 #define _GNU_SOURCE
@@ -46,6 +60,9 @@ struct side {
     te_mr_desc remote;
     te_peer peer;
     int fd;
+    int no_add;                   /* setup() stops before te_peer_add */
+    uint8_t raddr[TE_ADDR_MAX];   /* the other side's address */
+    size_t raddr_len;
     int got_msg;
     uint8_t msg[64];
 };
@@ -93,10 +110,13 @@ static void on_msg(int group, te_peer from, const void *data, size_t len,
     }
 }
 
-static int setup(struct side *s, const char *dev, const char *timeout)
+static int setup(struct side *s, const char *dev, const char *timeout,
+                 const char *key)
 {
     te_config *cfg = te_config_new();
     int rc = te_config_set(cfg, "engine", "plugin", "mlx5");
+    if (!rc && key)
+        rc = te_config_set(cfg, "engine", "auth_key", key);
     if (!rc)
         rc = te_config_set(cfg, "mlx5", "devices", dev);
     if (!rc)
@@ -126,10 +146,28 @@ static int setup(struct side *s, const char *dev, const char *timeout)
         return fail(s, "address", rc);
     if (xfer(s->fd, &me, sizeof(me), 1) || xfer(s->fd, &them, sizeof(them), 0))
         return fail(s, "exchange", -EPIPE);
-    if ((rc = te_desc_parse(them.desc, them.desc_len, &s->remote)) ||
-        (rc = te_peer_add(s->e, 0, them.addr, them.addr_len, &s->peer)))
+    if ((rc = te_desc_parse(them.desc, them.desc_len, &s->remote)))
+        return fail(s, "descriptor", rc);
+    memcpy(s->raddr, them.addr, them.addr_len);
+    s->raddr_len = them.addr_len;
+    if (s->no_add)
+        return 0;
+    if ((rc = te_peer_add(s->e, 0, them.addr, them.addr_len, &s->peer)))
         return fail(s, "peer_add", rc);
     return 0;
+}
+
+static void teardown(struct side *s)
+{
+    if (s->e) {
+        if (s->mr)
+            te_mr_dereg(s->e, s->mr);
+        te_engine_destroy(s->e);
+    }
+    free(s->buf);
+    s->e = NULL;
+    s->mr = NULL;
+    s->buf = NULL;
 }
 
 static int run(struct side *s, te_request *q, te_completion *c)
@@ -241,6 +279,48 @@ static int side_b(struct side *s)
     return 0;
 }
 
+/* Both sides: the peer is refused (a different key, or none), with the
+ * reason; a write to it fails and the other side's memory stays
+ * untouched. */
+static int side_refused(struct side *s)
+{
+    double t0 = now_s(), end = t0 + 10;
+    int st;
+    while ((st = te_peer_status(s->e, 0, s->peer)) == 0 && now_s() < end)
+        usleep(1000);
+    if (st != -ECONNRESET)
+        return fail(s, "peer not refused within 10 s", st ? st : -ETIMEDOUT);
+    char why[512];
+    snprintf(why, sizeof(why), "%s", te_last_error());
+    printf("te-mlx5-pair %s: peer refused after %.3f s: %s\n", s->name,
+           now_s() - t0, why);
+    if (!strstr(why, "engine.auth_key"))
+        return fail(s, "the refusal does not name engine.auth_key", -EPROTO);
+    for (uint64_t b = 0; b < 4096; b++)
+        s->buf[b] = 0xa5;
+    te_request q = req(s, TE_OP_WRITE, 0, REGION / 2, 4096);
+    q.flags = TE_F_IMM;
+    q.imm = 9;
+    int64_t id = te_submit(s->e, &q);
+    if (id >= 0) {
+        te_completion c;
+        if (te_poll_completions(s->e, &c, 1, TIMEOUT_MS) != 1)
+            return fail(s, "write to a refused peer did not complete",
+                        -ETIMEDOUT);
+        if (c.status == 0)
+            return fail(s, "write to a refused peer succeeded", -EPROTO);
+    }
+    /* Both sides tried to write 0xa5 into the other's second half; wait
+     * for the other side's attempt to end, then look at ours. */
+    char ok = 'y', theirs = 0;
+    if (xfer(s->fd, &ok, 1, 1) || xfer(s->fd, &theirs, 1, 0))
+        return fail(s, "exchange", -EPIPE);
+    for (uint64_t b = REGION / 2; b < REGION / 2 + 4096; b++)
+        if (s->buf[b] != 0)
+            return fail(s, "a refused peer wrote into our memory", -EPROTO);
+    return 0;
+}
+
 /* The handshake cannot complete: a write fails within the deadline. */
 static int side_a_down(struct side *s)
 {
@@ -259,14 +339,80 @@ static int side_a_down(struct side *s)
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * --setup-runs: fresh engines each round (a new NIC, so a real handshake);
+ * both ready, then at once A (and B, unless passive) add each other, and A
+ * times te_peer_add until its first write, 0 bytes with an immediate,
+ * completed: the handshake plus one RC round trip.
+ */
+static int timing(struct side *s, int is_a, const char *dev, const char *tmo,
+                  const char *key, int runs, int passive_b)
+{
+    double t[1000];
+    if (runs > 1000)
+        runs = 1000;
+    for (int r = 0; r < runs; r++) {
+        s->no_add = 1;
+        if (setup(s, dev, tmo, key))
+            return 1;
+        char go = 'g';
+        if (xfer(s->fd, &go, 1, 1) || xfer(s->fd, &go, 1, 0))
+            return fail(s, "barrier", -EPIPE);
+        double t0 = now_s();
+        int rc = 0;
+        if (is_a || !passive_b)
+            rc = te_peer_add(s->e, 0, s->raddr, s->raddr_len, &s->peer);
+        if (rc)
+            return fail(s, "peer_add", rc);
+        if (is_a) {
+            te_request q = req(s, TE_OP_WRITE, 0, 0, 0);
+            q.flags = TE_F_IMM;
+            q.imm = 1000 + (uint32_t)r;
+            te_completion c;
+            if ((rc = run(s, &q, &c)) || c.status)
+                return fail(s, "first write", rc ? rc : c.status);
+            t[r] = now_s() - t0;
+            printf("te-mlx5-pair: set-up round %d: %.3f ms\n", r + 1,
+                   t[r] * 1e3);
+        }
+        char done = 'd';
+        if (xfer(s->fd, &done, 1, is_a))
+            return fail(s, "round end", -EPIPE);
+        teardown(s);
+    }
+    if (is_a) {
+        qsort(t, (size_t)runs, sizeof(t[0]), cmp_double);
+        double med = runs % 2 ? t[runs / 2]
+                              : (t[runs / 2 - 1] + t[runs / 2]) / 2;
+        printf("te-mlx5-pair: set-up (te_peer_add to first write done, %s, "
+               "%s): median %.3f ms of %d runs, min %.3f, max %.3f\n",
+               key ? "with engine.auth_key" : "no secret",
+               passive_b ? "A adds B" : "both add each other", med * 1e3,
+               runs, t[0] * 1e3, t[runs - 1] * 1e3);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *da = "rxe0", *db = "rxe1", *tmo = "10000";
-    int expect_down = 0, o;
+    const char *ka = NULL, *kb = NULL;
+    int expect_down = 0, expect_refused = 0, runs = 0, passive_b = 0, o;
     static const struct option opts[] = {{"dev-a", 1, 0, 'a'},
                                          {"dev-b", 1, 0, 'b'},
                                          {"connect-timeout-ms", 1, 0, 't'},
                                          {"expect-down", 0, 0, 'd'},
+                                         {"key-a", 1, 0, 'A'},
+                                         {"key-b", 1, 0, 'B'},
+                                         {"expect-refused", 0, 0, 'r'},
+                                         {"setup-runs", 1, 0, 'n'},
+                                         {"passive-b", 0, 0, 'p'},
                                          {0, 0, 0, 0}};
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
@@ -274,9 +420,16 @@ int main(int argc, char **argv)
         case 'b': db = optarg; break;
         case 't': tmo = optarg; break;
         case 'd': expect_down = 1; break;
+        case 'A': ka = optarg; break;
+        case 'B': kb = optarg; break;
+        case 'r': expect_refused = 1; break;
+        case 'n': runs = atoi(optarg); break;
+        case 'p': passive_b = 1; break;
         default:
             fprintf(stderr, "usage: te-mlx5-pair [--dev-a D] [--dev-b D] "
-                            "[--connect-timeout-ms N] [--expect-down]\n");
+                            "[--connect-timeout-ms N] [--expect-down] "
+                            "[--key-a K] [--key-b K] [--expect-refused] "
+                            "[--setup-runs N [--passive-b]]\n");
             return 2;
         }
     }
@@ -287,10 +440,14 @@ int main(int argc, char **argv)
     if (pid < 0)
         return 1;
     struct side s = {.name = pid ? "A" : "B", .fd = pid ? sv[0] : sv[1]};
-    int rc = setup(&s, pid ? da : db, tmo);
-    if (!rc)
-        rc = pid ? (expect_down ? side_a_down(&s) : side_a(&s))
-                 : (expect_down ? 0 : side_b(&s));
+    int rc;
+    if (runs > 0)
+        rc = timing(&s, pid != 0, pid ? da : db, tmo, pid ? ka : kb, runs,
+                    passive_b);
+    else if (!(rc = setup(&s, pid ? da : db, tmo, pid ? ka : kb)))
+        rc = expect_refused ? side_refused(&s)
+             : pid ? (expect_down ? side_a_down(&s) : side_a(&s))
+                   : (expect_down ? 0 : side_b(&s));
     if (pid) {
         char done = 'x';
         xfer(s.fd, &done, 1, 1);
@@ -298,12 +455,7 @@ int main(int argc, char **argv)
         char done; /* keep B alive (and unreachable) until A is done */
         xfer(s.fd, &done, 1, 0);
     }
-    if (s.e) {
-        if (s.mr)
-            te_mr_dereg(s.e, s.mr);
-        te_engine_destroy(s.e);
-    }
-    free(s.buf);
+    teardown(&s);
     if (pid) {
         int st = 0;
         waitpid(pid, &st, 0);
