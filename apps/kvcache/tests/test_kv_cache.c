@@ -639,6 +639,50 @@ START_TEST(fence_revokes_every_allocation)
 }
 END_TEST
 
+/* A decoder that registers with the same source again (its prefiller
+ * index 1): the source keeps the newer descriptor set, so a request on
+ * the older registration (index 0) is refused, ESTALE, nothing written,
+ * while the newer one serves. */
+START_TEST(older_registration_is_refused)
+{
+    struct sep_pair p = sep_pair_new();
+    sep_fill_source(&p);
+    uint8_t addr[TE_ADDR_MAX];
+    size_t n = sizeof(addr);
+    uint32_t pf1;
+    ck_assert_int_eq(te_engine_address(p.pe, 0, addr, &n), 0);
+    ck_assert_int_eq(te_kv_decoder_add_prefiller(p.d, addr, n, &pf1), 0);
+    ck_assert_uint_eq(pf1, p.pf + 1);
+    /* Served on the newer: the source has its whole set from now on. */
+    struct result r = {0};
+    ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, pf1, 94, 10, DST_PAGES,
+                                                3, 0, 10000, on_done, &r), 0);
+    ck_assert_int_eq(te_kv_source_begin(p.s, 94, 10, SRC_PAGES, 3, 1), 0);
+    for (uint32_t l = 0; l < LAYERS; l++)
+        ck_assert_int_eq(te_kv_source_layer_done(p.s, 94, l), 0);
+    ck_assert_int_eq(te_kv_source_hidden_done(p.s, 94), 0);
+    wait_done(&r);
+    ck_assert_msg(r.status == 0, "%s", r.why);
+    ck_assert_int_eq(te_kv_source_wait(p.s, 94, 10000), 0);
+    sep_check(&p.dst, LAYERS, 1);
+    ck_assert_int_eq(te_kv_decoder_release(p.d, 94), 0);
+    for (uint32_t a = 0; a <= LAYERS * 2; a++) /* back to the sentinel */
+        memset(p.dst.buf[a], SENTINEL, p.dst.len[a]);
+    struct result r2 = {0};
+    ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 95, 10, DST_PAGES,
+                                                3, 0, 10000, on_done, &r2), 0);
+    ck_assert_int_eq(te_kv_source_begin(p.s, 95, 10, SRC_PAGES, 3, 1), 0);
+    wait_done(&r2);
+    ck_assert_int_eq(r2.status, -ESTALE);
+    ck_assert_int_eq(te_kv_source_wait(p.s, 95, 10000), -ESTALE);
+    ck_assert_msg(strstr(te_kv_last_error(), "layout 0: the decoder "
+                         "registered anew since (layout 1)"), "%s",
+                  te_kv_last_error());
+    sep_check(&p.dst, 0, 0);
+    sep_pair_free(&p);
+}
+END_TEST
+
 /* The allocations form: each field named. */
 START_TEST(separate_allocations_desc_is_checked)
 {
@@ -754,6 +798,7 @@ int main(void)
     tcase_add_test(t, separate_allocations_land_in_place);
     tcase_add_test(t, separate_source_allocations);
     tcase_add_test(t, fence_revokes_every_allocation);
+    tcase_add_test(t, older_registration_is_refused);
     tcase_add_test(t, separate_allocations_desc_is_checked);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
