@@ -5,8 +5,10 @@
 #
 # mlx5_rxe_conformance boots a QEMU guest (TCG) with two soft-RoCE devices
 # and runs the conformance suite against the plugin inside it, then the
-# cross-device pair tests with lost and duplicated handshake datagrams
-# (tests/vm/mlx5-conformance.sh, tests/vm/guest-mlx5.sh). It checks its prerequisites when it runs
+# cross-device pair tests with lost and duplicated handshake datagrams, and
+# with a job secret (engine.auth_key): the suite, the pair, and refusals of
+# another key and of none (tests/vm/mlx5-conformance.sh,
+# tests/vm/guest-mlx5.sh). It checks its prerequisites when it runs
 # (qemu, linux-image-amd64 with rdma_rxe, busybox-static, the plugin) and
 # reports Skipped with a loud message when they are missing, so installing
 # them later needs no reconfigure. About 2-3 minutes on 2 busy cores; the
