@@ -14,6 +14,21 @@ foreach(t test_kv_units test_kv_transfer test_kv_soak test_kv_badreq
   endif()
 endforeach()
 
+# The engine's cache in device memory with GPU-reported layers (label gpu;
+# exits 77 without a usable device; scripts/gpu-check.sh runs it).
+if(TARGET te_cuda_kernels)
+  add_executable(test_kv_gpu ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_kv_gpu.c)
+  target_link_libraries(test_kv_gpu PRIVATE te-kv te_cuda_kernels
+                        PkgConfig::TE_KV_CHECK)
+  add_test(NAME kvcache_gpu COMMAND test_kv_gpu)
+  set_tests_properties(kvcache_gpu PROPERTIES TIMEOUT 180 LABELS "kvcache;gpu"
+    SKIP_RETURN_CODE 77
+    ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR};CK_DEFAULT_TIMEOUT=120")
+  if(TARGET te-plugin-loopback)
+    add_dependencies(test_kv_gpu te-plugin-loopback)
+  endif()
+endif()
+
 # The demo: prefiller processes and a decoder meet in the embedded store.
 add_test(NAME kvcache_demo COMMAND te-kv-tool demo --model qwen3-235b-a22b
          --layers 6 --tokens 256 --prefillers 2 --requests 6 --layer-us 200)
