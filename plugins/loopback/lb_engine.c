@@ -63,7 +63,7 @@ static void lb_fail(struct lb_resp *resp, int status, uint32_t reason,
                     uint64_t a, uint64_t b, uint64_t c)
 {
     resp->status = status;
-    resp->reason = reason;
+    resp->reason = (uint16_t)reason;
     resp->a = a;
     resp->b = b;
     resp->c = c;
@@ -97,8 +97,7 @@ lb_check(lb_nic *nic, const struct lb_req *r, uint32_t need,
 static inline __attribute__((always_inline)) void
 lb_respond(lb_nic *nic, struct lb_inbound *in, const struct lb_resp *resp)
 {
-    void *slot = lb_ring_prod_slot(&in->resp);
-    if (!slot) {
+    if (!lb_ring_prod_room(&in->resp)) {
         /* Cannot happen with an honest initiator (ring >= its queue depth). */
         lb_log(nic->ctx, 0, "%s: response ring of lo%u (pid %u) overflows; "
                "dropping the channel", nic->name, in->nic_index, in->pid);
@@ -106,11 +105,11 @@ lb_respond(lb_nic *nic, struct lb_inbound *in, const struct lb_resp *resp)
         return;
     }
     /* a, b, c (and the rest) are read only for a failure: a success
-     * writes the 16-byte head of the entry, not all 64 bytes. */
-    memcpy(slot, resp, resp->status || resp->reason
-                           ? sizeof(*resp)
-                           : offsetof(struct lb_resp, a));
-    lb_ring_prod_push(&in->resp);
+     * writes the 16-byte head of the entry, not all 64 bytes. The
+     * initiator may take it at once (lap stamp, lb_ring.h). */
+    lb_ring_prod_push(&in->resp, resp, resp->status || resp->reason
+                                           ? sizeof(*resp)
+                                           : offsetof(struct lb_resp, a));
     in->dirty = true;
 }
 
@@ -232,11 +231,11 @@ static bool lb_busy_enter(struct lb_inbound *in)
     return true;
 }
 
-/* Publish responses first: a quiescing initiator drains them right after. */
+/* Ring for the responses first: a quiescing initiator drains them right
+ * after (they are visible since their push). */
 static void lb_busy_leave(struct lb_inbound *in)
 {
     if (in->dirty) {
-        lb_ring_prod_publish(&in->resp);
         in->dirty = false;
         lb_bell_initiator(in);
     }
@@ -302,7 +301,7 @@ int lb_target_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
         struct lb_inbound *in = nic->in[k];
         if (in->gone)
             continue;
-        uint64_t avail = lb_ring_cons_avail(&in->req), take = 0;
+        uint64_t avail = lb_ring_cons_avail(&in->req, budget - nb), take = 0;
         while (take < avail && nb < budget && bytes < LB_BATCH_BYTES) {
             const struct lb_req *r = lb_ring_cons_slot(&in->req, take);
             if (r->not_before_ns) {
@@ -325,6 +324,10 @@ int lb_target_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
         if (take) {
             lb_ring_cons_advance(&in->req, take);
             touched[ntouched++] = in;
+            /* The first response slot is a line the initiator read last:
+             * ask for it now, so that it is ours by the time the response
+             * is written (the doorbell's fence waits for that write). */
+            __builtin_prefetch(lb_ring_prod_next(&in->resp), 1);
         }
     }
     if (nb == 0)

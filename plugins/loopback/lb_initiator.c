@@ -70,10 +70,10 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
     struct lb_peer *last = NULL;
     size_t i;
 
-    /* A batch across many peers (a scatter) writes one ring slot and one
-     * tail word per peer, each a cache line the peer's target (another
-     * core) last touched: ask for all of them first, so that the misses
-     * overlap instead of being paid one after the other. */
+    /* A batch across many peers (a scatter) writes one ring slot per
+     * peer, each a cache line the peer's target (another core) last
+     * touched: ask for all of them first, so that the misses overlap
+     * instead of being paid one after the other. */
     if (n > 4) {
         for (i = 0; i < n && i < LB_PREFETCH_OPS; i++) {
             struct lb_peer *q;
@@ -82,7 +82,6 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
                 continue;
             __builtin_prefetch(q->req.slots + (q->req.pos & q->req.mask) *
                                                   LB_RING_ENTRY, 1);
-            __builtin_prefetch(&q->req.ctl->tail, 1);
         }
     }
 
@@ -140,8 +139,8 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
             continue;
         }
 
-        struct lb_req *r = lb_ring_prod_slot(&p->req);
-        if (!r) { /* cannot happen: ring capacity >= queue depth */
+        if (!lb_ring_prod_room(&p->req)) {
+            /* cannot happen: ring capacity >= queue depth */
             nic->outstanding--;
             nic->wrs_posted--;
             break;
@@ -157,7 +156,7 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
 
         if (nic->delay_ns && !not_before)
             not_before = tpc_now_ns() + nic->delay_ns;
-        *r = (struct lb_req){
+        struct lb_req req = {
             .kind = (uint8_t)op->kind, .flags = (uint8_t)op->flags,
             .imm = op->imm, .slot = idx, .gen = s->gen,
             .local_addr = (uint64_t)(uintptr_t)op->local_addr, .len = op->len,
@@ -165,12 +164,14 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
             .not_before_ns = not_before, .pid = nic->addr.pid,
             .mem = op->len && op->mr->device ? LB_MEM_LOCAL_DEVICE : 0};
         if (op->kind == TE_POP_SEND && op->len && op->len <= LB_INLINE_MAX &&
-            !r->mem) {
-            memcpy(&r->remote_addr, op->local_addr, op->len);
-            r->local_addr = 0;
-            r->mem = LB_MEM_INLINE;
+            !req.mem) {
+            memcpy(&req.remote_addr, op->local_addr, op->len);
+            req.local_addr = 0;
+            req.mem = LB_MEM_INLINE;
         }
-        lb_ring_prod_push(&p->req);
+        /* Visible to the target from here (lap stamp, lb_ring.h); the
+         * publish below only rings a target that sleeps. */
+        lb_ring_prod_push(&p->req, &req, sizeof(req));
         p->outstanding++;
         if (p != last) {
             if (last)
@@ -273,7 +274,7 @@ int lb_initiator_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
         struct lb_peer *p = nic->peers[i];
         if (!p || !p->outstanding || !p->shm)
             continue;
-        uint64_t avail = lb_ring_cons_avail(&p->resp);
+        uint64_t avail = lb_ring_cons_avail(&p->resp, (uint64_t)(room - n));
         if (avail > (uint64_t)(room - n))
             avail = (uint64_t)(room - n);
         for (uint64_t k = 0; k < avail; k++)
@@ -292,7 +293,7 @@ void lb_peer_fail(lb_nic *nic, struct lb_peer *p, int status, bool drain)
     struct te_plugin_cq_entry e;
     if (drain && p->shm) {
         uint64_t avail;
-        while ((avail = lb_ring_cons_avail(&p->resp)) != 0) {
+        while ((avail = lb_ring_cons_avail(&p->resp, UINT64_MAX)) != 0) {
             for (uint64_t k = 0; k < avail; k++) {
                 if (lb_complete(nic, p, lb_ring_cons_slot(&p->resp, k), &e))
                     lb_cq_push(nic, &e);

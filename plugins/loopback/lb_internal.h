@@ -34,7 +34,7 @@
 #define LB_ADDR_VERSION 1u
 #define LB_HELLO_MAGIC 0x4c484c54u /* "TLHL" */
 #define LB_SHM_MAGIC 0x4d484c54u   /* "TLHM" */
-#define LB_SHM_VERSION 1u
+#define LB_SHM_VERSION 2u /* 2: entries carry lap stamps, no tail index */
 
 #define LB_MAX_DEVICES 256
 #define LB_MAX_QUEUE_DEPTH (1u << 16)
@@ -137,7 +137,7 @@ void lb_shm_resp_ring(struct lb_shm *shm, uint32_t cap, struct lb_ring *r,
 struct lb_req {
     uint8_t kind;  /* enum te_plugin_op_kind */
     uint8_t flags; /* TE_POP_F_* */
-    uint16_t reserved;
+    uint16_t lap;  /* the ring's (lb_ring.h) */
     uint32_t imm;
     uint32_t slot; /* initiator's op slot, echoed in the response */
     uint32_t gen;
@@ -150,6 +150,7 @@ struct lb_req {
     uint32_t mem;           /* LB_MEM_*: what local_addr points to */
 };
 _Static_assert(sizeof(struct lb_req) == LB_RING_ENTRY, "request entry size");
+_Static_assert(offsetof(struct lb_req, lap) == LB_RING_LAP_OFF, "lap stamp");
 
 /* lb_req.mem: the initiator's buffer is CUDA device memory. */
 #define LB_MEM_LOCAL_DEVICE 0x1u
@@ -177,14 +178,16 @@ enum lb_reason {
 
 /* Response ring entry (target -> initiator). */
 struct lb_resp {
+    uint16_t reason; /* enum lb_reason */
+    uint16_t lap;    /* the ring's (lb_ring.h) */
+    int32_t status;
     uint32_t slot;
     uint32_t gen;
-    int32_t status;
-    uint32_t reason; /* enum lb_reason */
     uint64_t a, b, c;
     uint64_t reserved[3];
 };
 _Static_assert(sizeof(struct lb_resp) == LB_RING_ENTRY, "response entry size");
+_Static_assert(offsetof(struct lb_resp, lap) == LB_RING_LAP_OFF, "lap stamp");
 
 /* ------------------------------------------------------------------ objects */
 
@@ -515,9 +518,9 @@ int lb_wait_fd(te_plugin_nic *nic);
 int lb_wait_arm(te_plugin_nic *nic);
 /* poll() of an armed NIC: clear the flags wait_arm() set. */
 void lb_wait_disarm(lb_nic *nic);
-/* Publish the requests pushed to p, ringing its target if it sleeps. */
+/* After requests were pushed to p: ring its target if it sleeps. */
 void lb_peer_publish(struct lb_peer *p);
-/* Responses of `in` were published: ring its initiator if it sleeps. */
+/* Responses of `in` were pushed: ring its initiator if it sleeps. */
 void lb_bell_initiator(struct lb_inbound *in);
 /* Ring an eventfd doorbell (a NIC's, or an in-process channel's: also when
  * its side leaves the channel, state already stored, so a sleeping other

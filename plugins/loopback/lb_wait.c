@@ -10,8 +10,8 @@
  *
  * Doorbells: a side about to block sets its armed flag in every channel
  * (tgt_armed on its inbound channels, init_armed on its peers), fences,
- * and looks at the rings once more (wait_arm). The other side publishes a
- * ring index, fences, and rings only if the flag is set, clearing it, so a
+ * and looks at the rings once more (wait_arm). The other side pushes its
+ * entries (lb_ring.h), fences, and rings only if the flag is set, clearing it, so a
  * busy pair makes no system call and a sleeping side is rung once. In one
  * process a doorbell is one of the channel's two eventfds; across
  * processes it is one byte on the channel's socket, which both sides
@@ -124,7 +124,7 @@ int lb_sock_drain(int fd)
 
 void lb_peer_publish(struct lb_peer *p)
 {
-    lb_ring_prod_publish(&p->req);
+    /* The requests are visible since their push: only the doorbell. */
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&p->shm->tgt_armed, memory_order_relaxed) &&
         atomic_exchange(&p->shm->tgt_armed, 0))
@@ -193,7 +193,7 @@ static bool has_work(lb_nic *nic)
         struct lb_inbound *in = nic->in[i];
         if (in->gone)
             continue;
-        if (lb_ring_cons_avail(&in->req))
+        if (lb_ring_cons_avail(&in->req, 1))
             return true;
         hk |= atomic_load_explicit(&in->shm->init_state,
                                    memory_order_relaxed) != LB_ST_OK;
@@ -202,7 +202,7 @@ static bool has_work(lb_nic *nic)
         struct lb_peer *p = nic->peers[i];
         if (!p || p->dead || !p->shm)
             continue;
-        if (lb_ring_cons_avail(&p->resp))
+        if (lb_ring_cons_avail(&p->resp, 1))
             return true;
         hk |= atomic_load_explicit(&p->shm->tgt_state,
                                    memory_order_relaxed) != LB_ST_OK;

@@ -115,9 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 lb_shm_init(map, cap, shm_size);
                 /* Keep the fuzzed ring indices: they are the attack. */
                 if (k >= sizeof hdr) {
-                    atomic_store(&map->req.tail, atomic_load(&hdr.req.tail));
                     atomic_store(&map->req.head, atomic_load(&hdr.req.head));
-                    atomic_store(&map->resp.tail, atomic_load(&hdr.resp.tail));
                     atomic_store(&map->resp.head, atomic_load(&hdr.resp.head));
                 }
             }

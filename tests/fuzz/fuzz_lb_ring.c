@@ -93,23 +93,24 @@ static int model(const struct region *rg, int nrg, const struct lb_req *r)
     return -EACCES;
 }
 
-/* Relocation bits in the entry's reserved field. */
+/* Relocation bits in the entry's lap field (lb_ring_prod_push writes the
+ * ring's own stamp there). */
 #define RL_KEY 0x8000u   /* rkey := key[rkey % 5], remote_addr := base + (int32) */
 #define RL_LOCAL 0x4000u /* local_addr := child's source + (int32)local_addr */
 #define RL_DELAY 0x2000u /* keep not_before_ns (else cleared) */
 
 static void reloc_req(struct lb_req *e, const struct region *rg, int nrg)
 {
-    if (e->reserved & RL_KEY) {
+    if (e->lap & RL_KEY) {
         const struct region *g = &rg[e->rkey % (uint64_t)nrg];
         e->rkey = g->rkey;
         e->remote_addr = g->base + (uint64_t)(int64_t)(int32_t)e->remote_addr;
         e->len &= 0xffffffffu;
     }
-    if (e->reserved & RL_LOCAL)
+    if (e->lap & RL_LOCAL)
         e->local_addr = (uint64_t)(uintptr_t)fz_mem(FZ_SRC_OFF) +
                         (uint64_t)(int64_t)(int32_t)e->local_addr;
-    if (!(e->reserved & RL_DELAY))
+    if (!(e->lap & RL_DELAY))
         e->not_before_ns = 0;
 }
 
@@ -194,21 +195,20 @@ static void run_target(struct fz_in *in)
             e.gen = 0x600d0000u + (uint32_t)round;
             if (e.not_before_ns)
                 strict = 0; /* delayed: answered whenever, or never */
-            void *slot = lb_ring_prod_slot(&req);
-            if (!slot) { /* full: the target stopped consuming */
+            if (!lb_ring_prod_room(&req)) { /* full: the target stopped */
                 FUZZ_CHECK(!strict);
                 break;
             }
-            memcpy(slot, &e, sizeof e);
-            lb_ring_prod_push(&req);
+            lb_ring_prod_push(&req, &e, sizeof e);
             sent[nsent] = (struct sent){e, model(rg, 5, &e), 0};
             nsent++;
         }
-        if (ctl & 0x80) { /* corrupt producer index */
-            atomic_store(&shm->req.tail, fz_u64(in));
+        if (ctl & 0x80) { /* corrupt lap stamp: an entry seen early or
+                           * late, or a stale one seen again */
+            uint64_t v = fz_u64(in);
+            __atomic_store_n(lb_ring_lap_at(&req, v >> 16), (uint16_t)v,
+                             __ATOMIC_RELEASE);
             strict = 0;
-        } else {
-            lb_ring_prod_publish(&req);
         }
         if (ctl & 0x40) { /* corrupt consumer index of the responses */
             atomic_store(&shm->resp.head, fz_u64(in));
@@ -226,7 +226,7 @@ static void run_target(struct fz_in *in)
             }
         }
         /* Read the answers. */
-        uint64_t avail = lb_ring_cons_avail(&resp);
+        uint64_t avail = lb_ring_cons_avail(&resp, UINT64_MAX);
         for (uint64_t k = 0; k < avail; k++) {
             struct lb_resp a;
             memcpy(&a, lb_ring_cons_slot(&resp, k), sizeof a);
@@ -357,7 +357,7 @@ static void run_initiator(struct fz_in *in)
         uint8_t ctl = fz_u8(in);
         /* The requests the initiator pushed, as the target sees them. */
         struct { uint32_t slot, gen; } rq[64];
-        uint64_t ravail = lb_ring_cons_avail(&req);
+        uint64_t ravail = lb_ring_cons_avail(&req, UINT64_MAX);
         uint32_t nrq = 0;
         for (uint64_t k = 0; k < ravail && nrq < 64; k++) {
             const struct lb_req *r = lb_ring_cons_slot(&req, k);
@@ -378,17 +378,15 @@ static void run_initiator(struct fz_in *in)
                 r.slot = rq[j].slot;
                 r.gen = rq[j].gen;
             }
-            void *slot = lb_ring_prod_slot(&resp);
-            if (!slot)
+            if (!lb_ring_prod_room(&resp))
                 break;
-            memcpy(slot, &r, sizeof r);
-            lb_ring_prod_push(&resp);
+            lb_ring_prod_push(&resp, &r, sizeof r);
         }
-        if (ctl & 0x80) {
-            atomic_store(&shm->resp.tail, fz_u64(in));
+        if (ctl & 0x80) { /* corrupt lap stamp */
+            uint64_t v = fz_u64(in);
+            __atomic_store_n(lb_ring_lap_at(&resp, v >> 16), (uint16_t)v,
+                             __ATOMIC_RELEASE);
             dirty = 1;
-        } else {
-            lb_ring_prod_publish(&resp);
         }
         if (ctl & 0x40) {
             atomic_store(&shm->req.head, fz_u64(in));

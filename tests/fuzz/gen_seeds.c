@@ -172,13 +172,12 @@ static void lb_hello_seeds(void)
                              0x99aabbccddeeff00ull, 0x1122334455667788ull, size};
         put(&b, &h, sizeof h);
         /* Memory image: header (rewritten by the harness, indices kept)
-         * with two requests published. */
+         * with two requests published (lap stamp 1: the first lap). */
         struct lb_shm shm;
         memset(&shm, 0, sizeof shm);
-        atomic_store(&shm.req.tail, 2);
         put(&b, &shm, sizeof shm);
         struct lb_req r = {.kind = TE_POP_WRITE, .flags = TE_POP_F_IMM,
-                           .imm = 7, .len = 0};
+                           .lap = 1, .imm = 7, .len = 0};
         put(&b, &r, sizeof r);
         r.kind = TE_POP_SEND;
         r.len = 16;
@@ -219,7 +218,7 @@ static struct lb_req rq(uint8_t kind, uint8_t flags, uint64_t key_index,
     memset(&r, 0, sizeof r);
     r.kind = kind;
     r.flags = flags;
-    r.reserved = RL_KEY | RL_LOCAL;
+    r.lap = RL_KEY | RL_LOCAL; /* relocations, not a stamp: see the harness */
     r.rkey = key_index; /* 0 rw, 1 write-only, 2 read-only, 3 stale, 4 none */
     r.remote_addr = (uint64_t)(uint32_t)off;
     r.len = len;

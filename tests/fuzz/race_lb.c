@@ -122,7 +122,7 @@ static int race_resp(long attempts)
                                   .remote_addr = 0x1000, .rkey = 7,
                                   .context = (uint64_t)i};
         FUZZ_CHECK(fz_ops->post(nic, &op, 1) == 1);
-        FUZZ_CHECK(lb_ring_cons_avail(&req) == 1);
+        FUZZ_CHECK(lb_ring_cons_avail(&req, UINT64_MAX) == 1);
         const struct lb_req *r = lb_ring_cons_slot(&req, 0);
         uint32_t slot = r->slot, gen = r->gen;
         lb_ring_cons_advance(&req, 1);
@@ -130,16 +130,14 @@ static int race_resp(long attempts)
          * until the initiator takes it; the flipper moves the slot. */
         int done = 0;
         for (int tries = 0; tries < 64 && !done; tries++) {
-            struct lb_resp *e = lb_ring_prod_slot(&resp);
-            FUZZ_CHECK(e != NULL);
-            memset(e, 0, sizeof *e);
-            e->slot = slot;
-            e->gen = gen;
-            e->status = -EACCES;
-            e->reason = LB_R_BOUNDS;
+            FUZZ_CHECK(lb_ring_prod_room(&resp));
+            struct lb_resp *e = (struct lb_resp *)lb_ring_prod_next(&resp);
+            struct lb_resp a = {.slot = slot, .gen = gen, .status = -EACCES,
+                                .reason = LB_R_BOUNDS};
+            lb_ring_prod_push(&resp, &a, sizeof a);
+            /* Published: the flipper rewrites the slot under the reader,
+             * as a hostile target would. */
             flip_start(&e->slot, slot, qd);
-            lb_ring_prod_push(&resp);
-            lb_ring_prod_publish(&resp);
             int n = fz_ops->poll(nic, ev, 64);
             flip_stop();
             for (int k = 0; k < n; k++)
