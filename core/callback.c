@@ -261,7 +261,8 @@ static void *callback_main(void *arg)
     te_thread_name("te-callback");
     for (;;) {
         pthread_mutex_lock(&cb->events.lock);
-        struct te_timer *due = take_due(cb, te_clock_ns(), 0);
+        struct te_timer *due = cb->timers ? take_due(cb, te_clock_ns(), 0)
+                                          : NULL; /* no clock read */
         size_t n = fifo_pop_locked(&cb->events, batch, TE_CB_BATCH);
         if (n == 0 && !due) {
             if (cb->stop) {
@@ -472,7 +473,8 @@ int te_callbacks_run(struct te_callbacks *cb, int budget)
             !__atomic_load_n(&cb->ntimers, __ATOMIC_RELAXED))
             break;
         pthread_mutex_lock(&cb->events.lock);
-        struct te_timer *due = take_due(cb, te_clock_ns(), 0);
+        struct te_timer *due = cb->timers ? take_due(cb, te_clock_ns(), 0)
+                                          : NULL; /* no clock read */
         size_t n = fifo_pop_locked(&cb->events, batch, room);
         pthread_mutex_unlock(&cb->events.lock);
         if (!n && !due)

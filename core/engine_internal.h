@@ -322,10 +322,11 @@ int te_worker_start(struct te_group *g);
  * nonzero when it did work. */
 int te_worker_turn(struct te_engine *e, struct te_group *g, struct turn *t);
 /* Caller mode, from te_submit when no thread progresses the group: take
- * the queued submissions and post them, without polling (the operation
- * leaves at once instead of at the next te_progress). */
+ * the queued submissions, then q (if not NULL: a request that skipped the
+ * queue), and post them, without polling (the operation leaves at once
+ * instead of at the next te_progress). */
 void te_worker_post_now(struct te_engine *e, struct te_group *g,
-                        struct turn *t);
+                        struct turn *t, struct te_req *q);
 /* Set by the plugin host's progressed() callback during a poll() on this
  * worker thread: the NIC did work that returned no entry. */
 extern _Thread_local int te_worker_progress;

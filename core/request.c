@@ -481,19 +481,20 @@ TE_API int64_t te_submit(te_engine *e, const te_request *r)
     q->id = atomic_fetch_add_explicit(&e->next_req_id, 1,
                                       memory_order_relaxed);
     int64_t id = q->id;
-    if (te_mpsc_push(g->subq, q) != 0) {
+    if (e->s.caller_progress &&
+        pthread_mutex_trylock(&g->progress_lock) == 0) {
+        /* Caller-driven and no thread in the group's turn: post it now,
+         * behind what waits in the queue, without passing through the
+         * queue (its cells are cache lines a sleeping caller finds cold);
+         * callbacks still run only in te_progress. */
+        te_worker_post_now(e, g, g->turn, q);
+        pthread_mutex_unlock(&g->progress_lock);
+    } else if (te_mpsc_push(g->subq, q) != 0) {
+        /* (Otherwise the thread in the turn, or the worker, takes it.) */
         te_req_free(q);
         return te_fail(-EAGAIN, "%s: submission queue of group %d is full "
                        "(engine.submit_queue_depth = %u); retry later",
                        op_name(r->op), g->index, e->s.submit_queue_depth);
-    }
-    if (e->s.caller_progress) {
-        /* Caller-driven: post now if no thread is in the group's turn
-         * (that one posts it); callbacks still run only in te_progress. */
-        if (pthread_mutex_trylock(&g->progress_lock) == 0) {
-            te_worker_post_now(e, g, g->turn);
-            pthread_mutex_unlock(&g->progress_lock);
-        }
     }
     te_group_wake(g);
     return id;

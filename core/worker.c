@@ -241,10 +241,12 @@ int te_worker_turn(struct te_engine *e, struct te_group *g, struct turn *t)
 }
 
 void te_worker_post_now(struct te_engine *e, struct te_group *g,
-                        struct turn *t)
+                        struct turn *t, struct te_req *q)
 {
     t->now_ns = te_now_ns();
-    accept_submitted(e, g, t);
+    accept_submitted(e, g, t); /* older submissions first */
+    if (q)
+        te_post_accept(e, g, t, q);
     for (uint32_t i = 0; i < g->nic_count; i++)
         if (g->nics[i].active)
             te_post_nic(e, g, t, &g->nics[i]);
