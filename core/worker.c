@@ -244,7 +244,12 @@ void te_worker_post_now(struct te_engine *e, struct te_group *g,
                         struct turn *t, struct te_req *q)
 {
     t->now_ns = te_now_ns();
-    accept_submitted(e, g, t); /* older submissions first */
+    /* Older submissions first, all of them: q must not overtake one its
+     * own thread queued while another thread held the turn (at most the
+     * queue's capacity was queued before this call). */
+    size_t rounds = e->s.submit_queue_depth / TE_SUBMIT_BATCH + 1;
+    while (accept_submitted(e, g, t) == TE_SUBMIT_BATCH && --rounds)
+        ;
     if (q)
         te_post_accept(e, g, t, q);
     for (uint32_t i = 0; i < g->nic_count; i++)
