@@ -8,6 +8,8 @@
  * payload (release/acquire).
  */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,14 +109,23 @@ START_TEST(full_and_batches)
 END_TEST
 
 #define XT_ITEMS 200000u
+/* Bounds of the waits (yields, not time: the machine may be loaded). */
+#define XT_WAITS 100000000ull
+
+static atomic_int producer_stuck;
 
 static void *producer(void *arg)
 {
     struct test_ring *t = arg;
     for (uint64_t i = 0; i < XT_ITEMS; i++) {
-        unsigned spins = 0;
-        while (!lb_ring_prod_room(&t->prod) && ++spins < 100000000u)
-            ;
+        uint64_t waits = 0;
+        while (!lb_ring_prod_room(&t->prod)) {
+            if (++waits == XT_WAITS) {
+                atomic_store(&producer_stuck, 1);
+                return NULL;
+            }
+            sched_yield();
+        }
         struct entry e;
         memset(&e, 0, sizeof e);
         e.a = (uint8_t)i;
@@ -132,12 +143,15 @@ START_TEST(cross_thread)
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, producer, &t), 0);
     uint64_t next = 0, idle = 0;
-    while (next < XT_ITEMS && idle < 1000000000ull) {
+    while (next < XT_ITEMS && idle < XT_WAITS &&
+           !atomic_load(&producer_stuck)) {
         uint64_t n = lb_ring_cons_avail(&t.cons, UINT64_MAX);
         if (!n) {
             idle++;
+            sched_yield(); /* the producer may need this CPU */
             continue;
         }
+        idle = 0;
         for (uint64_t k = 0; k < n; k++) {
             const struct entry *e = lb_ring_cons_slot(&t.cons, k);
             ck_assert_uint_eq(e->value, next);
@@ -147,6 +161,7 @@ START_TEST(cross_thread)
         lb_ring_cons_advance(&t.cons, n);
     }
     pthread_join(th, NULL);
+    ck_assert_int_eq(atomic_load(&producer_stuck), 0);
     ck_assert_uint_eq(next, XT_ITEMS);
     free(t.slots);
 }
