@@ -247,9 +247,18 @@ static void mx_conn_act(mx_nic *nic, struct mx_conn *c, unsigned act,
     }
     if (act & MX_HS_SEND)
         mx_oob_send(nic, c, out); /* a lost datagram is retransmitted */
-    if (act & MX_HS_UP)
+    if (act & MX_HS_UP) {
         mx_log(nic->ctx, 2, "%s: connected to NIC %016llx (QP 0x%x <-> 0x%x)",
                nic->name, (unsigned long long)c->rid, c->hs.l_qpn, c->hs.r_qpn);
+        /* post() refused this conn's ops while it was connecting and the
+         * core holds them, to post again on its next loop turn. Becoming
+         * established produces no completion entry, and when the datagram
+         * that did it needs no answer (the remote was up first) no later
+         * CQ event comes either: without this the worker counts the turn
+         * idle, arms (nothing connecting any more) and blocks with the
+         * ops still queued, until some unrelated event or timed wake-up. */
+        mx_progressed(nic);
+    }
 }
 
 void mx_conn_mark_broken(mx_nic *nic, struct mx_conn *c)

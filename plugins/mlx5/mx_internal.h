@@ -273,6 +273,14 @@ typedef struct te_plugin_nic mx_nic;
 #define mx_ctx_err(ctx, ...) tpc_err(&(ctx)->host, MX_NAME, NULL, __VA_ARGS__)
 #define mx_log(ctx, level, ...) \
     tpc_log(&(ctx)->host, MX_NAME, level, __VA_ARGS__)
+/* poll() did work that produced no entry but may let the core act (e.g.
+ * post what post() refused): the core polls again instead of sleeping
+ * (host ABI 1.2 progressed; a no-op outside poll()). */
+static inline void mx_progressed(mx_nic *nic)
+{
+    if (nic->ctx->host.progressed)
+        nic->ctx->host.progressed(nic->ctx->host.host_ctx);
+}
 /* Queue a completion poll() will return later. */
 void mx_cq_push(mx_nic *nic, const struct te_plugin_cq_entry *e);
 /* Put e into out[*n] if room, else into the overflow FIFO. */

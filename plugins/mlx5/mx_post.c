@@ -276,7 +276,8 @@ int mx_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
             continue;
         }
         if (c->hs.state != MX_HS_ESTABLISHED || c->broken)
-            break; /* connecting: the core posts again later */
+            break; /* connecting: the core posts again later (mx_conn_act
+                      makes it try once the connection is up) */
         int st = 0;
         if (op->kind == TE_POP_SEND && op->len > c->ra.msg_size) {
             mx_err(nic, "SEND of %llu bytes to NIC %016llx: its receive "

@@ -12,6 +12,9 @@
  *
  * A NIC with connections being set up keeps its worker polling (their
  * retransmit timers are time-based), as does one with replacements pending.
+ * The poll() in which a connection becomes established reports progress
+ * (mx_conn_act), so the worker posts what post() held back for it before
+ * it arms again: that transition raises no CQ event of its own.
  */
 #include <errno.h>
 #include <fcntl.h>

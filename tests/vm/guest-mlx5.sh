@@ -12,6 +12,9 @@
 #      RoCEv2 packets cross the veth: plain; with half of the handshake
 #      datagrams lost and half duplicated (netem-ud.sh, 3 runs); and with
 #      all of them lost, where a write must fail at the connect deadline;
+#      and, with idle workers blocking and no timed wake-up (--block), ten
+#      rounds of fresh engines whose first write is queued while the
+#      connection is set up (with and without lost datagrams);
 #   4. job authentication (engine.auth_key, docs/security.md): the
 #      conformance suite with the same secret in every engine; the pair
 #      with one secret (also with lost and duplicated datagrams); and two
@@ -45,16 +48,19 @@ step() { # name command...: run, time, remember failure
 times=()
 
 # Idle workers block on the completion channel (plugin ABI 1.3) with every
-# timed wake-up off: a missed completion event would be a hang. First, and
-# without the cases that kill or close a remote: in this mode, once a peer
-# process was SIGKILLed in the guest, the first write over a new connection
-# sometimes never completes (2 of 3 runs; 0 of 6 with no kill before).
+# timed wake-up off: a missed completion event would be a hang. Every case,
+# the kills of a remote included. (A write queued while its connection was
+# being set up used to hang here now and then, after a kill more often:
+# becoming established woke nobody to post it; see docs/mlx5.md.)
 step "conformance, workers blocking with no timed wake-up (rxe0, 1 remote)" \
   timeout 240 "$conf" "${common[@]}" --remotes 1 \
   --set engine.idle_spin_us=0 --set engine.idle_block_max_ms=0 \
   --set engine.heartbeat_ms=0 --set engine.peer_timeout_ms=0 \
-  --set engine.request_timeout_ms=0 --set engine.busy_wait=block \
-  --skip peer_killed --skip peer_closed
+  --set engine.request_timeout_ms=0 --set engine.busy_wait=block
+# The same settings where that race is the rule: fresh engines each round,
+# A writes right after te_peer_add, so the write waits for the handshake.
+step "pair, first write queued while connecting, blocking workers (10 rounds)" \
+  timeout 120 "$pair" --block --setup-runs 10
 # Heartbeats every 50 ms: idle peers between cases are probed with
 # zero-length writes over the verbs path all along.
 step "conformance (rxe0+rxe1, 1 remote process, heartbeats)" \
@@ -106,6 +112,8 @@ for i in 1 2 3; do
 done
 step "pair with engine.auth_key, handshake datagrams 50% lost 50% duplicated" \
   timeout 60 "$pair" --key-a $key --key-b $key
+step "pair, first write queued while connecting, blocking workers, lossy (10 rounds)" \
+  timeout 120 "$pair" --block --setup-runs 10
 "$here/netem-ud.sh" "loss 100%" || rc=1
 step "pair, every handshake datagram lost: write fails at the deadline" \
   timeout 60 "$pair" --expect-down --connect-timeout-ms 3000

@@ -24,6 +24,13 @@
  *                  adds B), and A times te_peer_add until its first write
  *                  (0 bytes, with an immediate) completed; prints each round
  *                  and the median.
+ *   --block        idle workers block on the NIC with every timed wake-up
+ *                  off (idle_spin_us, idle_block_max_ms, heartbeats, peer
+ *                  and request timeouts, busy_wait = block): a missed
+ *                  wake-up is a hang (the write's 30 s bound), not a delay.
+ *                  With --setup-runs, A's first write is queued while the
+ *                  connection is still being set up, so this checks that
+ *                  the plugin wakes the worker to post it once connected.
  * Public API only. Exit 0 on success.
  */
 #define _GNU_SOURCE
@@ -110,6 +117,13 @@ static void on_msg(int group, te_peer from, const void *data, size_t len,
     }
 }
 
+/* --block: the settings of guest-mlx5.sh's first conformance step. */
+static int block_mode;
+static const char *const block_keys[][2] = {
+    {"idle_spin_us", "0"},       {"idle_block_max_ms", "0"},
+    {"heartbeat_ms", "0"},       {"peer_timeout_ms", "0"},
+    {"request_timeout_ms", "0"}, {"busy_wait", "block"}};
+
 static int setup(struct side *s, const char *dev, const char *timeout,
                  const char *key)
 {
@@ -123,6 +137,9 @@ static int setup(struct side *s, const char *dev, const char *timeout,
         rc = te_config_set(cfg, "mlx5", "connect_timeout_ms", timeout);
     if (!rc)
         rc = te_config_set(cfg, "engine", "idle_spin_us", "10");
+    for (size_t i = 0; block_mode && !rc &&
+                       i < sizeof(block_keys) / sizeof(block_keys[0]); i++)
+        rc = te_config_set(cfg, "engine", block_keys[i][0], block_keys[i][1]);
     if (!rc)
         rc = te_engine_create(cfg, &s->e);
     te_config_free(cfg);
@@ -413,6 +430,7 @@ int main(int argc, char **argv)
                                          {"expect-refused", 0, 0, 'r'},
                                          {"setup-runs", 1, 0, 'n'},
                                          {"passive-b", 0, 0, 'p'},
+                                         {"block", 0, 0, 'w'},
                                          {0, 0, 0, 0}};
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
@@ -425,11 +443,12 @@ int main(int argc, char **argv)
         case 'r': expect_refused = 1; break;
         case 'n': runs = atoi(optarg); break;
         case 'p': passive_b = 1; break;
+        case 'w': block_mode = 1; break;
         default:
             fprintf(stderr, "usage: te-mlx5-pair [--dev-a D] [--dev-b D] "
                             "[--connect-timeout-ms N] [--expect-down] "
                             "[--key-a K] [--key-b K] [--expect-refused] "
-                            "[--setup-runs N [--passive-b]]\n");
+                            "[--setup-runs N [--passive-b]] [--block]\n");
             return 2;
         }
     }
@@ -457,6 +476,7 @@ int main(int argc, char **argv)
     }
     teardown(&s);
     if (pid) {
+        close(s.fd); /* B, if still waiting on A (A failed), reads EOF */
         int st = 0;
         waitpid(pid, &st, 0);
         if (!WIFEXITED(st) || WEXITSTATUS(st))
