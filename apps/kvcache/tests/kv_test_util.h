@@ -10,6 +10,7 @@
 #define KV_TEST_UTIL_H
 
 #include <check.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -56,6 +57,32 @@ static inline te_kv_prefiller_stats kv_test_stats_after(te_kv_prefiller *p,
         usleep(1000);
     }
     return st;
+}
+
+/* The outcome of one request (a te_kv_done_fn's arguments), for the tests
+ * that submit one at a time: kv_test_on_done records it,
+ * kv_test_wait_done waits (bounded) until it came, exactly once. */
+struct kv_test_result {
+    atomic_int done;
+    int status;
+    char why[300];
+};
+
+static inline void kv_test_on_done(uint64_t id, int status, const char *why,
+                                   void *arg)
+{
+    struct kv_test_result *r = arg;
+    (void)id;
+    r->status = status;
+    snprintf(r->why, sizeof(r->why), "%s", why);
+    atomic_fetch_add(&r->done, 1);
+}
+
+static inline void kv_test_wait_done(struct kv_test_result *r, int timeout_ms)
+{
+    for (int i = 0; i < timeout_ms && !atomic_load(&r->done); i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&r->done), 1);
 }
 
 #endif

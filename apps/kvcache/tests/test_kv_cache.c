@@ -76,28 +76,6 @@ static uint8_t byte_of(uint32_t layer, uint32_t kv, uint32_t k, uint64_t i)
     return (uint8_t)(layer * 131 + kv * 71 + k * 29 + i * 7 + 1);
 }
 
-struct result {
-    atomic_int done;
-    int status;
-    char why[300];
-};
-
-static void on_done(uint64_t id, int status, const char *why, void *arg)
-{
-    struct result *r = arg;
-    (void)id;
-    r->status = status;
-    snprintf(r->why, sizeof(r->why), "%s", why);
-    atomic_fetch_add(&r->done, 1);
-}
-
-static void wait_done(struct result *r)
-{
-    for (int i = 0; i < 10000 && !atomic_load(&r->done); i++)
-        usleep(1000); /* 10 s at most */
-    ck_assert_int_eq(atomic_load(&r->done), 1);
-}
-
 struct pair {
     te_engine *pe, *de;
     struct cache src, dst;
@@ -198,24 +176,26 @@ START_TEST(lands_in_the_engines_pages)
 {
     struct pair p = pair_new(2);
     fill_source(&p);
-    struct result r = {0};
+    struct kv_test_result r = {0};
     ck_assert_msg(te_kv_decoder_submit_pages(p.d, p.pf, 11, 10, DST_PAGES, 3,
-                                             0, 10000, on_done, &r) == 0,
+                                             0, 10000,
+                                             kv_test_on_done, &r) == 0,
                   "%s", te_kv_last_error());
     ck_assert_int_eq(te_kv_source_begin(p.s, 11, 10, SRC_PAGES, 3, 1), 0);
     for (uint32_t l = 0; l < LAYERS; l++)
         ck_assert_int_eq(te_kv_source_layer_done(p.s, 11, l), 0);
     ck_assert_int_eq(te_kv_source_hidden_done(p.s, 11), 0);
-    wait_done(&r);
+    kv_test_wait_done(&r, 10000);
     ck_assert_msg(r.status == 0, "%s", r.why);
     ck_assert_int_eq(te_kv_source_wait(p.s, 11, 10000), 0);
     check_landed(&p, 1);
     /* Misuse after the end: the id is forgotten at the source. */
     ck_assert_int_eq(te_kv_source_layer_done(p.s, 11, 0), -ENOENT);
     /* The pages stay the request's until released. */
-    struct result r2 = {0};
+    struct kv_test_result r2 = {0};
     ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 12, 10, DST_PAGES,
-                                                3, 0, 10000, on_done, &r2),
+                                                3, 0, 10000,
+                                                kv_test_on_done, &r2),
                      -EBUSY);
     ck_assert_msg(strstr(te_kv_last_error(), "pages[0] = 1 is in use"), "%s",
                   te_kv_last_error());
@@ -248,9 +228,10 @@ START_TEST(layer_notes_follow_the_bytes)
     fill_source(&p);
     struct notes n = {0};
     ck_assert_int_eq(te_kv_decoder_on_layer(p.d, on_layer, &n), 0);
-    struct result r = {0};
+    struct kv_test_result r = {0};
     ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 71, 10, DST_PAGES,
-                                                3, 0, 10000, on_done, &r), 0);
+                                                3, 0, 10000,
+                                                kv_test_on_done, &r), 0);
     ck_assert_int_eq(te_kv_source_begin(p.s, 71, 10, SRC_PAGES, 3, 1), 0);
     ck_assert_int_eq(te_kv_source_layer_done(p.s, 71, 0), 0);
     for (int i = 0; i < 10000 && !atomic_load(&n.mask); i++)
@@ -266,7 +247,7 @@ START_TEST(layer_notes_follow_the_bytes)
     for (uint32_t l = 1; l < LAYERS; l++)
         ck_assert_int_eq(te_kv_source_layer_done(p.s, 71, l), 0);
     ck_assert_int_eq(te_kv_source_hidden_done(p.s, 71), 0);
-    wait_done(&r);
+    kv_test_wait_done(&r, 10000);
     ck_assert_msg(r.status == 0, "%s", r.why);
     ck_assert_int_eq(te_kv_source_wait(p.s, 71, 10000), 0);
     check_landed(&p, 1);
@@ -289,11 +270,12 @@ START_TEST(layers_done_before_the_request)
         ck_assert_int_eq(te_kv_source_layer_done(p.s, 21, l), 0);
     ck_assert_int_eq(te_kv_source_hidden_done(p.s, 21), 0);
     ck_assert_int_eq(te_kv_source_wait(p.s, 21, 0), -ETIMEDOUT);
-    struct result r = {0};
+    struct kv_test_result r = {0};
     ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 21, 10, DST_PAGES,
-                                                3, UINT32_MAX, 10000, on_done,
+                                                3, UINT32_MAX, 10000,
+                                                kv_test_on_done,
                                                 &r), 0);
-    wait_done(&r);
+    kv_test_wait_done(&r, 10000);
     ck_assert_msg(r.status == 0, "%s", r.why);
     ck_assert_int_eq(te_kv_source_wait(p.s, 21, 10000), 0);
     check_landed(&p, 0);
@@ -307,24 +289,26 @@ START_TEST(cancel_between_layers)
 {
     struct pair p = pair_new(2);
     fill_source(&p);
-    struct result r = {0};
+    struct kv_test_result r = {0};
     ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 31, 10, DST_PAGES,
-                                                3, 0, 10000, on_done, &r), 0);
+                                                3, 0, 10000,
+                                                kv_test_on_done, &r), 0);
     ck_assert_int_eq(te_kv_source_begin(p.s, 31, 10, SRC_PAGES, 3, 1), 0);
     ck_assert_int_eq(te_kv_source_layer_done(p.s, 31, 0), 0);
     /* Cancel only once the decoder is ARMED (ACCEPT handled): the cancel
      * then races nothing but layer 0's write. */
     for (int i = 0; i < 10000 && te_kv_decoder_cancel(p.d, 31) != 0; i++)
         usleep(1000);
-    wait_done(&r);
+    kv_test_wait_done(&r, 10000);
     ck_assert_int_eq(r.status, -ECANCELED);
     ck_assert_int_eq(te_kv_source_wait(p.s, 31, 10000), -ECANCELED);
-    struct result r2 = {0};
+    struct kv_test_result r2 = {0};
     ck_assert_msg(te_kv_decoder_submit_pages(p.d, p.pf, 32, 10, DST_PAGES, 3,
-                                             0, 10000, on_done, &r2) == 0,
+                                             0, 10000,
+                                             kv_test_on_done, &r2) == 0,
                   "%s", te_kv_last_error());
     te_kv_decoder_cancel(p.d, 32);
-    wait_done(&r2);
+    kv_test_wait_done(&r2, 10000);
     pair_free(&p);
 }
 END_TEST
@@ -335,12 +319,13 @@ END_TEST
 START_TEST(cancel_before_begin)
 {
     struct pair p = pair_new(2);
-    struct result r = {0};
+    struct kv_test_result r = {0};
     ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 61, 10, DST_PAGES,
-                                                3, 0, 10000, on_done, &r), 0);
+                                                3, 0, 10000,
+                                                kv_test_on_done, &r), 0);
     usleep(50000); /* most often the REQUEST is at the source by now */
     ck_assert_int_eq(te_kv_decoder_cancel(p.d, 61), 0);
-    wait_done(&r);
+    kv_test_wait_done(&r, 10000);
     ck_assert_int_eq(r.status, -ECANCELED);
     /* confirmed by the source, not fenced at the cancel deadline */
     ck_assert_msg(strstr(r.why, "prefiller confirmed"), "%s", r.why);
@@ -366,12 +351,13 @@ START_TEST(dtype_mismatch_is_named)
 {
     struct pair p = pair_new(4);
     fill_source(&p);
-    struct result r = {0};
+    struct kv_test_result r = {0};
     ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 41, 10, DST_PAGES,
-                                                3, UINT32_MAX, 10000, on_done,
+                                                3, UINT32_MAX, 10000,
+                                                kv_test_on_done,
                                                 &r), 0);
     ck_assert_int_eq(te_kv_source_begin(p.s, 41, 10, SRC_PAGES, 3, 1), 0);
-    wait_done(&r);
+    kv_test_wait_done(&r, 10000);
     ck_assert_int_eq(r.status, -EINVAL);
     ck_assert_int_eq(te_kv_source_wait(p.s, 41, 10000), -EINVAL);
     ck_assert_msg(strstr(te_kv_last_error(), "elem_bytes (dtype): the "
@@ -426,12 +412,13 @@ START_TEST(bad_input_is_named)
                   "%s", te_kv_last_error());
     /* Nothing claimed by the refusals: all pages can be taken at once. */
     uint32_t all[3] = {5, 2, 0};
-    struct result r = {0};
+    struct kv_test_result r = {0};
     ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 54, 10, all, 3,
-                                                UINT32_MAX, 1000, on_done, &r),
+                                                UINT32_MAX, 1000,
+                                                kv_test_on_done, &r),
                      0);
     te_kv_decoder_cancel(p.d, 54);
-    wait_done(&r);
+    kv_test_wait_done(&r, 10000);
     pair_free(&p);
 }
 END_TEST
@@ -562,15 +549,16 @@ START_TEST(separate_allocations_land_in_place)
 {
     struct sep_pair p = sep_pair_new();
     sep_fill_source(&p);
-    struct result r = {0};
+    struct kv_test_result r = {0};
     ck_assert_msg(te_kv_decoder_submit_pages(p.d, p.pf, 91, 10, DST_PAGES, 3,
-                                             0, 10000, on_done, &r) == 0,
+                                             0, 10000,
+                                             kv_test_on_done, &r) == 0,
                   "%s", te_kv_last_error());
     ck_assert_int_eq(te_kv_source_begin(p.s, 91, 10, SRC_PAGES, 3, 1), 0);
     for (uint32_t l = 0; l < LAYERS; l++)
         ck_assert_int_eq(te_kv_source_layer_done(p.s, 91, l), 0);
     ck_assert_int_eq(te_kv_source_hidden_done(p.s, 91), 0);
-    wait_done(&r);
+    kv_test_wait_done(&r, 10000);
     ck_assert_msg(r.status == 0, "%s", r.why);
     ck_assert_int_eq(te_kv_source_wait(p.s, 91, 10000), 0);
     sep_check(&p.dst, LAYERS, 1);
@@ -594,14 +582,15 @@ START_TEST(separate_source_allocations)
                     byte_of(a / 2, a % 2, k, i);
     for (int i = 0; i < 64; i++)
         src.buf[LAYERS * 2][64 + i] = (uint8_t)(200 + i);
-    struct result r = {0};
+    struct kv_test_result r = {0};
     ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 92, 10, DST_PAGES,
-                                                3, 0, 10000, on_done, &r), 0);
+                                                3, 0, 10000,
+                                                kv_test_on_done, &r), 0);
     ck_assert_int_eq(te_kv_source_begin(p.s, 92, 10, SRC_PAGES, 3, 1), 0);
     for (uint32_t l = 0; l < LAYERS; l++)
         ck_assert_int_eq(te_kv_source_layer_done(p.s, 92, l), 0);
     ck_assert_int_eq(te_kv_source_hidden_done(p.s, 92), 0);
-    wait_done(&r);
+    kv_test_wait_done(&r, 10000);
     ck_assert_msg(r.status == 0, "%s", r.why);
     ck_assert_int_eq(te_kv_source_wait(p.s, 92, 10000), 0);
     check_landed(&p, 1);
@@ -620,12 +609,13 @@ START_TEST(fence_revokes_every_allocation)
 {
     struct sep_pair p = sep_pair_new();
     sep_fill_source(&p);
-    struct result r = {0};
+    struct kv_test_result r = {0};
     ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 93, 10, DST_PAGES,
-                                                3, 0, 1500, on_done, &r), 0);
+                                                3, 0, 1500,
+                                                kv_test_on_done, &r), 0);
     ck_assert_int_eq(te_kv_source_begin(p.s, 93, 10, SRC_PAGES, 3, 1), 0);
     ck_assert_int_eq(te_kv_source_layer_done(p.s, 93, 0), 0);
-    wait_done(&r); /* the request's 1.5 s deadline: fenced */
+    kv_test_wait_done(&r, 10000); /* the request's 1.5 s deadline: fenced */
     ck_assert_int_eq(r.status, -ETIMEDOUT);
     ck_assert_msg(strstr(r.why, "keys revoked"), "%s", r.why);
     for (uint32_t l = 1; l < LAYERS; l++)
@@ -654,25 +644,27 @@ START_TEST(older_registration_is_refused)
     ck_assert_int_eq(te_kv_decoder_add_prefiller(p.d, addr, n, &pf1), 0);
     ck_assert_uint_eq(pf1, p.pf + 1);
     /* Served on the newer: the source has its whole set from now on. */
-    struct result r = {0};
+    struct kv_test_result r = {0};
     ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, pf1, 94, 10, DST_PAGES,
-                                                3, 0, 10000, on_done, &r), 0);
+                                                3, 0, 10000,
+                                                kv_test_on_done, &r), 0);
     ck_assert_int_eq(te_kv_source_begin(p.s, 94, 10, SRC_PAGES, 3, 1), 0);
     for (uint32_t l = 0; l < LAYERS; l++)
         ck_assert_int_eq(te_kv_source_layer_done(p.s, 94, l), 0);
     ck_assert_int_eq(te_kv_source_hidden_done(p.s, 94), 0);
-    wait_done(&r);
+    kv_test_wait_done(&r, 10000);
     ck_assert_msg(r.status == 0, "%s", r.why);
     ck_assert_int_eq(te_kv_source_wait(p.s, 94, 10000), 0);
     sep_check(&p.dst, LAYERS, 1);
     ck_assert_int_eq(te_kv_decoder_release(p.d, 94), 0);
     for (uint32_t a = 0; a <= LAYERS * 2; a++) /* back to the sentinel */
         memset(p.dst.buf[a], SENTINEL, p.dst.len[a]);
-    struct result r2 = {0};
+    struct kv_test_result r2 = {0};
     ck_assert_int_eq(te_kv_decoder_submit_pages(p.d, p.pf, 95, 10, DST_PAGES,
-                                                3, 0, 10000, on_done, &r2), 0);
+                                                3, 0, 10000,
+                                                kv_test_on_done, &r2), 0);
     ck_assert_int_eq(te_kv_source_begin(p.s, 95, 10, SRC_PAGES, 3, 1), 0);
-    wait_done(&r2);
+    kv_test_wait_done(&r2, 10000);
     ck_assert_int_eq(r2.status, -ESTALE);
     ck_assert_int_eq(te_kv_source_wait(p.s, 95, 10000), -ESTALE);
     ck_assert_msg(strstr(te_kv_last_error(), "layout 0: the decoder "

@@ -65,21 +65,6 @@ static struct dcache dcache_new(void)
     return x;
 }
 
-struct result {
-    atomic_int done;
-    int status;
-    char why[300];
-};
-
-static void on_done(uint64_t id, int status, const char *why, void *arg)
-{
-    struct result *r = arg;
-    (void)id;
-    r->status = status;
-    snprintf(r->why, sizeof(r->why), "%s", why);
-    atomic_fetch_add(&r->done, 1);
-}
-
 START_TEST(gpu_layers_land_in_device_pages)
 {
     struct dcache src = dcache_new(), dst = dcache_new();
@@ -99,9 +84,9 @@ START_TEST(gpu_layers_land_in_device_pages)
     ck_assert_int_eq(te_engine_address(pe, 0, addr, &n), 0);
     ck_assert_int_eq(te_kv_decoder_add_prefiller(d, addr, n, &pf), 0);
 
-    struct result r = {0};
+    struct kv_test_result r = {0};
     ck_assert_msg(te_kv_decoder_submit_pages(d, pf, 7, 10, DST_PAGES, 3, 0,
-                                             20000, on_done, &r) == 0,
+                                             20000, kv_test_on_done, &r) == 0,
                   "%s", te_kv_last_error());
     ck_assert_int_eq(te_kv_source_begin(s, 7, 10, SRC_PAGES, 3, 1), 0);
     te_kv_gpu_layers *g;
@@ -111,9 +96,7 @@ START_TEST(gpu_layers_land_in_device_pages)
     for (int k = 0; k < LAYERS + 1; k++)
         ck_assert_int_eq(te_k_bump_watcher(te_kv_gpu_layers_word(g), NULL), 0);
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-    for (int i = 0; i < 20000 && !atomic_load(&r.done); i++)
-        usleep(1000); /* 20 s at most */
-    ck_assert_int_eq(atomic_load(&r.done), 1);
+    kv_test_wait_done(&r, 20000);
     ck_assert_msg(r.status == 0, "%s", r.why);
     ck_assert_int_eq(te_kv_source_wait(s, 7, 10000), 0);
     ck_assert_int_eq(te_kv_gpu_layers_free(g), 0);
