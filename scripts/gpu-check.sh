@@ -10,7 +10,11 @@
 # machine with apt (this repository's dev host), in the repository root:
 #     mkdir -p gpu-debs && cd gpu-debs && apt-get download \
 #       libinih1 libinih-dev libinireader0 check libsubunit0 libsubunit-dev \
-#       pkgconf pkgconf-bin libpkgconf3 pkg-config && cd ..
+#       pkgconf pkgconf-bin libpkgconf3 pkg-config \
+#       libffi8 libffi-dev python3-pycparser python3-ply && cd ..
+# plus Debian's cffi source (python-cffi_*.orig.tar.gz, from a deb-src
+# `apt-get source --download-only python-cffi`) for an image whose python3
+# (the one with torch) has no cffi.
 # (or: scripts/gpu-check.sh --download-debs). gpu-debs/ is untracked, not
 # ignored, so a copy of the working tree carries it. Where inih and check are
 # installed already, the debs are not needed.
@@ -28,7 +32,8 @@ while [ $# -gt 0 ]; do
     --download-debs)
         mkdir -p gpu-debs && (cd gpu-debs && apt-get download libinih1 \
             libinih-dev libinireader0 check libsubunit0 libsubunit-dev \
-            pkgconf pkgconf-bin libpkgconf3 pkg-config)
+            pkgconf pkgconf-bin libpkgconf3 pkg-config libffi8 libffi-dev \
+            python3-pycparser python3-ply)
         exit $? ;;
     --out) OUT=$2; shift ;;
     --quick) QUICK=1 ;;
@@ -58,6 +63,33 @@ if [ -d gpu-debs ] && ls gpu-debs/*.deb > /dev/null 2>&1; then
     command -v pkg-config > /dev/null || ln -sf pkgconf "$SYSROOT/usr/bin/pkg-config"
     echo "deps: unpacked $(ls gpu-debs/*.deb | wc -l) .deb files into $SYSROOT"
 fi
+# The image's python3 (the one with torch) may lack cffi: Debian's cffi
+# source (python-cffi_*.orig.tar.gz, apt-get source python-cffi) and
+# pycparser (python3-pycparser) carried in gpu-debs are installed into it, so
+# that the binding is built for that interpreter and python_gpu runs torch
+# CUDA tensors through it. Without them (or a Python.h) the binding is not
+# built and python_gpu is not registered (said in the results).
+PY=$(command -v python3 || true)
+PYARG=
+if [ -n "$PY" ] && ! "$PY" -c "import cffi" 2> /dev/null \
+   && ls gpu-debs/python-cffi_*.orig.tar.gz > /dev/null 2>&1 && [ -n "${SYSROOT:-}" ]; then
+    PURE=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    cp -r "$SYSROOT"/usr/lib/python3/dist-packages/pycparser \
+          "$SYSROOT"/usr/lib/python3/dist-packages/ply "$PURE"/ 2> /dev/null
+    tar xzf gpu-debs/python-cffi_*.orig.tar.gz -C "$SYSROOT"
+    # setup.py in place, setuptools imported first (Python 3.12 has no
+    # distutils of its own); no pip, so no wheel package needed.
+    (cd "$SYSROOT"/cffi-* && "$PY" -c "import setuptools, runpy, sys; \
+        sys.argv = ['setup.py', 'build_ext', '--inplace']; \
+        runpy.run_path('setup.py', run_name='__main__')" \
+        && cp -r cffi _cffi_backend*.so "$PURE"/) > "$OUT/cffi.log" 2>&1 \
+        || echo "cffi build failed (cffi.log)"
+fi
+if [ -n "$PY" ] && "$PY" -c "import cffi, torch, sysconfig, os, sys; \
+        sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+        2> /dev/null; then
+    PYARG=-DTE_SYSTEM_PYTHON=$PY
+fi
 for m in inih check; do
     pkg-config --exists $m || { echo "missing $m (see the header of $0)" >&2; exit 1; }
 done
@@ -71,12 +103,27 @@ say "host:   $(uname -srm), $(nproc) CPUs"
 say "gpu:    $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -4 | tr '\n' ';')"
 say "nvcc:   $(nvcc --version 2>/dev/null | tail -1)"
 ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTE_WITH_CUDA=ON \
-      -DTE_WITH_MLX5=AUTO -DTE_WITH_EFA=AUTO \
-      ${ARCH:+-DCMAKE_CUDA_ARCHITECTURES=$ARCH} > "$OUT/configure.log" 2>&1 \
-    || { say "configure FAILED (configure.log)"; exit 1; }
-cmake --build build-gpu -j"$(nproc)" > "$OUT/build.log" 2>&1 \
-    || { say "build FAILED (build.log)"; tail -30 "$OUT/build.log"; exit 1; }
+configure() {
+    cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTE_WITH_CUDA=ON \
+          -DTE_WITH_MLX5=AUTO -DTE_WITH_EFA=AUTO "$@" \
+          ${ARCH:+-DCMAKE_CUDA_ARCHITECTURES=$ARCH} > "$OUT/configure.log" 2>&1 \
+        || { say "configure FAILED (configure.log)"; exit 1; }
+}
+say "python: ${PYARG:-none with cffi, torch and Python.h: binding and python_gpu not built}"
+configure $PYARG
+if ! cmake --build build-gpu -j"$(nproc)" > "$OUT/build.log" 2>&1; then
+    # A binding that does not compile for that interpreter must not cost the
+    # rest of the check: build again without it.
+    if [ -n "$PYARG" ]; then
+        say "build with the binding for $PY FAILED (build-py.log): again without it"
+        cp "$OUT/build.log" "$OUT/build-py.log"
+        configure -DTE_SYSTEM_PYTHON=/nonexistent/python3
+        cmake --build build-gpu -j"$(nproc)" > "$OUT/build.log" 2>&1 \
+            || { say "build FAILED (build.log)"; tail -30 "$OUT/build.log"; exit 1; }
+    else
+        say "build FAILED (build.log)"; tail -30 "$OUT/build.log"; exit 1
+    fi
+fi
 say "build:  ok ($(grep -c 'warning:' "$OUT/build.log") warnings)"
 BIN=$ROOT/build-gpu
 export TE_PLUGIN_PATH=$BIN/plugins
@@ -85,7 +132,7 @@ say "te-info: $("$BIN"/tools/te-info/te-info --groups 2>&1 | grep 'CUDA memory')
 # --------------------------------------------------------------- tests
 say ""
 say "## ctest -L gpu (unit tests and the conformance suite with --mem cuda)"
-(cd build-gpu && ctest -L gpu --output-on-failure --timeout 300) > "$OUT/ctest-gpu.log" 2>&1 || FAILED=1
+(cd build-gpu && ctest -L gpu -V -j4 --timeout 300) > "$OUT/ctest-gpu.log" 2>&1 || FAILED=1
 grep -E "Test +#|tests passed|Skipped|Failed" "$OUT/ctest-gpu.log" | tee -a "$RES"
 grep -q "Skipped" "$OUT/ctest-gpu.log" && { say "NOTE: gpu tests were SKIPPED: see ctest-gpu.log"; FAILED=1; }
 say ""
