@@ -11,7 +11,9 @@
 #     mkdir -p gpu-debs && cd gpu-debs && apt-get download \
 #       libinih1 libinih-dev libinireader0 check libsubunit0 libsubunit-dev \
 #       pkgconf pkgconf-bin libpkgconf3 pkg-config \
-#       libffi8 libffi-dev python3-pycparser python3-ply && cd ..
+#       libffi8 libffi-dev python3-pycparser python3-ply libssl3 libssl-dev \
+#       libjansson4 libjansson-dev libcurl4-openssl-dev libcurl4 (and the
+#       libraries libcurl4 needs: apt-cache depends --recurse) && cd ..
 # plus Debian's cffi source (python-cffi_*.orig.tar.gz, from a deb-src
 # `apt-get source --download-only python-cffi`) for an image whose python3
 # (the one with torch) has no cffi.
@@ -33,7 +35,7 @@ while [ $# -gt 0 ]; do
         mkdir -p gpu-debs && (cd gpu-debs && apt-get download libinih1 \
             libinih-dev libinireader0 check libsubunit0 libsubunit-dev \
             pkgconf pkgconf-bin libpkgconf3 pkg-config libffi8 libffi-dev \
-            python3-pycparser python3-ply)
+            python3-pycparser python3-ply libssl3 libssl-dev)
         exit $? ;;
     --out) OUT=$2; shift ;;
     --quick) QUICK=1 ;;
@@ -55,7 +57,18 @@ if [ -d gpu-debs ] && ls gpu-debs/*.deb > /dev/null 2>&1; then
     for d in gpu-debs/*.deb; do dpkg -x "$d" "$SYSROOT"; done
     ARCHLIB=$(ls -d "$SYSROOT"/usr/lib/*-linux-gnu 2>/dev/null | head -1)
     export PATH=$SYSROOT/usr/bin:$PATH
-    export LD_LIBRARY_PATH=$ARCHLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    # At run time only the libraries the image lacks come from the debs
+    # (older Debian builds must not shadow the image's own libssl, zlib...).
+    RTLIB=$SYSROOT/runtime-libs
+    mkdir -p "$RTLIB"
+    HAVE_SONAMES=$(ldconfig -p | awk 'NR > 1 { print $1 }')
+    for f in "$ARCHLIB"/lib*.so.*; do
+        soname=$(basename "$f" | sed -E 's/(\.so\.[0-9]+).*/\1/')
+        echo "$HAVE_SONAMES" | grep -qxF "$soname" || ln -sf "$f" "$RTLIB/$soname"
+    done
+    echo "deps: from the debs at run time: $(ls "$RTLIB" | tr '\n' ' ')"
+    export LD_LIBRARY_PATH=$RTLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export PKG_CONFIG_ALLOW_SYSTEM_LIBS=1 PKG_CONFIG_ALLOW_SYSTEM_CFLAGS=1
     # The .pc files say prefix=/usr: the sysroot is prepended to -I/-L.
     export PKG_CONFIG_SYSROOT_DIR=$SYSROOT
     export PKG_CONFIG_LIBDIR=$ARCHLIB/pkgconfig:$SYSROOT/usr/share/pkgconfig
@@ -79,7 +92,8 @@ if [ -n "$PY" ] && ! "$PY" -c "import cffi" 2> /dev/null \
     tar xzf gpu-debs/python-cffi_*.orig.tar.gz -C "$SYSROOT"
     # setup.py in place, setuptools imported first (Python 3.12 has no
     # distutils of its own); no pip, so no wheel package needed.
-    (cd "$SYSROOT"/cffi-* && "$PY" -c "import setuptools, runpy, sys; \
+    (cd "$SYSROOT"/cffi-* && CFLAGS="-I$SYSROOT/usr/include/$(basename "$ARCHLIB")" \
+        LDFLAGS="-L$ARCHLIB" "$PY" -c "import setuptools, runpy, sys; \
         sys.argv = ['setup.py', 'build_ext', '--inplace']; \
         runpy.run_path('setup.py', run_name='__main__')" \
         && cp -r cffi _cffi_backend*.so "$PURE"/) > "$OUT/cffi.log" 2>&1 \
@@ -90,7 +104,7 @@ if [ -n "$PY" ] && "$PY" -c "import cffi, torch, sysconfig, os, sys; \
         2> /dev/null; then
     PYARG=-DTE_SYSTEM_PYTHON=$PY
 fi
-for m in inih check; do
+for m in inih check libcrypto libcurl jansson; do
     pkg-config --exists $m || { echo "missing $m (see the header of $0)" >&2; exit 1; }
 done
 
