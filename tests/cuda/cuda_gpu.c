@@ -212,8 +212,12 @@ START_TEST(loopback)
             ck_assert_int_eq(te_imm_wait(b, imm, 1, 20000), 0);
             ck_assert_uint_eq(region_mismatches(&dst, 4096, len, seed), 0);
             /* Read it back into a zeroed source. */
-            if (src.device)
+            /* cudaMemset is asynchronous and the library copies on its own
+             * stream: the caller finishes its work before submitting. */
+            if (src.device) {
                 CUDA_OK(cudaMemset(src.p, 0, len));
+                CUDA_OK(cudaDeviceSynchronize());
+            }
             else
                 memset(src.p, 0, len);
             st = xfer(a, pb, TE_OP_READ, &src, &dst, 4096, len, 0, why);

@@ -36,6 +36,8 @@ int conf_mem_alloc(struct conf_mem *m, size_t len, int cuda)
     cudaError_t e = cudaMalloc(&m->dev, len);
     if (e == cudaSuccess)
         e = cudaMemset(m->dev, 0, len);
+    if (e == cudaSuccess) /* asynchronous: done before any transfer */
+        e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         fprintf(stderr, "te-conformance: cudaMalloc of %zu bytes: %s\n", len,
                 cudaGetErrorString(e));
@@ -65,8 +67,11 @@ int conf_mem_push(struct conf_mem *m, size_t off, size_t len)
 {
 #ifdef TE_CONF_HAVE_CUDA
     if (m->cuda && len &&
-        cudaMemcpy((uint8_t *)m->dev + off, m->host + off, len,
-                   cudaMemcpyHostToDevice) != cudaSuccess)
+        (cudaMemcpy((uint8_t *)m->dev + off, m->host + off, len,
+                    cudaMemcpyHostToDevice) != cudaSuccess ||
+         /* From pageable memory cudaMemcpy may return before the bytes
+          * land; the library's copies run on a stream of their own. */
+         cudaDeviceSynchronize() != cudaSuccess))
         return -EIO;
 #endif
     return 0;

@@ -149,6 +149,9 @@ int main(void)
     tcase_add_test(tc, gpu_layers_land_in_device_pages);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
+    /* No fork: main() initialised CUDA above, and a CUDA context does not
+     * survive fork() (a forked test's cudaMalloc fails with error 3). */
+    srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
