@@ -165,7 +165,10 @@ static int bench_cudawrite(const struct tb_gpu_opts *o)
                 status = 1;
             }
             t0 = now_ns();
-            if (cudaMemcpy(dst, src, len, cudaMemcpyDefault) != cudaSuccess) {
+            /* cudaMemcpy may return before the bytes land (device to
+             * device, or from pageable memory): timed to completion. */
+            if (cudaMemcpy(dst, src, len, cudaMemcpyDefault) != cudaSuccess ||
+                cudaDeviceSynchronize() != cudaSuccess) {
                 status = 1;
                 break;
             }
