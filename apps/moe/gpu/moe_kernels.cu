@@ -3,6 +3,7 @@
 // path (no fused multiply-add), which makes fp32 results bit-exact.
 #include <cuda_runtime.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -150,10 +151,43 @@ __global__ void wait_flag_kernel(const volatile uint32_t *flag, uint32_t value,
     }
 }
 
+/* Load every kernel of this library before the first launch of any.
+ * With CUDA's lazy loading (the default since CUDA 12) a kernel is loaded
+ * at its first launch, and loading may wait for the kernels already
+ * running: a spinning wait_flag_kernel then kept the post_kernel it waits
+ * for from starting (on an H200 the proxy's writes only began when the
+ * wait gave up, 10 s later). cudaFuncGetAttributes loads a kernel. */
+static int preload_rc = -1;
+static char preload_err[256];
+static void preload_all(void)
+{
+    cudaFuncAttributes a;
+    const void *k[] = {(const void *)route_kernel, (const void *)pack_kernel,
+                       (const void *)combine_kernel, (const void *)post_kernel,
+                       (const void *)wait_flag_kernel};
+    preload_rc = 0;
+    for (size_t i = 0; i < sizeof(k) / sizeof(k[0]) && !preload_rc; i++)
+        preload_rc = check(cudaFuncGetAttributes(&a, k[i]), "loading the kernels");
+    if (preload_rc)
+        memcpy(preload_err, gpu_err, sizeof(preload_err));
+}
+static int preload(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, preload_all);
+    if (preload_rc)
+        memcpy(gpu_err, preload_err, sizeof(gpu_err));
+    return preload_rc;
+}
+
+extern "C" int te_moe_gpu_preload(void) { return preload(); }
+
 extern "C" int te_moe_gpu_route(const uint16_t *experts, uint32_t tokens, uint32_t topk,
                                 uint32_t ranks, uint32_t experts_per_rank, uint32_t *pos,
                                 uint32_t *rows, void *stream)
 {
+    if (preload())
+        return -EIO;
     route_kernel<<<(ranks + 63) / 64, 64, 0, (cudaStream_t)stream>>>(
         experts, tokens, topk, ranks, experts_per_rank, pos, rows);
     return check(cudaGetLastError(), "route kernel launch");
@@ -167,6 +201,8 @@ extern "C" int te_moe_gpu_pack(const void *x, uint32_t x_row_bytes, const uint16
     if (tokens == 0)
         return 0;
     dim3 grid(tokens, ranks);
+    if (preload())
+        return -EIO;
     pack_kernel<<<grid, 128, 0, (cudaStream_t)stream>>>(
         (const uint8_t *)x, x_row_bytes, experts, weights, pos, topk, ranks, experts_per_rank,
         slot, row_bytes, (uint8_t *)send);
@@ -179,6 +215,8 @@ extern "C" int te_moe_gpu_combine(const void *comb, const uint32_t *pos, uint32_
 {
     if (tokens == 0)
         return 0;
+    if (preload())
+        return -EIO;
     combine_kernel<<<tokens, 256, 0, (cudaStream_t)stream>>>(
         (const uint8_t *)comb, pos, ranks, hidden, cslot, crow_bytes, out);
     return check(cudaGetLastError(), "combine kernel launch");
@@ -188,6 +226,8 @@ extern "C" int te_moe_gpu_post(te_moe_ring *ring, unsigned long long *posted,
                                const te_moe_ring_entry *entries, uint32_t count,
                                long long timeout_cycles, int *status, void *stream)
 {
+    if (preload())
+        return -EIO;
     post_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(ring, posted, entries, count,
                                                    timeout_cycles, status);
     return check(cudaGetLastError(), "post kernel launch");
@@ -196,6 +236,8 @@ extern "C" int te_moe_gpu_post(te_moe_ring *ring, unsigned long long *posted,
 extern "C" int te_moe_gpu_wait_flag(const volatile uint32_t *flag, uint32_t value,
                                     long long timeout_cycles, int *status, void *stream)
 {
+    if (preload())
+        return -EIO;
     wait_flag_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(flag, value, timeout_cycles, status);
     return check(cudaGetLastError(), "wait-flag kernel launch");
 }

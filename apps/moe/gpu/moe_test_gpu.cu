@@ -4,6 +4,8 @@
 // (or driver) is present.
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
@@ -161,6 +163,33 @@ static int test_proxy(void)
     CHECK(te_moe_gpu_wait_flag(dflag, 9, cycles, (int *)dst2, s2) == 0, "wait launch");
     CHECK(te_moe_gpu_post((te_moe_ring *)dra, (unsigned long long *)dposted,
                           (te_moe_ring_entry *)dents, N, cycles, (int *)dst1, s1) == 0, "post launch");
+    /* While the kernels run: when did the imms arrive at b, when did a's
+     * writes complete (bounded: 12 s). */
+    {
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        double t_banked = -1, t_done = -1, t_flag = -1, el = 0;
+        while (el < 12.0 && (t_banked < 0 || t_done < 0 || t_flag < 0)) {
+            uint64_t banked = 0, sub = 0, done = 0;
+            int armed = 0;
+            te_imm_poll(b, 0x7700, &banked, &armed);
+            te_moe_proxy_counts(pa, &sub, &done);
+            done += te_moe_proxy_failed(pa);
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            el = (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
+            if (t_banked < 0 && (banked >= N || (!armed && *flag == 9)))
+                t_banked = el;
+            if (t_done < 0 && done >= N)
+                t_done = el;
+            if (t_flag < 0 && *flag != 0)
+                t_flag = el;
+            usleep(100);
+        }
+        printf("proxy timeline: imms at b %.6f s, a's writes done %.6f s, flag "
+               "stored %.6f s (%u), failed %llu: %s\n", t_banked, t_done, t_flag,
+               (unsigned)*flag, (unsigned long long)te_moe_proxy_failed(pa),
+               te_moe_proxy_error(pa) ? te_moe_proxy_error(pa) : "");
+    }
     CU(cudaStreamSynchronize(s1));
     CU(cudaStreamSynchronize(s2));
     int st1 = 1, st2 = 1;

@@ -58,6 +58,17 @@ TE_API int te_moe_gpu_combine(const void *comb, const uint32_t *pos, uint32_t to
                               uint64_t crow_bytes, float *out, void *stream);
 
 /**
+ * Load every kernel of this library now (each launch call below also does
+ * it once, on first use). Kernels that wait on each other (te_moe_gpu_post
+ * and te_moe_gpu_wait_flag) must both be loaded before either spins: with
+ * CUDA's lazy module loading, loading a kernel can wait for the running
+ * ones, so a spinning waiter could keep its producer from starting. Call
+ * it before capturing these launches in a CUDA graph. 0, or -EIO with
+ * te_moe_gpu_last_error().
+ */
+TE_API int te_moe_gpu_preload(void);
+
+/**
  * Post `count` entries to a proxy ring from the GPU (one thread, in
  * order): `ring` is the device pointer of the mapped ring, `posted` a
  * device counter of entries posted so far. Waits (bounded by
