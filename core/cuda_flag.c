@@ -107,7 +107,10 @@ TE_API void te_gpu_flag_disarm(te_gpu_flag *f)
         atomic_store(&f->armed, 0);
 }
 
-/* Runs on the engine's callback thread, exactly once per expectation. */
+/* Runs exactly once per expectation: on the worker that counted the last
+ * arrival (te_imm_cb_runs_inline), or on the callback thread for a
+ * deadline or a cancellation. Two stores: no lock, no call that can block,
+ * so it may run on a worker. */
 static void gpu_flag_complete(uint32_t imm, int status, void *arg)
 {
     te_gpu_flag *f = arg;
@@ -119,6 +122,13 @@ static void gpu_flag_complete(uint32_t imm, int status, void *arg)
      * may free or re-arm it (te_gpu_flag_destroy answers -EBUSY until). */
     atomic_store_explicit(f->host, v, memory_order_release);
     atomic_store_explicit(&f->armed, 0, memory_order_release);
+}
+
+bool te_imm_cb_runs_inline(te_imm_fn cb)
+{
+    /* A GPU flag is on the latency path of a spinning kernel: handing it
+     * to the callback thread cost one more thread wake-up per flag. */
+    return cb == gpu_flag_complete;
 }
 
 TE_API int te_imm_expect_gpu_flag(te_engine *e, uint32_t imm, uint64_t count,

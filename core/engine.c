@@ -343,6 +343,10 @@ static void fire_to_callbacks(void *sink, uint32_t imm, te_imm_fn cb,
                               void *arg)
 {
     struct te_engine *e = sink;
+    if (te_imm_cb_runs_inline(cb)) {
+        cb(imm, 0, arg);
+        return;
+    }
     struct te_cb_event ev = {.kind = TE_CB_IMM};
     ev.u.imm.fn = cb;
     ev.u.imm.arg = arg;

@@ -8,9 +8,11 @@
  *  --test watcher    a kernel in a replayed CUDA graph bumps a watcher word:
  *                    graph launch -> CPU callback; reference: graph launch
  *                    -> cudaStreamSynchronize return of the same graph.
- *  --test gpuflag    imm arrival -> a spinning kernel sees the flag (it acks
- *                    to host-mapped memory the CPU spins on); reference: the
- *                    CPU stores the flag itself (GPU round trip alone).
+ *  --test gpuflag    submit of a WriteImm -> a spinning kernel sees the flag
+ *                    (it acks to host-mapped memory the CPU spins on);
+ *                    references: the CPU stores the flag itself (GPU round
+ *                    trip alone) and submit -> imm counted at the target
+ *                    (the transfer alone).
  *
  * Medians (and p99 for latencies) of --iters samples. Exit 77 where CUDA
  * is unusable, with the reason.
@@ -290,10 +292,46 @@ static int bench_gpuflag(const struct tb_gpu_opts *o)
     CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     uint64_t *lat = calloc((size_t)iters, sizeof(uint64_t));
     uint64_t *ref = calloc((size_t)iters, sizeof(uint64_t));
+    uint64_t *cpu = calloc((size_t)iters, sizeof(uint64_t));
     int status = 0;
-    for (int i = 0; i < 2 * iters && !status; i++) {
-        int reference = i & 1;
+    /* Three kinds of sample, interleaved: submit -> kernel sees the flag;
+     * a CPU store -> kernel sees it (the flag hop alone); submit -> the
+     * target's ImmCounter has the imm, seen by a spinning CPU (the
+     * transfer alone). Flag hop after arrival ~ first - third. */
+    for (int i = 0; i < 3 * iters && !status; i++) {
+        int kind = i % 3, reference = kind == 1;
         uint32_t value = 1u + (uint32_t)(i % 1000);
+        if (kind == 2) {
+            struct timespec nap = {0, 200000};
+            nanosleep(&nap, NULL);
+            te_request q;
+            te_request_init(&q, TE_OP_WRITE);
+            q.flags = TE_F_IMM;
+            q.imm = 0x701u;
+            q.u.xfer.peer = p.pb;
+            q.u.xfer.local = smr;
+            q.u.xfer.remote = &dd;
+            q.u.xfer.len = 8;
+            uint64_t t0 = now_ns(), banked = 0;
+            int armed = 0;
+            if (te_submit(p.a, &q) < 0) {
+                fprintf(stderr, "te-bench: gpuflag: %s\n", te_last_error());
+                status = 1;
+                break;
+            }
+            while (te_imm_poll(p.b, 0x701u, &banked, &armed) == 0 && banked < 1)
+                if (now_ns() - t0 > 5000000000ull) {
+                    fprintf(stderr, "te-bench: gpuflag: imm not seen in 5 s\n");
+                    status = 1;
+                    break;
+                }
+            cpu[i / 3] = now_ns() - t0;
+            te_imm_remove(p.b, 0x701u, NULL);
+            te_completion c;
+            if (te_poll_completions(p.a, &c, 1, 5000) != 1 || c.status)
+                status = 1;
+            continue;
+        }
         te_gpu_flag_store(f, 0);
         __atomic_store_n(ack, 0u, __ATOMIC_RELEASE);
         CU((cudaError_t)te_k_spin_flag(te_gpu_flag_device_ptr(f),
@@ -326,7 +364,7 @@ static int bench_gpuflag(const struct tb_gpu_opts *o)
                 status = 1;
                 break;
             }
-        (reference ? ref : lat)[i / 2] = now_ns() - t0;
+        (reference ? ref : lat)[i / 3] = now_ns() - t0;
         CU(cudaStreamSynchronize(s));
         if (!reference) {
             te_completion c;
@@ -335,13 +373,16 @@ static int bench_gpuflag(const struct tb_gpu_opts *o)
         }
     }
     if (!status)
-        printf("# gpuflag: imm arrival -> spinning kernel sees the flag "
-               "(kernel ack seen by the CPU) vs CPU flag store -> ack, %d "
-               "samples\n"
+        printf("# gpuflag: submit of a WriteImm -> spinning kernel sees the "
+               "flag (kernel ack seen by the CPU); CPU flag store -> ack; "
+               "submit -> imm counted at the target (CPU spinning on "
+               "te_imm_poll), %d samples each\n"
                "imm_to_kernel_us p50 %.2f p99 %.2f | store_to_kernel_us p50 "
-               "%.2f p99 %.2f\n",
+               "%.2f p99 %.2f | submit_to_imm_us p50 %.2f p99 %.2f\n",
                iters, pct(lat, iters, 50) / 1e3, pct(lat, iters, 99) / 1e3,
-               pct(ref, iters, 50) / 1e3, pct(ref, iters, 99) / 1e3);
+               pct(ref, iters, 50) / 1e3, pct(ref, iters, 99) / 1e3,
+               pct(cpu, iters, 50) / 1e3, pct(cpu, iters, 99) / 1e3);
+    free(cpu);
     free(lat);
     free(ref);
     cudaStreamDestroy(s);
