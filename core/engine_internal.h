@@ -348,15 +348,15 @@ int te_mr_release(struct te_mr *mr);
 int te_mr_hold(struct te_mr *mr, const char *what);
 void te_mr_unhold(struct te_mr *mr);
 
+/* cuda_flag.c: whether an ImmCounter callback is one of the core's own
+ * that may run on the worker that completes the expectation instead of the
+ * callback thread (short, never blocks: the GPU flag's stores). */
+bool te_imm_cb_runs_inline(te_imm_fn cb);
+
 /* log.c: te_log formats a core message (origin "core") when level passes
  * the process threshold and, with an engine, its engine.log_level;
  * te_log_enabled is that test; te_log_emit hands a formatted message to
  * the sink (te_set_log_fn) or the default stderr output. */
-/* Whether an ImmCounter callback is one of the core's own that may run on
- * the worker that completes the expectation instead of the callback thread
- * (short, never blocks: the GPU flag's stores; core/cuda_flag.c). */
-bool te_imm_cb_runs_inline(te_imm_fn cb);
-
 void te_log(const struct te_engine *e, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int te_log_enabled(const struct te_engine *e, int level);

@@ -5,21 +5,16 @@
 # the conformance suite with device memory and the GPU benchmarks, and writes
 # a results file (default gpu-results/results.txt) with device, date, commit.
 #
-# Build dependencies (inih, check, pkg-config) come from .deb files carried
-# along, unpacked with dpkg -x (no root, no apt). Prepare them on a Debian 12
-# machine with apt (this repository's dev host), in the repository root:
-#     mkdir -p gpu-debs && cd gpu-debs && apt-get download \
-#       libinih1 libinih-dev libinireader0 check libsubunit0 libsubunit-dev \
-#       pkgconf pkgconf-bin libpkgconf3 pkg-config \
-#       libffi8 libffi-dev python3-pycparser python3-ply libssl3 libssl-dev \
-#       libjansson4 libjansson-dev libcurl4-openssl-dev libcurl4 (and the
-#       libraries libcurl4 needs: apt-cache depends --recurse) && cd ..
-# plus Debian's cffi source (python-cffi_*.orig.tar.gz, from a deb-src
-# `apt-get source --download-only python-cffi`) for an image whose python3
-# (the one with torch) has no cffi.
-# (or: scripts/gpu-check.sh --download-debs). gpu-debs/ is untracked, not
-# ignored, so a copy of the working tree carries it. Where inih and check are
-# installed already, the debs are not needed.
+# Build dependencies (inih, check, pkg-config, libcrypto, libcurl, jansson,
+# and cffi for the image's python3) come from .deb files and Debian's cffi
+# source carried along in gpu-debs/, unpacked with dpkg -x (no root, no
+# apt). Fetch them on a Debian 12 machine with apt (this repository's dev
+# host), in the repository root: scripts/gpu-check.sh --download-debs
+# (DEBS below, libcurl4's libraries by apt-cache depends --recurse, and
+# python-cffi_*.orig.tar.gz from a deb-src source list of its own).
+# gpu-debs/ is untracked, not ignored, so a copy of the working tree
+# carries it. Where the libraries are installed already, the debs are not
+# needed.
 #
 # Usage: scripts/gpu-check.sh [--download-debs] [--out DIR] [--quick]
 #   --quick   fewer benchmark samples (for a short device lease)
@@ -32,11 +27,27 @@ QUICK=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --download-debs)
-        mkdir -p gpu-debs && (cd gpu-debs && apt-get download libinih1 \
-            libinih-dev libinireader0 check libsubunit0 libsubunit-dev \
-            pkgconf pkgconf-bin libpkgconf3 pkg-config libffi8 libffi-dev \
-            python3-pycparser python3-ply libssl3 libssl-dev)
-        exit $? ;;
+        DEBS="libinih1 libinih-dev libinireader0 check libsubunit0
+              libsubunit-dev pkgconf pkgconf-bin libpkgconf3 pkg-config
+              libffi8 libffi-dev python3-pycparser python3-ply libssl3
+              libssl-dev libjansson4 libjansson-dev libcurl4-openssl-dev"
+        # libcurl4 and the libraries it needs, libc and gcc's left out.
+        CURL=$(apt-cache depends --recurse --no-recommends --no-suggests \
+               --no-conflicts --no-breaks --no-replaces --no-enhances \
+               --no-pre-depends libcurl4 | grep -v '^[ <]' | sort -u |
+               grep -vxE 'libc6|libgcc-s1|gcc-12-base')
+        SRC=$(mktemp -d)
+        mkdir -p "$SRC/lists/partial"
+        printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+            > "$SRC/src.sources"
+        APT_SRC="-oDir::Etc::SourceList=/dev/null -oDir::Etc::SourceParts=$SRC -oDir::State::Lists=$SRC/lists"
+        mkdir -p gpu-debs && (cd gpu-debs && apt-get download $DEBS $CURL &&
+            apt-get $APT_SRC update > /dev/null &&
+            apt-get $APT_SRC source --download-only python-cffi &&
+            rm -f python-cffi_*.dsc python-cffi_*.debian.tar.*)
+        rc=$?
+        rm -rf "$SRC"
+        exit $rc ;;
     --out) OUT=$2; shift ;;
     --quick) QUICK=1 ;;
     *) echo "usage: $0 [--download-debs] [--out DIR] [--quick]" >&2; exit 2 ;;

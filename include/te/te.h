@@ -577,8 +577,8 @@ static inline void te_request_init(te_request *r, uint32_t op)
  * submission queue is full. When no thread is in the group's turn (the
  * worker between turns or blocked idle; caller mode: nobody progressing),
  * the calling thread posts the request itself, so it leaves without
- * waiting for a sleeping worker to wake; otherwise it is queued. Returns a request id (> 0) on success. Input is
- * validated here (bounds, keys present, peer known, NIC count): a bad
+ * waiting for a sleeping worker to wake; otherwise it is queued. Returns
+ * a request id (> 0) on success. Input is validated here (bounds, keys present, peer known, NIC count): a bad
  * request fails immediately with a message and nothing is sent.
  * Completion is reported exactly once, to req->done or to the queue.
  */

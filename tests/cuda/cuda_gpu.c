@@ -217,9 +217,9 @@ START_TEST(loopback)
             if (src.device) {
                 CUDA_OK(cudaMemset(src.p, 0, len));
                 CUDA_OK(cudaDeviceSynchronize());
-            }
-            else
+            } else {
                 memset(src.p, 0, len);
+            }
             st = xfer(a, pb, TE_OP_READ, &src, &dst, 4096, len, 0, why);
             ck_assert_msg(st == 0, "read: %s", why);
             ck_assert_uint_eq(region_mismatches(&src, 0, len, seed), 0);
