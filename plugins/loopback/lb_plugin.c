@@ -9,6 +9,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "lb_auth.h"
 #include "lb_internal.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -167,6 +168,12 @@ static void lb_nic_close(te_plugin_nic *nic)
     /* Unreachable first, so no new channel can arrive while tearing down. */
     lb_registry_remove(nic);
     lb_peers_free_all(nic);
+    /* Connections that reached us but were not taken yet (in the listen
+     * backlog, or their hello unread) become channels now, so that they
+     * too are told of the orderly close below instead of only seeing the
+     * socket go (reported as a failure). */
+    if (!atomic_load(&nic->dead))
+        lb_hellos_service(nic);
     lb_inbound_free_all(nic, LB_ST_CLOSED);
     lb_dev_free(nic);
     lb_nic_free(nic);
