@@ -481,12 +481,16 @@ TE_API int64_t te_submit(te_engine *e, const te_request *r)
     q->id = atomic_fetch_add_explicit(&e->next_req_id, 1,
                                       memory_order_relaxed);
     int64_t id = q->id;
-    if (e->s.caller_progress &&
+    if (!atomic_load_explicit(&e->stopping, memory_order_acquire) &&
         pthread_mutex_trylock(&g->progress_lock) == 0) {
-        /* Caller-driven and no thread in the group's turn: post it now,
-         * behind what waits in the queue, without passing through the
-         * queue (its cells are cache lines a sleeping caller finds cold);
-         * callbacks still run only in te_progress. */
+        /* No thread in the group's turn (caller mode), or the worker is
+         * between turns or blocked: post it now, behind what waits in the
+         * queue, without passing through the queue and without waiting
+         * for a sleeping worker to wake (one thread wake-up off the
+         * latency of a request to an idle engine; its cells are cache
+         * lines a sleeping caller finds cold). Callbacks still run where
+         * they run (te_progress, or the callback thread); the worker is
+         * rung below to take over the request's completion. */
         te_worker_post_now(e, g, g->turn, q);
         pthread_mutex_unlock(&g->progress_lock);
     } else if (te_mpsc_push(g->subq, q) != 0) {

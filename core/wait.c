@@ -1,6 +1,7 @@
 #define _GNU_SOURCE /* ppoll */
 /* Blocking an idle worker on its NICs' wait objects (see wait.h). */
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <poll.h>
@@ -158,9 +159,12 @@ static void nap(struct te_engine *e, struct te_group *g)
 
 void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t)
 {
-    if (te_group_announce_sleep(e, g))
+    if (te_group_announce_sleep(e, g)) {
+        pthread_mutex_unlock(&g->progress_lock);
         return;
+    }
     if (g->inflight_reqs && e->s.busy_nap && e->s.idle_sleep_us) {
+        pthread_mutex_unlock(&g->progress_lock);
         nap(e, g);
         return;
     }
@@ -173,9 +177,12 @@ void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t)
                te_strerror(rc));
         g->can_block = 0;
     }
+    int timeout = rc ? 0 : te_group_block_timeout_ms(e, g, t->now_ns);
+    /* Armed: from here a submitter may post without waiting for us (it
+     * rings wake_fd after, as `sleeping` is set). */
+    pthread_mutex_unlock(&g->progress_lock);
     if (rc)
         return;
-    int timeout = te_group_block_timeout_ms(e, g, t->now_ns);
     struct epoll_event ev[TE_MAX_NICS + 1];
     int n = timeout ? epoll_wait(g->epfd, ev, TE_MAX_NICS + 1, timeout) : 0;
     atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);

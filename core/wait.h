@@ -39,7 +39,10 @@ int te_group_arm_nics(struct te_engine *e, struct te_group *g, int *nic);
 /** Awake again: `sleeping` cleared and the wake eventfd drained. */
 void te_group_awake(struct te_group *g);
 /** Worker, idle: block until a NIC, a submitter or a deadline needs it.
- *  Returns at once when some NIC or queue has work after all. */
+ *  Returns at once when some NIC or queue has work after all. Called with
+ *  the group's progress_lock held (the NICs are armed under it); returns
+ *  with it released: while the worker blocks, te_submit may take it and
+ *  post itself (core/request.c). */
 void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t);
 /** How long the group may block from now_ns: its deadlines that matter
  *  and engine.idle_block_max_ms; -1 = no limit. */

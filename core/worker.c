@@ -307,31 +307,45 @@ static void *worker_main(void *arg)
     if (e->s.idle_sleep_us)
         te_thread_tighten_slack(e->s.idle_sleep_us);
     struct turn *t = g->turn;
+    pthread_mutex_lock(&g->progress_lock); /* a submitter may post already */
     for (uint32_t i = 0; i < g->nic_count; i++)
         te_repost_recvs(e, g, &g->nics[i]);
+    pthread_mutex_unlock(&g->progress_lock);
     uint64_t idle_since = 0;
+    /* Each turn holds the group's progress_lock: between turns, and while
+     * the worker blocks, te_submit can take it and post a request at once
+     * instead of waiting for this thread to wake (core/request.c). */
     while (!atomic_load_explicit(&e->stopping, memory_order_acquire)) {
+        pthread_mutex_lock(&g->progress_lock);
         if (te_worker_turn(e, g, t)) {
+            pthread_mutex_unlock(&g->progress_lock);
             idle_since = 0;
             continue;
         }
         if (!idle_since)
             idle_since = t->now_ns;
         if (t->now_ns - idle_since < (uint64_t)e->s.idle_spin_us * 1000u) {
+            pthread_mutex_unlock(&g->progress_lock);
             /* The turn found nothing: let the thread we are waiting on
              * (a peer's worker, a callback thread) have this CPU. */
             te_thread_spin_pause();
             continue;
         }
         if (g->can_block) {
-            te_group_block(e, g, t);
-        } else if (e->s.idle_sleep_us) {
-            /* idle_sleep_us may be 1 s: tv_nsec must stay below 10^9 */
-            struct timespec ts = te_timespec_ns(e->s.idle_sleep_us * 1000ull);
-            nanosleep(&ts, NULL);
+            te_group_block(e, g, t); /* releases the lock */
+        } else {
+            pthread_mutex_unlock(&g->progress_lock);
+            if (e->s.idle_sleep_us) {
+                /* idle_sleep_us may be 1 s: tv_nsec must stay below 10^9 */
+                struct timespec ts =
+                    te_timespec_ns(e->s.idle_sleep_us * 1000ull);
+                nanosleep(&ts, NULL);
+            }
         }
     }
+    pthread_mutex_lock(&g->progress_lock);
     worker_shutdown(e, g, t);
+    pthread_mutex_unlock(&g->progress_lock);
     return NULL;
 }
 

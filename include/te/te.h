@@ -574,8 +574,11 @@ static inline void te_request_init(te_request *r, uint32_t op)
 
 /**
  * Submit a request to its group's worker. Never blocks: -EAGAIN when the
- * submission queue is full. Returns a request id (> 0) on success. Input is
- * validated here (bounds, keys present, peer known, NIC count): a bad
+ * submission queue is full. When no thread is in the group's turn (the
+ * worker between turns or blocked idle; caller mode: nobody progressing),
+ * the calling thread posts the request itself, so it leaves without
+ * waiting for a sleeping worker to wake; otherwise it is queued. Returns
+ * a request id (> 0) on success. Input is validated here (bounds, keys present, peer known, NIC count): a bad
  * request fails immediately with a message and nothing is sent.
  * Completion is reported exactly once, to req->done or to the queue.
  */
@@ -798,9 +801,10 @@ TE_API int te_set_recv_handler(te_engine *e, int group, te_recv_fn fn, void *arg
  *    heartbeats and peer liveness are checked only while the engine is
  *    progressed.
  *
- * te_submit() in caller mode posts the request itself when no other
- * thread is in the group's turn (the operation leaves at once); its
- * completion and callbacks still wait for a progress call.
+ * te_submit() posts the request itself when no other thread is in the
+ * group's turn (the operation leaves at once), in both modes; in caller
+ * mode its completion and callbacks still wait for a progress call, in
+ * thread mode the worker is rung to take them.
  *
  * Thread rules in caller mode: one thread at a time progresses a group
  * (another gets -EBUSY, never a deadlock); any thread may submit, add and
