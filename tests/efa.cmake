@@ -50,6 +50,18 @@ if(TARGET test_efa_tcp_progress_twoproc)
   endif()
 endif()
 
+# A same-host shm peer dies holding its region's spin lock while a write
+# to it spins on it inside libfabric: the guard releases the lock
+# (plugins/efa/efa_shm_guard.h). Exits 77 without shm. Forked peer:
+# "twoproc" puts it in the tsan-twoproc pass.
+if(TARGET test_efa_shm_dead_lock_twoproc)
+  set_tests_properties(test_efa_shm_dead_lock_twoproc PROPERTIES LABELS efa
+    SKIP_RETURN_CODE 77 TIMEOUT 120)
+  if(TARGET te-plugin-efa)
+    add_dependencies(test_efa_shm_dead_lock_twoproc te-plugin-efa)
+  endif()
+endif()
+
 # Idle workers blocking on the CQ wait fd over tcp;ofi_rxm, every timed
 # wake-up off (plugin ABI 1.3; plugins/efa/efa_cq.c efa_wait_arm). Exits 77
 # without it.

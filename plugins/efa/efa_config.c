@@ -62,6 +62,12 @@ const struct te_plugin_config_param efa_config_params[] = {
         "watch peers on this host (same boot id, matching process start time) "
         "with a pidfd: a dead peer's operations fail at once instead of "
         "waiting for the provider (shm never reports it)"),
+    TE_PCFG_BOOL_KEY(
+        "shm_lock_repair", "true",
+        "shm: when a watched peer process dies holding the spin lock of its "
+        "shared-memory region (libfabric 1.17 would spin on it forever, "
+        "freezing the worker), release it; one thread per process, blocked "
+        "in poll(2) on the peers' pidfds while any is watched"),
     TE_PCFG_U64_KEY(
         "stall_timeout_ms", "5000", 0, 3600000,
         "declare a peer down when the provider refuses every operation to it "
@@ -95,7 +101,7 @@ int efa_config_parse(efa_ctx *ctx)
     void *hc = h->host_ctx;
     struct efa_cfg *c = &ctx->cfg;
     uint64_t devices, qd, stall, probe;
-    int native, watch, rc;
+    int native, watch, repair, rc;
     if ((rc = cfg_str(ctx, "provider", c->provider, sizeof(c->provider))) ||
         (rc = cfg_str(ctx, "node", c->node, sizeof(c->node))) ||
         (rc = cfg_str(ctx, "domain", c->domain, sizeof(c->domain))) ||
@@ -107,6 +113,7 @@ int efa_config_parse(efa_ctx *ctx)
         (rc = h->config_enum(hc, "av_insert", &c->av_insert)) ||
         (rc = h->config_enum(hc, "hmem", &c->hmem)) ||
         (rc = h->config_bool(hc, "watch_peers", &watch)) ||
+        (rc = h->config_bool(hc, "shm_lock_repair", &repair)) ||
         (rc = h->config_u64(hc, "stall_timeout_ms", &stall)) ||
         (rc = h->config_u64(hc, "probe_timeout_ms", &probe)))
         return rc;
@@ -116,6 +123,7 @@ int efa_config_parse(efa_ctx *ctx)
     c->queue_depth = (uint32_t)qd;
     c->require_native_rma = native;
     c->watch_peers = watch;
+    c->shm_lock_repair = repair;
     c->stall_timeout_ms = (uint32_t)stall;
     c->probe_timeout_ms = (uint32_t)probe;
     if (!c->provider[0]) {

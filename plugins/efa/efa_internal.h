@@ -38,6 +38,7 @@
 #include "efa_local.h"
 #include "efa_proc.h"
 #include "efa_shm_name.h"
+#include "efa_shm_guard.h"
 #include "efa_probe.h"
 
 #define EFA_NAME "efa"
@@ -76,6 +77,7 @@ struct efa_cfg {
     int av_insert;           /* enum efa_av_mode */
     int hmem;                /* enum efa_tristate */
     bool watch_peers;        /* pidfd liveness of same-host peers */
+    bool shm_lock_repair;    /* efa_shm_guard.h */
     uint32_t stall_timeout_ms; /* EAGAIN streak that declares a peer down */
     uint32_t probe_timeout_ms;
 };
