@@ -17,61 +17,40 @@ if(TARGET test_efa_probe AND TARGET te-plugin-efa)
   set_tests_properties(test_efa_probe PROPERTIES TIMEOUT 120 LABELS efa)
 endif()
 
-# Engines of one process over shm, one destroyed while the other has it
-# as a peer (plugins/efa/efa_local.h). Exits 77 where the plugin is absent.
-if(TARGET test_efa_inprocess)
-  set_tests_properties(test_efa_inprocess PROPERTIES LABELS efa
-    SKIP_RETURN_CODE 77)
-  if(TARGET te-plugin-efa)
-    add_dependencies(test_efa_inprocess te-plugin-efa)
+# A unit test of the efa plugin that exits 77 where the plugin or its
+# provider is absent: label efa, built after the plugin, timeout in s.
+function(te_efa_unit_test name timeout)
+  if(TARGET ${name})
+    set_tests_properties(${name} PROPERTIES LABELS efa
+      SKIP_RETURN_CODE 77 TIMEOUT ${timeout})
+    if(TARGET te-plugin-efa)
+      add_dependencies(${name} te-plugin-efa)
+    endif()
   endif()
-endif()
+endfunction()
+
+# Engines of one process over shm, one destroyed while the other has it
+# as a peer (plugins/efa/efa_local.h).
+te_efa_unit_test(test_efa_inprocess 300)
 
 # Job authentication (plugins/efa/efa_auth.h): the handshake's messages,
 # and engines of this process over shm with the same, another or no secret.
-# Exits 77 where the plugin or shm is absent.
-if(TARGET test_efa_auth)
-  set_tests_properties(test_efa_auth PROPERTIES LABELS efa
-    SKIP_RETURN_CODE 77 TIMEOUT 120)
-  if(TARGET te-plugin-efa)
-    add_dependencies(test_efa_auth te-plugin-efa)
-  endif()
-endif()
+te_efa_unit_test(test_efa_auth 120)
 
 # Writes without an immediate to a sleepy target over tcp;ofi_rxm (manual
-# progress: plugins/efa/efa_cq.c inbound_pending). Exits 77 without it.
-# Two processes (the target is forked): "twoproc" in the name puts it in
-# the tsan-twoproc pass (docs/reliability.md).
-if(TARGET test_efa_tcp_progress_twoproc)
-  set_tests_properties(test_efa_tcp_progress_twoproc PROPERTIES LABELS efa
-    SKIP_RETURN_CODE 77 TIMEOUT 120)
-  if(TARGET te-plugin-efa)
-    add_dependencies(test_efa_tcp_progress_twoproc te-plugin-efa)
-  endif()
-endif()
+# progress: plugins/efa/efa_cq.c inbound_pending). Two processes (the
+# target is forked): "twoproc" in the name puts it in the tsan-twoproc
+# pass (docs/reliability.md).
+te_efa_unit_test(test_efa_tcp_progress_twoproc 120)
 
-# A same-host shm peer dies holding its region's spin lock while a write
-# to it spins on it inside libfabric: the guard releases the lock
-# (plugins/efa/efa_shm_guard.h). Exits 77 without shm. Forked peer:
-# "twoproc" puts it in the tsan-twoproc pass.
-if(TARGET test_efa_shm_dead_lock_twoproc)
-  set_tests_properties(test_efa_shm_dead_lock_twoproc PROPERTIES LABELS efa
-    SKIP_RETURN_CODE 77 TIMEOUT 120)
-  if(TARGET te-plugin-efa)
-    add_dependencies(test_efa_shm_dead_lock_twoproc te-plugin-efa)
-  endif()
-endif()
+# A same-host shm peer dies holding its region's spin lock (or ours) while
+# a write or our progress spins on it inside libfabric: the guard releases
+# the lock (plugins/efa/efa_shm_guard.h). Forked peer: tsan-twoproc pass.
+te_efa_unit_test(test_efa_shm_dead_lock_twoproc 120)
 
 # Idle workers blocking on the CQ wait fd over tcp;ofi_rxm, every timed
-# wake-up off (plugin ABI 1.3; plugins/efa/efa_cq.c efa_wait_arm). Exits 77
-# without it.
-if(TARGET test_idle_wait_efa)
-  set_tests_properties(test_idle_wait_efa PROPERTIES LABELS efa
-    SKIP_RETURN_CODE 77 TIMEOUT 180)
-  if(TARGET te-plugin-efa)
-    add_dependencies(test_idle_wait_efa te-plugin-efa)
-  endif()
-endif()
+# wake-up off (plugin ABI 1.3; plugins/efa/efa_cq.c efa_wait_arm).
+te_efa_unit_test(test_idle_wait_efa 180)
 
 if(NOT TARGET te-plugin-efa)
   return()
