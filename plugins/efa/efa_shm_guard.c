@@ -55,6 +55,7 @@ struct efa_guard_watch {
 static struct {
     pthread_mutex_t mu;
     struct efa_guard_watch *list;
+    uint64_t changes;     /* list edits by other threads: `who` is stale */
     int wake_fd;
     bool running;
     uint64_t gen;         /* a thread of another generation exits */
@@ -173,6 +174,7 @@ static void *guard_main(void *arg)
                 fds[n] = (struct pollfd){.fd = w->pidfd, .events = POLLIN};
                 who[n++] = w;
             }
+        uint64_t seen = G.changes;
         pthread_mutex_unlock(&G.mu);
         int r = poll(fds, (nfds_t)n, pending ? EFA_GUARD_READ_MS : -1);
         pthread_mutex_lock(&G.mu);
@@ -180,8 +182,11 @@ static void *guard_main(void *arg)
             uint64_t v;
             ssize_t got = read(G.wake_fd, &v, sizeof(v));
             (void)got;
-            continue; /* the list changed: `who` may be stale */
         }
+        /* A watch forgotten meanwhile may be freed already (its pidfd
+         * closed: POLLNVAL); the list is looked at again. */
+        if (G.changes != seen)
+            continue;
         uint64_t now = tpc_now_ns();
         for (size_t i = 1; r > 0 && i < n; i++)
             if (fds[i].revents) {
@@ -360,6 +365,7 @@ int efa_shm_guard_watch(const void *owner, const struct te_plugin_host *host,
     if (rc == 0) {
         w->next = G.list;
         G.list = w;
+        G.changes++;
         ring();
     }
     pthread_mutex_unlock(&G.mu);
@@ -395,6 +401,7 @@ int efa_shm_guard_own(const void *owner, const struct te_plugin_host *host,
      * of the same NIC died. */
     w->next = G.list;
     G.list = w;
+    G.changes++;
     pthread_mutex_unlock(&G.mu);
     return 0;
 }
@@ -415,6 +422,7 @@ void efa_shm_guard_forget(const void *owner)
     }
     /* The last watch ends the thread (the plugin may be unloaded next); a
      * watch added meanwhile starts one of a new generation. */
+    G.changes++;
     bool last = !G.list && G.running;
     pthread_t th = G.thread;
     if (last) {
