@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -273,6 +274,13 @@ typedef struct te_plugin_nic efa_nic;
 #define efa_ctx_err(ctx, ...) tpc_err(&(ctx)->host, EFA_NAME, NULL, __VA_ARGS__)
 #define efa_log(ctx, level, ...) \
     tpc_log(&(ctx)->host, EFA_NAME, level, __VA_ARGS__)
+/* A shm NIC whose peers' (and own) region locks the guard watches
+ * (efa.shm_lock_repair, efa_shm_guard.h). */
+static inline bool efa_shm_guarded(const efa_nic *nic)
+{
+    return nic->ctx->cfg.shm_lock_repair &&
+           !strcmp(nic->info->fabric_attr->prov_name, "shm");
+}
 /* libfabric error (positive FI_ value) as a negative errno for the core. */
 int efa_errno(int fi_err);
 

@@ -231,13 +231,8 @@ int efa_nic_open(te_plugin_ctx *ctx, int idx,
         goto fail;
     }
     nic->raw_len = raw_len;
-    if (ctx->cfg.shm_lock_repair &&
-        !strcmp(nic->info->fabric_attr->prov_name, "shm")) {
-        char name[EFA_RAW_MAX + 1];
-        memcpy(name, raw, raw_len);
-        name[raw_len] = 0;
-        efa_shm_guard_own(nic, &ctx->host, nic->name, name);
-    }
+    if (efa_shm_guarded(nic))
+        efa_shm_guard_own(nic, &ctx->host, nic->name, raw, raw_len);
     nic->local = efa_local_open(nic->info->fabric_attr->prov_name, raw,
                                 raw_len);
     /* The landing region: a key every imm-only write can use (EFA needs a

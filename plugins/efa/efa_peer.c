@@ -176,14 +176,9 @@ static void watch(efa_nic *nic, struct efa_peer *p,
     p->monitored = 1;
     /* shm: a peer killed holding its region's lock would freeze us inside
      * the provider (efa_shm_guard.h). Its endpoint name is its region's. */
-    if (nic->ctx->cfg.shm_lock_repair &&
-        !strcmp(nic->info->fabric_attr->prov_name, "shm") && p->raw_len) {
-        char name[EFA_RAW_MAX + 1];
-        memcpy(name, p->raw, p->raw_len);
-        name[p->raw_len] = 0;
-        efa_shm_guard_watch(nic, &nic->ctx->host, nic->name, name, a->pid,
-                            fd);
-    }
+    if (efa_shm_guarded(nic))
+        efa_shm_guard_watch(nic, &nic->ctx->host, nic->name, p->raw,
+                            p->raw_len, a->pid, fd);
 }
 
 int efa_peer_add(te_plugin_nic *nic, const void *addr, size_t len,

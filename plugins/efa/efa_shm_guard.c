@@ -8,7 +8,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,14 +59,8 @@ static struct {
     bool running;
     uint64_t gen;         /* a thread of another generation exits */
     pthread_t thread;
-    atomic_uint_least64_t releases;
     bool told_unknown;
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .wake_fd = -1};
-
-uint64_t efa_shm_guard_releases(void)
-{
-    return atomic_load(&G.releases);
-}
 
 static volatile int *lock_of(struct efa_guard_watch *w)
 {
@@ -86,46 +79,26 @@ static int free_value(void)
     return v;
 }
 
-/* One read of a dead peer's lock; true when it was released now. A store,
- * not pthread_spin_unlock: the lock is not ours (and sanitizers intercept
- * the call). */
-static bool check_dead(struct efa_guard_watch *w, int freev)
-{
-    int v = __atomic_load_n(lock_of(w), __ATOMIC_ACQUIRE);
-    if (v == freev) {
-        w->settled = true; /* no holder: nobody can take it dead any more */
-        return false;
-    }
-    uint64_t now = tpc_now_ns();
-    if (!w->held_since_ns)
-        w->held_since_ns = now;
-    if (now - w->held_since_ns < EFA_GUARD_HELD_NS)
-        return false;
-    __atomic_store_n(lock_of(w), freev, __ATOMIC_RELEASE);
-    w->settled = true;
-    atomic_fetch_add(&G.releases, 1);
-    return true;
-}
+enum held { HELD_FREE, HELD_STILL, HELD_RELEASED };
 
-/* One read of our own region's lock while a peer's death is recent: held
- * on every read for EFA_GUARD_OWN_HELD_NS means the dead peer took it (to
- * queue a command to us) and died; true when it was released now. */
-static bool check_own(struct efa_guard_watch *w, int freev, uint64_t now)
+/* One read of w's lock: free; held, but for less than `bar` of reads that
+ * all found it held; or held that long, and so released now. A store, not
+ * pthread_spin_unlock: the lock is not ours (and sanitizers intercept the
+ * call). */
+static enum held check_held(struct efa_guard_watch *w, int freev,
+                            uint64_t now, uint64_t bar)
 {
-    int v = __atomic_load_n(lock_of(w), __ATOMIC_ACQUIRE);
-    if (v == freev) {
+    if (__atomic_load_n(lock_of(w), __ATOMIC_ACQUIRE) == freev) {
         w->held_since_ns = 0;
-        return false;
+        return HELD_FREE;
     }
     if (!w->held_since_ns)
         w->held_since_ns = now;
-    if (now - w->held_since_ns < EFA_GUARD_OWN_HELD_NS)
-        return false;
+    if (now - w->held_since_ns < bar)
+        return HELD_STILL;
     __atomic_store_n(lock_of(w), freev, __ATOMIC_RELEASE);
     w->held_since_ns = 0;
-    w->suspect_until_ns = 0;
-    atomic_fetch_add(&G.releases, 1);
-    return true;
+    return HELD_RELEASED;
 }
 
 static void watch_free(struct efa_guard_watch *w)
@@ -199,7 +172,11 @@ static void *guard_main(void *arg)
         for (struct efa_guard_watch *o = G.list; o; o = o->next) {
             if (!o->suspect_until_ns)
                 continue;
-            if (check_own(o, freev, now))
+            /* Held that long after a peer's death: the dead peer took it
+             * to queue a command to us. */
+            enum held h = check_held(o, freev, now, EFA_GUARD_OWN_HELD_NS);
+            if (h == HELD_RELEASED) {
+                o->suspect_until_ns = 0;
                 tpc_log(o->host, GUARD_NAME, 1,
                         "%s: our shm region's lock stayed held %llu ms after "
                         "a peer process died: released it (the peer died "
@@ -207,12 +184,19 @@ static void *guard_main(void *arg)
                         "would spin on it forever)", o->nic,
                         (unsigned long long)(EFA_GUARD_OWN_HELD_NS /
                                              1000000u));
-            else if (now >= o->suspect_until_ns && !o->held_since_ns)
+            } else if (h == HELD_FREE && now >= o->suspect_until_ns) {
                 o->suspect_until_ns = 0;
+            }
         }
         for (struct efa_guard_watch **pp = &G.list; *pp;) {
             struct efa_guard_watch *w = *pp;
-            if (w->dead && !w->settled && check_dead(w, freev))
+            enum held h = w->dead && !w->settled
+                              ? check_held(w, freev, now, EFA_GUARD_HELD_NS)
+                              : HELD_STILL;
+            /* Free once after its death: nobody can take it dead any
+             * more. */
+            w->settled |= h != HELD_STILL;
+            if (h == HELD_RELEASED)
                 /* Logged with the list locked: forget() waits, so the
                  * NIC and its host stay valid. */
                 tpc_log(w->host, GUARD_NAME, 1,
@@ -314,94 +298,100 @@ static void ring(void)
     (void)rc;
 }
 
-int efa_shm_guard_watch(const void *owner, const struct te_plugin_host *host,
-                        const char *nic, const char *name, uint32_t pid,
-                        int pidfd)
+/* A watch of the region named by an endpoint name of raw_len bytes (NUL
+ * included or not), owned by pid, mapped and checked: 0 and *out, or a
+ * negative errno (-ENOTSUP: a layout we do not know). */
+static int watch_new(const void *owner, const struct te_plugin_host *host,
+                     const char *nic, const void *raw, size_t raw_len,
+                     uint32_t pid, struct efa_guard_watch **out)
 {
-    if (strlen(name) >= sizeof(((struct efa_guard_watch *)0)->name))
+    struct efa_guard_watch *w = calloc(1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    if (raw_len >= sizeof(w->name)) {
+        free(w);
         return -ENAMETOOLONG;
-    pthread_mutex_lock(&G.mu);
-    bool known = false;
-    for (struct efa_guard_watch *w = G.list; w && !known; w = w->next)
-        known = w->owner == owner && !strcmp(w->name, name);
-    pthread_mutex_unlock(&G.mu);
-    if (known) /* added again: one watch per NIC and region */
-        return 0;
-    uint8_t *page = NULL;
-    int mrc = map_region(name, pid, &page);
-    if (mrc == -ENOTSUP) {
+    }
+    memcpy(w->name, raw, raw_len); /* calloc'd: NUL-terminated */
+    int rc = map_region(w->name, pid, &w->page);
+    if (rc) {
+        free(w);
+        return rc;
+    }
+    w->owner = owner;
+    w->host = host;
+    snprintf(w->nic, sizeof(w->nic), "%s", nic);
+    w->pid = pid;
+    w->pidfd = -1;
+    *out = w;
+    return 0;
+}
+
+static void insert_locked(struct efa_guard_watch *w)
+{
+    w->next = G.list;
+    G.list = w;
+    G.changes++;
+}
+
+int efa_shm_guard_watch(const void *owner, const struct te_plugin_host *host,
+                        const char *nic, const void *raw, size_t raw_len,
+                        uint32_t pid, int pidfd)
+{
+    struct efa_guard_watch *w;
+    int rc = watch_new(owner, host, nic, raw, raw_len, pid, &w);
+    if (rc == -ENOTSUP) {
         pthread_mutex_lock(&G.mu);
         bool tell = !G.told_unknown;
         G.told_unknown = true;
         pthread_mutex_unlock(&G.mu);
         if (tell)
-            tpc_log(host, GUARD_NAME, 2, "%s: shm region %s does not read as "
-                    "libfabric 1.17's layout (version %d, owner pid %u): "
+            tpc_log(host, GUARD_NAME, 2, "%s: shm region %.*s does not read "
+                    "as libfabric 1.17's layout (version %d, owner pid %u): "
                     "the release of a dead peer's lock is off for such "
-                    "regions", nic, name, SMR_LAYOUT_VERSION, pid);
-    } else if (mrc) {
-        tpc_log(host, GUARD_NAME, 3, "%s: shm region %s of pid %u not "
-                "watched: %s", nic, name, pid, strerror(-mrc));
+                    "regions", nic, (int)raw_len, (const char *)raw,
+                    SMR_LAYOUT_VERSION, pid);
+    } else if (rc) {
+        tpc_log(host, GUARD_NAME, 3, "%s: shm region %.*s of pid %u not "
+                "watched: %s", nic, (int)raw_len, (const char *)raw, pid,
+                strerror(-rc));
     }
-    if (mrc)
-        return mrc;
-    struct efa_guard_watch *w = calloc(1, sizeof(*w));
-    int fd = fcntl(pidfd, F_DUPFD_CLOEXEC, 0);
-    if (!w || fd < 0) {
-        int rc = w ? -errno : -ENOMEM;
-        free(w);
-        munmap(page, (size_t)sysconf(_SC_PAGESIZE));
+    if (rc)
+        return rc;
+    if ((w->pidfd = fcntl(pidfd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        rc = -errno;
+        watch_free(w);
         return rc;
     }
-    w->owner = owner;
-    snprintf(w->name, sizeof(w->name), "%s", name);
-    w->host = host;
-    snprintf(w->nic, sizeof(w->nic), "%s", nic);
-    w->pid = pid;
-    w->pidfd = fd;
-    w->page = page;
     pthread_mutex_lock(&G.mu);
-    int rc = start_locked();
-    if (rc == 0) {
-        w->next = G.list;
-        G.list = w;
-        G.changes++;
+    bool known = false;
+    for (struct efa_guard_watch *o = G.list; o && !known; o = o->next)
+        known = o->owner == owner && !strcmp(o->name, w->name);
+    rc = known ? 0 : start_locked();
+    if (!known && rc == 0) {
+        insert_locked(w);
         ring();
+        w = NULL;
     }
     pthread_mutex_unlock(&G.mu);
-    if (rc)
+    if (w) /* added again (one watch per NIC and region), or no thread */
         watch_free(w);
     return rc;
 }
 
 int efa_shm_guard_own(const void *owner, const struct te_plugin_host *host,
-                      const char *nic, const char *name)
+                      const char *nic, const void *raw, size_t raw_len)
 {
-    if (strlen(name) >= sizeof(((struct efa_guard_watch *)0)->name))
-        return -ENAMETOOLONG;
-    uint8_t *page = NULL;
-    int rc = map_region(name, (uint32_t)getpid(), &page);
+    struct efa_guard_watch *w;
+    int rc = watch_new(owner, host, nic, raw, raw_len, (uint32_t)getpid(),
+                       &w);
     if (rc)
         return rc;
-    struct efa_guard_watch *w = calloc(1, sizeof(*w));
-    if (!w) {
-        munmap(page, (size_t)sysconf(_SC_PAGESIZE));
-        return -ENOMEM;
-    }
-    w->owner = owner;
     w->own = true;
-    snprintf(w->name, sizeof(w->name), "%s", name);
-    w->host = host;
-    snprintf(w->nic, sizeof(w->nic), "%s", nic);
-    w->pid = (uint32_t)getpid();
-    w->pidfd = -1;
-    w->page = page;
     pthread_mutex_lock(&G.mu);
     /* No thread for it alone: it is looked at only after a watched peer
      * of the same NIC died. */
-    w->next = G.list;
-    G.list = w;
-    G.changes++;
+    insert_locked(w);
     pthread_mutex_unlock(&G.mu);
     return 0;
 }

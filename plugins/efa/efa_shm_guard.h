@@ -32,11 +32,13 @@
 #ifndef TE_EFA_SHM_GUARD_H
 #define TE_EFA_SHM_GUARD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tpc_log.h"
 
-/* Watch the region /dev/shm/NAME of the process pid (pidfd: its pidfd, not
+/* Watch the region /dev/shm/NAME (raw: the peer's endpoint name, raw_len
+ * bytes, NUL included or not) of the process pid (pidfd: its pidfd, not
  * taken: the guard keeps a duplicate) for the NIC `owner`, whose endpoint
  * may touch it: until the process died and its lock is free, or until
  * efa_shm_guard_forget(owner), whichever comes first. A peer removed from
@@ -46,10 +48,10 @@
  * errno (-ENOTSUP: not a region layout the guard knows; nothing
  * watched). */
 int efa_shm_guard_watch(const void *owner, const struct te_plugin_host *host,
-                        const char *nic, const char *name, uint32_t pid,
-                        int pidfd);
+                        const char *nic, const void *raw, size_t raw_len,
+                        uint32_t pid, int pidfd);
 
-/* The NIC `owner`'s own region, /dev/shm/NAME: a peer killed while it
+/* The NIC `owner`'s own region, named by its endpoint name raw: a peer killed while it
  * queued a command to us dies holding OUR lock, and our own progress then
  * spins. After a watched peer of `owner` died, the guard reads this lock
  * every millisecond for 500 ms, and releases it if it stays held on every
@@ -57,13 +59,10 @@ int efa_shm_guard_watch(const void *owner, const struct te_plugin_host *host,
  * the bar is higher than for a dead peer's region). 0 or a negative errno
  * (-ENOTSUP: layout not known). */
 int efa_shm_guard_own(const void *owner, const struct te_plugin_host *host,
-                      const char *nic, const char *name);
+                      const char *nic, const void *raw, size_t raw_len);
 
 /* The NIC `owner` closed (its endpoint, address vector and domain): its
  * watches end. The last one stops the guard's thread. */
 void efa_shm_guard_forget(const void *owner);
-
-/* Locks the guard released since the plugin was loaded (tests, te-info). */
-uint64_t efa_shm_guard_releases(void);
 
 #endif
