@@ -259,6 +259,7 @@ static void *callback_main(void *arg)
     struct te_callbacks *cb = arg;
     struct te_cb_event batch[TE_CB_BATCH];
     te_thread_name("te-callback");
+    uint64_t idle_since = 0; /* when a look last found nothing */
     for (;;) {
         pthread_mutex_lock(&cb->events.lock);
         struct te_timer *due = cb->timers ? take_due(cb, te_clock_ns(), 0)
@@ -274,7 +275,10 @@ static void *callback_main(void *arg)
             /* Spin briefly (lock released) before sleeping: a callback that
              * follows closely on the last one then costs no wake-up. */
             pthread_mutex_unlock(&cb->events.lock);
-            uint64_t until = te_clock_ns() + (uint64_t)cb->spin_us * 1000u;
+            uint64_t now = te_clock_ns();
+            if (!idle_since)
+                idle_since = now;
+            uint64_t until = idle_since + cb->spin.cur_ns;
             int got = 0;
             while (te_clock_ns() < until) {
                 /* stop too: a long callback_spin_us must not delay
@@ -300,6 +304,10 @@ static void *callback_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&cb->events.lock);
+        if (idle_since && n) { /* timers alone teach nothing: they are due */
+            te_spin_window_learn(&cb->spin, te_clock_ns() - idle_since);
+            idle_since = 0;
+        }
         run_batch(due, batch, n);
     }
     return NULL;
@@ -329,11 +337,12 @@ int te_callbacks_add_timer(struct te_callbacks *cb, uint64_t deadline_ns,
     return 0;
 }
 
-int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us, int cpu,
+int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us,
+                       uint32_t spin_max_us, int cpu,
                        uint32_t cq_initial, int threaded)
 {
     memset(cb, 0, sizeof(*cb));
-    cb->spin_us = spin_us;
+    te_spin_window_init(&cb->spin, spin_us, spin_max_us);
     int rc = fifo_init(&cb->events, sizeof(struct te_cb_event), 1024);
     if (rc)
         return rc;

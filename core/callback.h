@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "te/te.h"
+#include "spin_window.h"
 
 enum te_cb_kind { TE_CB_DONE = 1, TE_CB_IMM = 2, TE_CB_RECV = 3 };
 
@@ -105,7 +106,7 @@ struct te_callbacks {
     pthread_t thread;
     int started;
     int stop;                  /* under events.lock */
-    uint32_t spin_us;
+    struct te_spin_window spin; /* the callback thread's only */
     pthread_t thread_id;       /* to detect calls from a callback */
     int pin_error;             /* errno of pinning to the asked CPU, or 0 */
     int inline_only;           /* no thread: te_callbacks_run() runs them */
@@ -120,11 +121,13 @@ struct te_callbacks {
 void te_callbacks_set_ring(struct te_callbacks *cb, void (*ring)(void *arg),
                            void *arg);
 
-/** Start the callback thread; cpu >= 0 pins it there (the engine logs
+/** Start the callback thread, spinning spin_us before it blocks, adapted
+ *  up to spin_max_us (spin_window.h); cpu >= 0 pins it there (the engine logs
  *  and goes on unpinned where the CPU cannot be used). threaded = 0: no
  *  thread (engine.progress = caller); te_callbacks_run() runs the events
  *  on the application's thread inside te_progress(). */
-int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us, int cpu,
+int te_callbacks_start(struct te_callbacks *cb, uint32_t spin_us,
+                       uint32_t spin_max_us, int cpu,
                        uint32_t cq_initial, int threaded);
 /** Run every queued event, then stop the thread and free the queues (with
  *  no thread: run them and the pending timers on the calling thread). */

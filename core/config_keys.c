@@ -40,6 +40,12 @@ const struct te_config_key te_engine_keys[] = {
      "distinct immediate values the ImmCounter can track"},
     {"idle_spin_us", "50",
      "microseconds an idle worker busy-polls before it starts sleeping"},
+    {"idle_spin_max_us", "250",
+     "ceiling of adaptive spinning: an idle worker or callback thread whose "
+     "work came back within this many microseconds after it went idle "
+     "spins up to twice that gap next time (never more than this), and "
+     "falls back towards idle_spin_us / callback_spin_us after longer gaps; "
+     "<= those = fixed spins (docs/progress.md)"},
     {"idle_sleep_us", "20",
      "microseconds an idle worker sleeps between polls after spinning, "
      "where it cannot block (engine.idle_wait = sleep, or a plugin without "

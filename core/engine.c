@@ -149,6 +149,7 @@ static int read_settings(const te_config *cfg, struct te_settings *s)
     U32("max_msg_size", 1, 1u << 20, max_msg_size);
     U32("imm_table_size", 16, 1u << 26, imm_table_size);
     U32("idle_spin_us", 0, 10000000, idle_spin_us);
+    U32("idle_spin_max_us", 0, 10000000, idle_spin_max_us);
     U32("idle_sleep_us", 0, 1000000, idle_sleep_us);
     U32("idle_block_max_ms", 0, 3600000, idle_block_max_ms);
     U32("request_timeout_ms", 0, 1u << 31, request_timeout_ms);
@@ -475,6 +476,7 @@ TE_API int te_engine_create(const te_config *cfg, te_engine **out)
     }
     te_imm_spaces_init(&e->spaces, e->imms, cancel_to_callbacks, e);
     if ((rc = te_callbacks_start(&e->cb, e->s.callback_spin_us,
+                                 e->s.idle_spin_max_us,
                                  e->s.callback_cpu,
                                  e->s.completion_queue_depth,
                                  !e->s.caller_progress))) {

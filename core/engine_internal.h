@@ -52,6 +52,7 @@ struct te_settings {
     uint32_t max_msg_size;
     uint32_t imm_table_size;
     uint32_t idle_spin_us;
+    uint32_t idle_spin_max_us;       /* adaptive spin ceiling (spin_window.h) */
     uint32_t idle_sleep_us;
     int idle_block;                  /* engine.idle_wait = block */
     int busy_nap;                    /* engine.busy_wait = nap */

@@ -20,6 +20,7 @@
 #include "wait.h"
 #include "thread_setup.h"
 #include "worker.h"
+#include "spin_window.h"
 
 /* ------------------------------------------------------------- control */
 
@@ -312,6 +313,8 @@ static void *worker_main(void *arg)
         te_repost_recvs(e, g, &g->nics[i]);
     pthread_mutex_unlock(&g->progress_lock);
     uint64_t idle_since = 0;
+    struct te_spin_window spin;
+    te_spin_window_init(&spin, e->s.idle_spin_us, e->s.idle_spin_max_us);
     /* Each turn holds the group's progress_lock: between turns, and while
      * the worker blocks, te_submit can take it and post a request at once
      * instead of waiting for this thread to wake (core/request.c). */
@@ -319,12 +322,14 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&g->progress_lock);
         if (te_worker_turn(e, g, t)) {
             pthread_mutex_unlock(&g->progress_lock);
+            if (idle_since)
+                te_spin_window_learn(&spin, t->now_ns - idle_since);
             idle_since = 0;
             continue;
         }
         if (!idle_since)
             idle_since = t->now_ns;
-        if (t->now_ns - idle_since < (uint64_t)e->s.idle_spin_us * 1000u) {
+        if (t->now_ns - idle_since < spin.cur_ns) {
             pthread_mutex_unlock(&g->progress_lock);
             /* The turn found nothing: let the thread we are waiting on
              * (a peer's worker, a callback thread) have this CPU. */

@@ -28,6 +28,7 @@ static te_engine *tcp_engine(int sleepy)
     /* idle_wait = sleep: host.progressed is what a sleep-polling worker
      * has (test_idle_wait_efa covers the blocking one). */
     te_test_engine_try(sleepy ? "[engine]\nplugin = efa\nidle_spin_us = 0\n"
+                                "idle_spin_max_us = 0\n"
                                 "idle_sleep_us = 500000\nidle_wait = sleep\n"
                                 "[efa]\nprovider = \"tcp;ofi_rxm\"\nnode = 127.0.0.1\n"
                               : "[engine]\nplugin = efa\n"

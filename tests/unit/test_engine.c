@@ -269,7 +269,8 @@ START_TEST(request_to_peer_removed_before_posting)
     te_test_pair x;
     /* idle_wait = sleep: a blocked worker would be woken by te_submit
      * and could post before the removal arrives. */
-    pair_open(&x, "[engine]\nidle_spin_us = 0\nidle_sleep_us = 200000\n"
+    pair_open(&x, "[engine]\nidle_spin_us = 0\nidle_spin_max_us = 0\n"
+                  "idle_sleep_us = 200000\n"
                   "idle_wait = sleep\n", 4096);
     usleep(300000); /* the worker is asleep now */
     te_request r = te_test_pair_write(&x, 64, -1);
@@ -777,7 +778,7 @@ START_TEST(idle_worker_serves_writes_without_imm)
     enum { PAGE = 32 << 10, PAGES = 2048 };
     /* idle_wait = sleep: the mechanism under test is the one for workers
      * that sleep-poll (a blocking one is rung by the loopback doorbells). */
-    const char *sleepy = "[engine]\nidle_spin_us = 0\n"
+    const char *sleepy = "[engine]\nidle_spin_us = 0\nidle_spin_max_us = 0\n"
                          "idle_sleep_us = 500000\nidle_wait = sleep\n";
     size_t sz = (size_t)PAGE * PAGES;
     te_test_pair x;

@@ -23,7 +23,8 @@
 /* busy_wait = block: with requests in flight the default naps (a timed
  * wake-up), which would hide a missed NIC wake-up. */
 #define NO_TIMED_WAKEUPS                                                       \
-    "[engine]\nidle_spin_us = 0\nidle_block_max_ms = 0\nheartbeat_ms = 0\n"   \
+    "[engine]\nidle_spin_us = 0\nidle_spin_max_us = 0\n"                      \
+    "idle_block_max_ms = 0\nheartbeat_ms = 0\n"                               \
     "request_timeout_ms = 0\npeer_timeout_ms = 0\nbusy_wait = block\n"
 
 enum { ROUNDS = 400, WAIT_MS = 20000 };
@@ -165,7 +166,8 @@ END_TEST
 /* engine.idle_wait = sleep keeps the old loop (and must still work). */
 START_TEST(sleep_mode_still_works)
 {
-    const char *ini = "[engine]\nidle_wait = sleep\nidle_spin_us = 0\n";
+    const char *ini = "[engine]\nidle_wait = sleep\nidle_spin_us = 0\n"
+                      "idle_spin_max_us = 0\n";
     te_test_pair x;
     te_test_pair_open(&x, ini, ini, 4096);
     write_imm_rounds(&x, 3, 50);

@@ -11,7 +11,8 @@
 #include "te_test.h"
 
 #define TCP_NO_TIMED_WAKEUPS                                                   \
-    "[engine]\nplugin = efa\nidle_spin_us = 0\nidle_block_max_ms = 0\n"       \
+    "[engine]\nplugin = efa\nidle_spin_us = 0\nidle_spin_max_us = 0\n"         \
+    "idle_block_max_ms = 0\n"                                                  \
     "heartbeat_ms = 0\nrequest_timeout_ms = 0\npeer_timeout_ms = 0\n"         \
     "busy_wait = block\n"                                                     \
     "[efa]\nprovider = \"tcp;ofi_rxm\"\nnode = 127.0.0.1\n"
