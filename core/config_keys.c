@@ -40,7 +40,7 @@ const struct te_config_key te_engine_keys[] = {
      "distinct immediate values the ImmCounter can track"},
     {"idle_spin_us", "50",
      "microseconds an idle worker busy-polls before it starts sleeping"},
-    {"idle_spin_max_us", "250",
+    {"idle_spin_max_us", "2500",
      "ceiling of adaptive spinning: an idle worker or callback thread whose "
      "work came back within this many microseconds after it went idle "
      "spins up to twice that gap next time (never more than this), and "
