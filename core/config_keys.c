@@ -44,7 +44,7 @@ const struct te_config_key te_engine_keys[] = {
      "ceiling of adaptive spinning: an idle worker or callback thread whose "
      "work came back within this many microseconds after it went idle "
      "spins up to twice that gap next time (never more than this), and "
-     "falls back towards idle_spin_us / callback_spin_us after longer gaps; "
+     "returns to idle_spin_us / callback_spin_us after a longer gap; "
      "<= those = fixed spins (docs/progress.md)"},
     {"idle_sleep_us", "20",
      "microseconds an idle worker sleeps between polls after spinning, "

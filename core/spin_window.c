@@ -21,9 +21,9 @@ void te_spin_window_learn(struct te_spin_window *w, uint64_t idle_ns)
         w->cur_ns = want < w->max_ns ? want : w->max_ns;
         return;
     }
-    /* Halve rather than drop: one long pause in a busy stream (a
-     * scheduling hiccup, a slow step of the application) does not undo
-     * what the stream taught. */
-    uint64_t half = w->cur_ns / 2;
-    w->cur_ns = half > w->floor_ns && half >= 1000 ? half : w->floor_ns;
+    /* A gap past the ceiling: the stream (if any) paused or ended. Back
+     * to the floor at once, so that an engine gone idle spins no more
+     * after its next heartbeat; a stream that resumes pays one wake-up
+     * and teaches the window again. */
+    w->cur_ns = w->floor_ns;
 }

@@ -11,8 +11,8 @@
  * thread actually saw, as the kernel's guest halt-polling does: work that
  * came after the window but within engine.idle_spin_max_us widens it to
  * twice that gap (the next one is caught while spinning); a gap longer
- * than the ceiling halves it, down to the configured floor. An idle
- * engine so returns to the floor within a few of its heartbeats.
+ * than the ceiling puts it back at the configured floor. An engine gone
+ * idle so spins long once, and at its floor from its next heartbeat.
  *
  * Pure arithmetic on the caller's clock readings: no clock, no lock (each
  * window belongs to one thread).

@@ -16,7 +16,7 @@ MEASURES = [
     ("loopback immlat arrival->callback p50 us", "immlat-lb",
      r"latency = imm arrival -> ImmCounter callback: p50 ([\d.]+)"),
     ("UCX immlat p50 us (same runs)", "immlat-lb",
-     r"ucx[^\n]*?p50 ([\d.]+) us"),
+     r"reference ucx: p50 ([\d.]+) us"),
     ("efa/shm immlat submit->callback p50 us", "immlat-efa",
      r"end to end\): p50 ([\d.]+)"),
     ("efa/shm immlat submit->callback p99 us", "immlat-efa",
