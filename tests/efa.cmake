@@ -48,6 +48,11 @@ te_efa_unit_test(test_efa_tcp_progress_twoproc 120)
 # the lock (plugins/efa/efa_shm_guard.h). Forked peer: tsan-twoproc pass.
 te_efa_unit_test(test_efa_shm_dead_lock_twoproc 120)
 
+# A same-host initiator that authenticated, wrote and exited leaves no
+# authentication record behind (plugins/efa/efa_auth.c forget_exited).
+# Forked initiators: tsan-twoproc pass.
+te_efa_unit_test(test_efa_auth_forget_twoproc 120)
+
 # Idle workers blocking on the CQ wait fd over tcp;ofi_rxm, every timed
 # wake-up off (plugin ABI 1.3; plugins/efa/efa_cq.c efa_wait_arm).
 te_efa_unit_test(test_idle_wait_efa 180)

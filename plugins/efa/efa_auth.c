@@ -166,6 +166,11 @@ static struct efa_auth_rec *rec_new(efa_nic *nic, const uint8_t *addr,
         r->used = 0;
         return NULL;
     }
+    /* A process of this host, visible in our pid namespace: its exit can
+     * be told later (forget_exited). Another namespace's pid names
+     * another process here, which only the start time rules out. */
+    r->alive_seen = h.host_id && h.host_id == nic->ctx->host_id && h.pid &&
+                    h.start_time && efa_proc_start_time(h.pid) == h.start_time;
     /* Another endpoint of this process: messages to it go under its lock
      * like operations (efa_local.h). */
     if (h.host_id == nic->ctx->host_id && h.pid == (uint32_t)getpid() &&
@@ -629,6 +634,39 @@ void efa_auth_completion(efa_nic *nic, void *op_context, fi_addr_t src,
         a->recv_due |= 1u << i;
 }
 
+#define EXIT_SCAN_NS 1000000000ull
+
+/*
+ * Records that no peer of the core refers to, of a process of this host
+ * that has exited: nothing can come from it again (its pid and start time
+ * named one process), so its acceptance and its address vector entry go,
+ * and a process that comes and goes does not leave a record behind each
+ * time. A live remote keeps its record whether we added it or not: it may
+ * still write to us. A remote on another host is never freed this way (no
+ * exit to see; docs/efa.md, "Authentication").
+ */
+static void forget_exited(efa_nic *nic, uint64_t now)
+{
+    struct efa_auth *a = &nic->auth;
+    if (now < a->next_exit_scan_ns)
+        return;
+    a->next_exit_scan_ns = now + EXIT_SCAN_NS;
+    for (uint32_t i = 0; i < a->nrecs; i++) {
+        struct efa_auth_rec *r = &a->recs[i];
+        if (!r->used || !r->alive_seen || r->refs || r->failed || r->ini ||
+            r->challenged)
+            continue;
+        struct efa_wire_addr h = hdr_of(r->addr);
+        if (efa_proc_start_time(h.pid) == h.start_time)
+            continue;
+        a->forgotten++;
+        efa_log(nic->ctx, 2, "%s: forgot the authentication of pid %u: the "
+                "process exited (%llu forgotten so far)", nic->name, h.pid,
+                (unsigned long long)a->forgotten);
+        rec_free(nic, r);
+    }
+}
+
 void efa_auth_housekeeping(efa_nic *nic, bool deadlines)
 {
     struct efa_auth *a = &nic->auth;
@@ -643,6 +681,7 @@ void efa_auth_housekeeping(efa_nic *nic, bool deadlines)
     if (!deadlines)
         return;
     uint64_t now = tpc_now_ns();
+    forget_exited(nic, now);
     for (uint32_t i = 0; i < a->nrecs; i++) {
         struct efa_auth_rec *r = &a->recs[i];
         if (!r->used || now <= r->deadline_ns)

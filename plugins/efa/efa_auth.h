@@ -44,6 +44,8 @@ struct efa_auth_rec {
     uint8_t failed;      /* refused; freed at deadline_ns if refs == 0 */
     uint8_t due;         /* message type waiting for a send buffer, or 0 */
     uint8_t due_reason;
+    uint8_t alive_seen;  /* its process was visible here, start time and
+                          * all: its exit can be told (efa_auth.c) */
     uint32_t refs;       /* the core's peers on this address */
     fi_addr_t fi_addr;
     uint64_t deadline_ns;
@@ -76,6 +78,8 @@ struct efa_auth {
     uint32_t due;             /* records with a message waiting */
     uint32_t recv_due;        /* receives to post again (bit i) */
     uint64_t dropped;         /* events of unauthenticated senders */
+    uint64_t next_exit_scan_ns; /* next look for exited remotes */
+    uint64_t forgotten;       /* records of exited remotes freed */
 };
 
 #endif

@@ -64,6 +64,13 @@ void te_test_skip_without(te_engine *probe, const char *what)
     te_engine_destroy(probe);
 }
 
+void te_test_require(const char *ini, const char *what)
+{
+    te_engine *probe = NULL;
+    te_test_engine_try(ini, &probe);
+    te_test_skip_without(probe, what);
+}
+
 te_peer te_test_peer(te_engine *from, te_engine *to)
 {
     uint8_t addr[TE_ADDR_MAX];

@@ -73,6 +73,9 @@ int te_test_engine_try(const char *ini, te_engine **e);
  * could not be created), prints "SKIP: no WHAT here: <error>" and exits 77
  * (ctest's SKIP_RETURN_CODE); otherwise destroys probe and returns. */
 void te_test_skip_without(te_engine *probe, const char *what);
+/* Exit 77 (skipped, naming what and why) unless an engine can be made from
+ * ini; the probe engine is destroyed again. */
+void te_test_require(const char *ini, const char *what);
 
 /* `to`'s address of group 0 added as a peer of `from` (group 0). */
 te_peer te_test_peer(te_engine *from, te_engine *to);

@@ -250,10 +250,8 @@ int main(void)
                  exactly_one_side_keeps_initiating));
     if (rc)
         return rc;
-    te_engine *probe = NULL;
-    te_test_engine_try("[engine]\nplugin = efa\n[efa]\nprovider = shm\n",
-                       &probe);
-    te_test_skip_without(probe, "efa plugin with libfabric's shm");
+    te_test_require("[engine]\nplugin = efa\n[efa]\nprovider = shm\n",
+                    "efa plugin with libfabric's shm");
     return TE_TEST_RUN("efa_auth",
         TE_TCASE_FULL("engines", 60, NULL, NULL,
                       same_key_authenticates_and_transfers,

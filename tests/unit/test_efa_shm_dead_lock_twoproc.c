@@ -201,9 +201,8 @@ END_TEST
 
 int main(void)
 {
-    te_engine *probe = NULL;
-    te_test_engine_try(INI, &probe);
-    te_test_skip_without(probe, "efa plugin over libfabric shm");
+    te_test_require(INI,
+                    "efa plugin over libfabric shm");
     return TE_TEST_RUN("efa_shm_dead_lock",
                        TE_TCASE_FULL("dead_lock", 60, NULL, NULL,
                                      dead_peer_own_lock_is_released,

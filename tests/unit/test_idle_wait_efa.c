@@ -47,9 +47,8 @@ END_TEST
 
 int main(void)
 {
-    te_engine *probe = NULL;
-    te_test_engine_try(TCP_NO_TIMED_WAKEUPS, &probe);
-    te_test_skip_without(probe, "efa plugin over tcp;ofi_rxm");
+    te_test_require(TCP_NO_TIMED_WAKEUPS,
+                    "efa plugin over tcp;ofi_rxm");
     return TE_TEST_RUN("idle_wait_efa",
                        TE_TCASE_FULL("tcp", 120, NULL, NULL,
                                      no_lost_wakeup_tcp));
