@@ -57,6 +57,20 @@ te_efa_unit_test(test_efa_auth_forget_twoproc 120)
 # wake-up off (plugin ABI 1.3; plugins/efa/efa_cq.c efa_wait_arm).
 te_efa_unit_test(test_idle_wait_efa 180)
 
+# A raw libfabric shm endpoint that never authenticated writes WriteImms
+# to a keyed engine: the immediates are dropped (plugins/efa/efa_auth.c),
+# a member's get through. Needs libfabric's headers: skips (77) without.
+if(TARGET test_efa_stranger AND TARGET te-plugin-efa)
+  pkg_check_modules(TE_EFA_TEST_LIBFABRIC IMPORTED_TARGET libfabric)
+  target_include_directories(test_efa_stranger PRIVATE
+    ${PROJECT_SOURCE_DIR}/plugins/efa ${PROJECT_SOURCE_DIR}/plugins/common)
+  target_link_libraries(test_efa_stranger PRIVATE
+    PkgConfig::TE_EFA_TEST_LIBFABRIC)
+  target_compile_definitions(test_efa_stranger PRIVATE
+    TE_EFA_TEST_HAVE_LIBFABRIC)
+endif()
+te_efa_unit_test(test_efa_stranger 120)
+
 if(NOT TARGET te-plugin-efa)
   return()
 endif()

@@ -91,9 +91,8 @@ START_TEST(exited_initiators_are_forgotten)
     te_engine *e = te_test_engine(INI);
     uint8_t *buf = aligned_alloc(4096, LEN);
     memset(buf, 0, LEN);
-    te_mr *mr = te_test_reg(e, buf, LEN, TE_MR_REMOTE_WRITE, NULL);
     te_mr_desc d;
-    ck_assert_int_eq(te_mr_describe(mr, &d), 0);
+    te_mr *mr = te_test_reg(e, buf, LEN, TE_MR_REMOTE_WRITE, &d);
     for (int i = 0; i < 2; i++) {
         uint32_t imm = 41 + (uint32_t)i;
         atomic_store(&watched_pid, (int)child[i]);
