@@ -275,9 +275,8 @@ static void *callback_main(void *arg)
             /* Spin briefly (lock released) before sleeping: a callback that
              * follows closely on the last one then costs no wake-up. */
             pthread_mutex_unlock(&cb->events.lock);
-            uint64_t now = te_clock_ns();
             if (!idle_since)
-                idle_since = now;
+                idle_since = te_clock_ns();
             uint64_t until = idle_since + cb->spin.cur_ns;
             int got = 0;
             while (te_clock_ns() < until) {

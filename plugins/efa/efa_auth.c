@@ -166,11 +166,10 @@ static struct efa_auth_rec *rec_new(efa_nic *nic, const uint8_t *addr,
         r->used = 0;
         return NULL;
     }
-    /* A process of this host, visible in our pid namespace: its exit can
-     * be told later (forget_exited). Another namespace's pid names
-     * another process here, which only the start time rules out. */
-    r->alive_seen = h.host_id && h.host_id == nic->ctx->host_id && h.pid &&
-                    h.start_time && efa_proc_start_time(h.pid) == h.start_time;
+    /* A process of this host that we can see: its exit can be told later
+     * (forget_exited). */
+    r->alive_seen = efa_proc_running(nic->ctx->host_id, h.host_id, h.pid,
+                                     h.start_time);
     /* Another endpoint of this process: messages to it go under its lock
      * like operations (efa_local.h). */
     if (h.host_id == nic->ctx->host_id && h.pid == (uint32_t)getpid() &&
@@ -657,7 +656,8 @@ static void forget_exited(efa_nic *nic, uint64_t now)
             r->challenged)
             continue;
         struct efa_wire_addr h = hdr_of(r->addr);
-        if (efa_proc_start_time(h.pid) == h.start_time)
+        if (efa_proc_running(nic->ctx->host_id, h.host_id, h.pid,
+                             h.start_time))
             continue;
         a->forgotten++;
         efa_log(nic->ctx, 2, "%s: forgot the authentication of pid %u: the "

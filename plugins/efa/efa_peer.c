@@ -157,17 +157,15 @@ static void watch(efa_nic *nic, struct efa_peer *p,
                   const struct efa_wire_addr *a)
 {
     p->pidfd = -1;
-    if (!nic->ctx->cfg.watch_peers || !a->host_id || a->host_id != nic->ctx->host_id ||
-        a->pid == (uint32_t)getpid() || !a->start_time)
-        return;
-    /* A pid of another pid namespace names another process: only a
-     * matching start time proves it is the peer. */
-    if (efa_proc_start_time(a->pid) != a->start_time)
+    if (!nic->ctx->cfg.watch_peers || a->pid == (uint32_t)getpid() ||
+        !efa_proc_running(nic->ctx->host_id, a->host_id, a->pid,
+                          a->start_time))
         return;
     int fd = pidfd_open_(a->pid);
     if (fd < 0)
         return;
-    if (efa_proc_start_time(a->pid) != a->start_time) {
+    if (!efa_proc_running(nic->ctx->host_id, a->host_id, a->pid,
+                          a->start_time)) {
         close(fd); /* exited and reused in between */
         return;
     }

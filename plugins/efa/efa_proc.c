@@ -48,3 +48,10 @@ uint64_t efa_proc_start_time(uint32_t pid)
         }
     return v;
 }
+
+bool efa_proc_running(uint64_t our_host, uint64_t host_id, uint32_t pid,
+                      uint64_t start_time)
+{
+    return host_id && host_id == our_host && pid && start_time &&
+           efa_proc_start_time(pid) == start_time;
+}
