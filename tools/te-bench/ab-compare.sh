@@ -38,22 +38,8 @@ while [ "$r" -le "$ROUNDS" ]; do
         "$T" --plugin loopback --two-process --test write \
             --size 64K,1M,16M --no-progress > "$o.write.txt" 2>&1
         "$D/apps/kvcache/bench_kv_cache" 200 1 > "$o.kv.txt" 2>&1
-        PYTHONPATH="$D/python" /usr/bin/python3 - > "$o.idle.txt" <<'PY'
-import resource, time
-import transferengine as te
-with te.Engine({}) as a, te.Engine({}) as b:
-    p = a.add_peer(b.address())
-    src = a.register(bytearray(4096), access=0)
-    dst = b.register(bytearray(4096))
-    for _ in range(10):
-        a.submit(te.write(p, src, dst.descriptor(), 64)).result(10)
-    time.sleep(0.2)
-    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
-    time.sleep(2)
-    r1, t1 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
-    cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
-    print("idle cpu per engine %.4f" % (cpu / (t1 - t0) / 2))
-PY
+        PYTHONPATH="$D/python" /usr/bin/python3 "$(dirname "$0")/idle-cpu.py" \
+            > "$o.idle.txt"
     done
     r=$((r + 1))
 done

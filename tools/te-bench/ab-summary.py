@@ -30,7 +30,7 @@ MEASURES = [
      r"decoder callback \(libte-kv\)\s+p50\s+([\d.]+)"),
     ("kv raw core p50 us", "kv", r"\(raw core\)\s+p50\s+([\d.]+)"),
     ("kv layer note p50 us", "kv", r"\(LAYER msg\)\s+p50\s+([\d.]+)"),
-    ("idle CPU per engine (of a core)", "idle", r"per engine ([\d.]+)"),
+    ("idle CPU per engine (of a core)", "idle", r"^([\d.]+)$"),
 ]
 
 

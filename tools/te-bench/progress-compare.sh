@@ -47,23 +47,8 @@ while [ "$i" -le "$RUNS" ]; do
         done
     done
     for iw in block sleep; do
-        PYTHONPATH=$B/python /usr/bin/python3 - "$iw" >> "$OUT/idle.$iw.txt" <<'PY'
-import resource, sys, time
-import transferengine as te
-with te.Engine({"engine.idle_wait": sys.argv[1]}) as a, \
-     te.Engine({"engine.idle_wait": sys.argv[1]}) as b:
-    p = a.add_peer(b.address())
-    src = a.register(bytearray(4096), access=0)
-    dst = b.register(bytearray(4096))
-    for _ in range(10):
-        a.submit(te.write(p, src, dst.descriptor(), 64)).result(10)
-    time.sleep(0.2)
-    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
-    time.sleep(2)
-    r1, t1 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
-    cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
-    print("%.4f" % (cpu / (t1 - t0) / 2))  # per engine, of one core
-PY
+        PYTHONPATH=$B/python /usr/bin/python3 "$(dirname "$0")/idle-cpu.py" \
+            "$iw" >> "$OUT/idle.$iw.txt"
     done
     i=$((i + 1))
 done
