@@ -149,9 +149,7 @@ static void lb_peer_unlink(lb_nic *nic, struct lb_peer *p)
 static int lb_peer_connect_local(lb_nic *nic, const struct lb_addr *a,
                                  struct lb_peer *p)
 {
-    uint32_t cap = 1;
-    while (cap < nic->qd)
-        cap <<= 1;
+    uint32_t cap = lb_ring_cap(nic->qd);
     size_t size = lb_shm_size(cap);
 
     pthread_mutex_lock(&lb_registry_lock);
@@ -232,9 +230,7 @@ static int lb_peer_connect_local(lb_nic *nic, const struct lb_addr *a,
 static int lb_peer_connect_remote(lb_nic *nic, const struct lb_addr *a,
                                   struct lb_peer *p)
 {
-    uint32_t cap = 1;
-    while (cap < nic->qd)
-        cap <<= 1;
+    uint32_t cap = lb_ring_cap(nic->qd);
     size_t size = lb_shm_size(cap);
     int e, mfd = -1, fd = -1;
     struct lb_shm *shm = MAP_FAILED;

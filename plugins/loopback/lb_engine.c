@@ -115,8 +115,8 @@ lb_respond(lb_nic *nic, struct lb_inbound *in, const struct lb_resp *resp)
 
 /* Hand a SEND to the oldest posted receive buffer. */
 static void lb_deliver(lb_nic *nic, struct lb_inbound *in,
-                       const struct lb_req *r, struct lb_resp *resp,
-                       struct te_plugin_cq_entry *e)
+                       const struct lb_req *r, const unsigned char *inl,
+                       struct lb_resp *resp, struct te_plugin_cq_entry *e)
 {
     struct lb_recv *rv = tpc_fifo_at(&nic->recvq, 0);
     *e = (struct te_plugin_cq_entry){.kind = TE_PCQ_RECV,
@@ -132,8 +132,8 @@ static void lb_deliver(lb_nic *nic, struct lb_inbound *in,
                (unsigned long long)r->len, in->nic_index, in->pid,
                (unsigned long long)rv->len);
     } else {
-        if (r->mem & LB_MEM_INLINE) /* the bytes are in the entry */
-            memcpy(rv->addr, &r->remote_addr, r->len);
+        if (r->mem & LB_MEM_INLINE) /* the bytes came in the ring */
+            memcpy(rv->addr, inl, r->len);
         int rc = !r->len || (r->mem & LB_MEM_INLINE) ? 0
                  : r->mem & LB_MEM_LOCAL_DEVICE
                      ? lb_dev_copy_from(nic, in, rv->addr, false, r->local_addr,
@@ -152,9 +152,11 @@ static void lb_deliver(lb_nic *nic, struct lb_inbound *in,
 }
 
 /* Execute one request; returns 1 if it produced a completion in *e. */
-static int lb_exec(lb_nic *nic, struct lb_inbound *in, const struct lb_req *r,
+static int lb_exec(lb_nic *nic, const struct lb_work *w,
                    struct te_plugin_cq_entry *e)
 {
+    struct lb_inbound *in = w->in;
+    const struct lb_req *r = &w->req;
     struct lb_resp resp = {.slot = r->slot, .gen = r->gen};
     uint64_t off = 0;
     lb_mr *mr;
@@ -203,12 +205,14 @@ static int lb_exec(lb_nic *nic, struct lb_inbound *in, const struct lb_req *r,
         if (nic->pending.count || !nic->recvq.count) {
             /* Receiver not ready: keep it, in arrival order, for later. */
             struct lb_pending p = {.in = in, .req = *r};
+            if (r->mem & LB_MEM_INLINE)
+                memcpy(p.inl, w->inl, sizeof(p.inl));
             if (tpc_fifo_push(&nic->pending, &p) == 0)
                 return 0;
             lb_fail(&resp, -ENOMEM, LB_R_NONE, 0, 0, 0);
             break;
         }
-        lb_deliver(nic, in, r, &resp, e);
+        lb_deliver(nic, in, r, w->inl, &resp, e);
         out = 1;
         break;
     default:
@@ -252,7 +256,7 @@ static int lb_pending_run(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
         struct lb_inbound *in = p->in;
         if (!in->gone && lb_busy_enter(in)) {
             struct lb_resp resp = {.slot = p->req.slot, .gen = p->req.gen};
-            lb_deliver(nic, in, &p->req, &resp, &out[n++]);
+            lb_deliver(nic, in, &p->req, p->inl, &resp, &out[n++]);
             lb_respond(nic, in, &resp);
             lb_busy_leave(in);
         }
@@ -275,6 +279,26 @@ void lb_pending_purge(lb_nic *nic, struct lb_inbound *in)
         }
     }
     f->count = keep;
+}
+
+/* The payload of the inline SEND at `take` entries past the ring's
+ * position into w->inl: its head's bytes (w->req, copied) and those of
+ * its `conts` continuations (lb_req_conts: 0 for up to 16 bytes). false if they are not all ready, which an
+ * honest initiator never lets happen (lb_ring_prod_push_cont). */
+static bool lb_gather_inline(struct lb_ring *ring, uint64_t take,
+                             uint32_t conts, struct lb_work *w)
+{
+    if (lb_ring_cons_extend(ring, take + 1 + conts) < take + 1 + conts)
+        return false;
+    memcpy(w->inl, &w->req.remote_addr, LB_INLINE_HEAD);
+    uint64_t left = conts ? w->req.len - LB_INLINE_HEAD : 0;
+    for (uint32_t j = 1; j <= conts; j++) {
+        size_t k = left < LB_RING_CONT_BYTES ? left : LB_RING_CONT_BYTES;
+        memcpy(w->inl + LB_INLINE_HEAD + (j - 1) * LB_RING_CONT_BYTES,
+               lb_ring_cons_cont(ring, take + j), k);
+        left -= k;
+    }
+    return true;
 }
 
 int lb_target_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
@@ -315,11 +339,16 @@ int lb_target_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
                 link_full = true;
                 break;
             }
-            batch[nb].in = in;
-            memcpy(&batch[nb].req, r, sizeof(*r));
-            bytes += batch[nb].req.len; /* our copy: the ring may change */
+            struct lb_work *w = &batch[nb];
+            w->in = in;
+            memcpy(&w->req, r, sizeof(*r)); /* our copy: the ring may change */
+            uint32_t conts = lb_req_conts(&w->req);
+            if (w->req.kind == TE_POP_SEND && (w->req.mem & LB_MEM_INLINE) &&
+                !lb_gather_inline(&in->req, take, conts, w))
+                break; /* not all there: a hostile initiator; retry later */
+            bytes += w->req.len;
             nb++;
-            take++;
+            take += 1 + conts;
         }
         if (take) {
             lb_ring_cons_advance(&in->req, take);
@@ -340,7 +369,7 @@ int lb_target_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
     pthread_mutex_lock(&nic->exec_lock);
     for (uint32_t i = 0; i < nb; i++) {
         if (!batch[i].in->gone)
-            n += lb_exec(nic, batch[i].in, &batch[i].req, &out[n]);
+            n += lb_exec(nic, &batch[i], &out[n]);
     }
     pthread_mutex_unlock(&nic->exec_lock);
     for (uint32_t i = 0; i < ntouched; i++) {

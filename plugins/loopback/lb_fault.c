@@ -25,15 +25,17 @@ uint64_t lb_rand(lb_nic *nic)
 void lb_shuffle(lb_nic *nic, void *base, size_t n, size_t esize)
 {
     unsigned char tmp[128], *b = base;
-    if (esize > sizeof(tmp))
-        return;
     for (size_t i = n - 1; i > 0; i--) {
         size_t j = (size_t)(lb_rand(nic) % (i + 1));
         if (j == i)
             continue;
-        memcpy(tmp, b + i * esize, esize);
-        memcpy(b + i * esize, b + j * esize, esize);
-        memcpy(b + j * esize, tmp, esize);
+        /* Swap elements i and j, a slice of tmp's size at a time. */
+        for (size_t off = 0; off < esize; off += sizeof(tmp)) {
+            size_t k = esize - off < sizeof(tmp) ? esize - off : sizeof(tmp);
+            memcpy(tmp, b + i * esize + off, k);
+            memcpy(b + i * esize + off, b + j * esize + off, k);
+            memcpy(b + j * esize + off, tmp, k);
+        }
     }
 }
 

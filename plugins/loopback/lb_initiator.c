@@ -61,6 +61,25 @@ static void lb_fail_now(lb_nic *nic, const struct te_plugin_op *op, int status)
     lb_cq_push(nic, &e);
 }
 
+/*
+ * Room in p's request ring for `conts` continuation entries besides the
+ * request's own? Taken only while the ring stays at most half full: the
+ * other half is for ops of one entry each, so that a burst of small SENDs
+ * leaves room for the ops behind it. Past that a SEND goes the way of a
+ * long one (the target copies it). A ring that fills all the same (ops of
+ * several entries took their half, single ones the rest) makes post()
+ * return short: the peer's queue is full, as the plugin ABI allows, until
+ * the target consumes entries (a real NIC's send queue, whose inline
+ * payloads also take queue entries, behaves the same).
+ */
+static bool lb_inline_room(struct lb_peer *p, uint32_t conts)
+{
+    if (!conts)
+        return true;
+    uint64_t need = 1 + conts + (p->req.mask + 1) / 2;
+    return lb_ring_prod_free(&p->req, need) >= need;
+}
+
 int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
 {
     if (!ops)
@@ -140,7 +159,7 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
         }
 
         if (!lb_ring_prod_room(&p->req)) {
-            /* cannot happen: ring capacity >= queue depth */
+            /* The peer's queue is full (lb_inline_room): retry later. */
             nic->outstanding--;
             nic->wrs_posted--;
             break;
@@ -163,15 +182,24 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
             .remote_addr = op->remote_addr, .rkey = op->rkey,
             .not_before_ns = not_before, .pid = nic->addr.pid,
             .mem = op->len && op->mr->device ? LB_MEM_LOCAL_DEVICE : 0};
+        uint32_t conts = 0;
         if (op->kind == TE_POP_SEND && op->len && op->len <= LB_INLINE_MAX &&
-            !req.mem) {
-            memcpy(&req.remote_addr, op->local_addr, op->len);
+            !req.mem && lb_inline_room(p, lb_inline_conts(op->len))) {
+            conts = lb_inline_conts(op->len);
+            memcpy(&req.remote_addr, op->local_addr,
+                   conts ? LB_INLINE_HEAD : op->len);
             req.local_addr = 0;
             req.mem = LB_MEM_INLINE;
         }
         /* Visible to the target from here (lap stamp, lb_ring.h); the
          * publish below only rings a target that sleeps. */
-        lb_ring_prod_push(&p->req, &req, sizeof(req));
+        if (conts)
+            lb_ring_prod_push_cont(&p->req, &req, sizeof(req),
+                                   (const unsigned char *)op->local_addr +
+                                       LB_INLINE_HEAD,
+                                   op->len - LB_INLINE_HEAD);
+        else
+            lb_ring_prod_push(&p->req, &req, sizeof(req));
         p->outstanding++;
         if (p != last) {
             if (last)

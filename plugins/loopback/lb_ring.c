@@ -4,6 +4,14 @@
 
 #include "lb_internal.h"
 
+uint32_t lb_ring_cap(uint32_t qd)
+{
+    uint32_t cap = 1;
+    while (cap < qd)
+        cap <<= 1;
+    return cap;
+}
+
 size_t lb_shm_size(uint32_t cap)
 {
     return sizeof(struct lb_shm) + 2 * (size_t)cap * LB_RING_ENTRY;

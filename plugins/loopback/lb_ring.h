@@ -69,19 +69,24 @@ static inline void lb_ring_view(struct lb_ring *r, struct lb_ring_ctl *ctl,
     r->limit = producer ? r->pos + cap : r->pos;
 }
 
-/* Producer: room for one more entry? (0 when full) */
-static inline int lb_ring_prod_room(struct lb_ring *r)
+/* Producer: free entries, at least `want` of them if the consumer has
+ * made that room (reads its index only when the cached count is short). */
+static inline uint64_t lb_ring_prod_free(struct lb_ring *r, uint64_t want)
 {
-    if (r->pos == r->limit) {
+    if (r->limit - r->pos < want) {
         uint64_t head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
         r->limit = head + r->mask + 1;
         /* A consumer index ahead of ours is corrupt: treat as full. */
-        if (r->limit - r->pos > r->mask + 1 || r->pos == r->limit) {
+        if (r->limit - r->pos > r->mask + 1)
             r->limit = r->pos;
-            return 0;
-        }
     }
-    return 1;
+    return r->limit - r->pos;
+}
+
+/* Producer: room for one more entry? (0 when full) */
+static inline int lb_ring_prod_room(struct lb_ring *r)
+{
+    return lb_ring_prod_free(r, 1) != 0;
 }
 
 /* Producer: the slot the next push writes (to prefetch). */
@@ -107,6 +112,38 @@ static inline void lb_ring_prod_push(struct lb_ring *r, const void *entry,
     r->pos++;
 }
 
+/*
+ * Continuation entries: an entry may be followed by entries that carry
+ * only bytes for it (a small payload, say), LB_RING_CONT_BYTES each from
+ * LB_RING_CONT_OFF, past the lap stamp. Which entries have continuations,
+ * and how many, is the entry type's business; the ring only makes them
+ * visible together: they are stamped before the entry they follow, so a
+ * consumer that sees that entry finds them ready.
+ */
+#define LB_RING_CONT_OFF 4
+#define LB_RING_CONT_BYTES (LB_RING_ENTRY - LB_RING_CONT_OFF)
+
+/* Producer (after lb_ring_prod_free said 1 + ceil(plen / CONT_BYTES)):
+ * lb_ring_prod_push of `entry`, followed by plen bytes of payload in
+ * continuation entries. */
+static inline void lb_ring_prod_push_cont(struct lb_ring *r, const void *entry,
+                                          size_t len, const void *payload,
+                                          size_t plen)
+{
+    const unsigned char *p = payload;
+    uint64_t i = r->pos + 1;
+    for (size_t off = 0; off < plen; off += LB_RING_CONT_BYTES, i++) {
+        size_t k = plen - off < LB_RING_CONT_BYTES ? plen - off
+                                                   : LB_RING_CONT_BYTES;
+        memcpy(r->slots + (i & r->mask) * LB_RING_ENTRY + LB_RING_CONT_OFF,
+               p + off, k);
+        __atomic_store_n(lb_ring_lap_at(r, i), lb_ring_lap(r, i),
+                         __ATOMIC_RELEASE);
+    }
+    lb_ring_prod_push(r, entry, len);
+    r->pos = i;
+}
+
 /* Consumer: entries ready to read, at least min(max, ready) of them when
  * any is ready (0 if none). Looks at no more than max new slots. */
 static inline uint64_t lb_ring_cons_avail(struct lb_ring *r, uint64_t max)
@@ -122,6 +159,30 @@ static inline uint64_t lb_ring_cons_avail(struct lb_ring *r, uint64_t max)
         r->limit = r->pos + n;
     }
     return n;
+}
+
+/* Consumer: like lb_ring_cons_avail, but looks past the entries already
+ * known ready, up to `want` in all (an entry's continuations). */
+static inline uint64_t lb_ring_cons_extend(struct lb_ring *r, uint64_t want)
+{
+    uint64_t n = r->limit - r->pos;
+    if (want > r->mask + 1)
+        want = r->mask + 1;
+    while (n < want &&
+           __atomic_load_n(lb_ring_lap_at(r, r->pos + n), __ATOMIC_ACQUIRE) ==
+               lb_ring_lap(r, r->pos + n))
+        n++;
+    r->limit = r->pos + n;
+    return n;
+}
+
+/* Consumer: the bytes of the continuation entry i entries past the
+ * consumer's position (see above). */
+static inline const unsigned char *lb_ring_cons_cont(const struct lb_ring *r,
+                                                     uint64_t i)
+{
+    return r->slots + ((r->pos + i) & r->mask) * LB_RING_ENTRY +
+           LB_RING_CONT_OFF;
 }
 
 static inline const void *lb_ring_cons_slot(const struct lb_ring *r, uint64_t i)

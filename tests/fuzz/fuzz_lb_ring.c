@@ -53,6 +53,7 @@ struct sent {
     int expect;    /* 0: success or copy error; <0: that status exactly;
                       1: SEND (depends on receive buffers); 2: unknown */
     int answered;
+    unsigned char inl[LB_INLINE_MAX]; /* an inline SEND's payload */
 };
 
 struct region {
@@ -186,7 +187,7 @@ static void run_target(struct fz_in *in)
         uint8_t ctl = fz_u8(in);
         uint32_t pending = nic->pending.count;
         uint32_t room = cap > pending ? cap - pending : 0;
-        uint32_t n = (ctl & 0x3f) % (room + 1);
+        uint32_t n = (ctl & 0x3f) % (room + 1), entries = 0;
         for (uint32_t i = 0; i < n && nsent < MAXREQ; i++) {
             struct lb_req e;
             fz_bytes(in, &e, sizeof e);
@@ -195,12 +196,25 @@ static void run_target(struct fz_in *in)
             e.gen = 0x600d0000u + (uint32_t)round;
             if (e.not_before_ns)
                 strict = 0; /* delayed: answered whenever, or never */
-            if (!lb_ring_prod_room(&req)) { /* full: the target stopped */
+            /* An inline SEND's payload follows it (lb_req_conts). */
+            uint32_t need = 1 + lb_req_conts(&e);
+            if (entries + need > cap)
+                break; /* this round's entries alone fill the ring */
+            if (lb_ring_prod_free(&req, need) < need) { /* the target stopped */
                 FUZZ_CHECK(!strict);
                 break;
             }
-            lb_ring_prod_push(&req, &e, sizeof e);
-            sent[nsent] = (struct sent){e, model(rg, 5, &e), 0};
+            sent[nsent] = (struct sent){e, model(rg, 5, &e), 0, {0}};
+            memcpy(sent[nsent].inl, &e.remote_addr, LB_INLINE_HEAD);
+            if (need > 1) {
+                unsigned char *pl = sent[nsent].inl + LB_INLINE_HEAD;
+                fz_bytes(in, pl, e.len - LB_INLINE_HEAD);
+                lb_ring_prod_push_cont(&req, &e, sizeof e, pl,
+                                       e.len - LB_INLINE_HEAD);
+            } else {
+                lb_ring_prod_push(&req, &e, sizeof e);
+            }
+            entries += need;
             nsent++;
         }
         if (ctl & 0x80) { /* corrupt lap stamp: an entry seen early or
@@ -249,12 +263,18 @@ static void run_target(struct fz_in *in)
             } else if (s->expect == 1) { /* SEND: the oldest receive */
                 FUZZ_CHECK(recv_used < nrecv);
                 uint64_t cap_len = recv_len[recv_used++];
-                if (s->r.len > cap_len)
+                int inl = (s->r.mem & LB_MEM_INLINE) != 0;
+                if (s->r.len > cap_len || (inl && s->r.len > LB_INLINE_MAX))
                     FUZZ_CHECK(a.status == -EMSGSIZE);
                 else
                     FUZZ_CHECK(a.status == 0 || a.reason == LB_R_COPY);
                 if (a.status == 0)
                     recvs_ok++;
+                /* An inline payload arrives as sent, from the ring. */
+                if (a.status == 0 && inl)
+                    FUZZ_CHECK(memcmp(fz_mem(FZ_RECV_OFF + (recv_used - 1) *
+                                                              FZ_RECV_LEN),
+                                      s->inl, s->r.len) == 0);
             }
         }
         lb_ring_cons_advance(&resp, avail);

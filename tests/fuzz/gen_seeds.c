@@ -260,6 +260,30 @@ static void lb_ring_seeds(void)
             put(&b, &cases[k].r[i], sizeof cases[k].r[i]);
         emit("lb_ring", cases[k].name, b.b, b.n);
     }
+    /* Target side, inline SENDs: 8, 76 and 136 bytes in the ring (one and
+     * two continuation entries, whose payload follows each entry in the
+     * input), and one inline SEND claiming more than fits. */
+    {
+        static const uint64_t lens[] = {8, 76, 136, 137};
+        struct buf b = {.n = 0};
+        put8(&b, 0);   /* target */
+        put8(&b, 4);   /* cap 16 */
+        put8(&b, 4);   /* four receives */
+        for (int i = 0; i < 4; i++)
+            put8(&b, 200);
+        put8(&b, 4);   /* round 0: 4 requests */
+        for (int i = 0; i < 4; i++) {
+            struct lb_req r = rq(3, 0, 4, 0, lens[i], 0);
+            r.lap = 0; /* no relocation: remote_addr and rkey are payload */
+            r.remote_addr = 0x0706050403020100ull;
+            r.rkey = 0x0f0e0d0c0b0a0908ull;
+            r.mem = LB_MEM_INLINE;
+            put(&b, &r, sizeof r);
+            for (uint64_t j = 16; j < lens[i] && lens[i] <= LB_INLINE_MAX; j++)
+                put8(&b, (uint8_t)j);
+        }
+        emit("lb_ring", "send-inline", b.b, b.n);
+    }
     /* Initiator side: byte0 odd, qd selector, ops, rounds of responses. */
     for (int variant = 0; variant < 4; variant++) {
         struct buf b = {.n = 0};

@@ -361,7 +361,7 @@ START_TEST(rogue_initiator_refused)
                          mfd, 0);
     ck_assert(hdr != MAP_FAILED);
     hdr[0] = 0x4d484c54u; /* LB_SHM_MAGIC */
-    hdr[1] = 2;           /* LB_SHM_VERSION */
+    hdr[1] = 3;           /* LB_SHM_VERSION */
     hdr[2] = 16;          /* cap */
     ck_assert_int_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
                                                  F_SEAL_SEAL), 0);

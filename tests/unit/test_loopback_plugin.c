@@ -582,6 +582,164 @@ START_TEST(test_send_recv)
 }
 END_TEST
 
+/*
+ * SENDs of up to LB_INLINE_MAX (136) bytes travel in the request ring (16
+ * bytes in the entry, the rest in up to two continuation entries), longer
+ * ones are copied from the initiator's memory when the target executes
+ * them. Which path a message took shows in when its bytes were read: the
+ * test rewrites the source after post() and before the target polls.
+ */
+static const uint64_t inline_lens[] = {1, 16, 17, 76, 77, 136, 137, 200};
+#define N_INLINE_LENS (sizeof(inline_lens) / sizeof(inline_lens[0]))
+
+static void check_inline_recvs(const struct nicw *b,
+                               unsigned char rbuf[][256],
+                               const unsigned char *orig,
+                               const unsigned char *rewritten)
+{
+    for (size_t i = 0; i < N_INLINE_LENS; i++) {
+        const struct te_plugin_cq_entry *e = find(b, TE_PCQ_RECV, 100 + i);
+        ck_assert_ptr_nonnull(e);
+        ck_assert_int_eq(e->status, 0);
+        ck_assert_uint_eq(e->len, inline_lens[i]);
+        const unsigned char *want =
+            inline_lens[i] <= 136 ? orig + i * 256 : rewritten + i * 256;
+        ck_assert_msg(memcmp(rbuf[i], want, inline_lens[i]) == 0,
+                      "message %zu (%llu bytes) came from the wrong copy", i,
+                      (unsigned long long)inline_lens[i]);
+    }
+}
+
+START_TEST(test_send_inline)
+{
+    two_nics(NOKV, 0);
+    struct nicw *a = &W[0], *b = &W[1];
+    static unsigned char msg[N_INLINE_LENS][256], orig[N_INLINE_LENS][256],
+        rewritten[N_INLINE_LENS][256], rbuf[N_INLINE_LENS][256];
+    te_plugin_mr *smr = reg(a, msg, sizeof(msg), 0, NULL);
+    te_plugin_mr *rmr = reg(b, rbuf, sizeof(rbuf), TE_PMR_LOCAL_WRITE, NULL);
+    te_plugin_peer ab = connect_to(a, b);
+
+    /* Receiver ready (executed at once) and not ready (kept as pending
+     * SENDs, with their inline payload, until the receives come). */
+    for (int ready = 1; ready >= 0; ready--) {
+        a->nev = b->nev = 0;
+        fill(&orig[0][0], sizeof(orig), 11 + (unsigned)ready);
+        fill(&rewritten[0][0], sizeof(rewritten), 77 + (unsigned)ready);
+        memcpy(msg, orig, sizeof(msg));
+        memset(rbuf, 0, sizeof(rbuf));
+        struct te_plugin_op r = {.kind = TE_POP_RECV, .mr = rmr, .len = 256};
+        if (ready)
+            for (size_t i = 0; i < N_INLINE_LENS; i++) {
+                r.local_addr = rbuf[i];
+                r.context = 100 + i;
+                post1(b, r);
+            }
+        for (size_t i = 0; i < N_INLINE_LENS; i++) {
+            struct te_plugin_op s = {.kind = TE_POP_SEND, .peer = ab,
+                                     .mr = smr, .local_addr = msg[i],
+                                     .len = inline_lens[i], .context = i};
+            post1(a, s);
+        }
+        memcpy(msg, rewritten, sizeof(msg)); /* before the target polls */
+        if (!ready) {
+            pump_for(0.01);
+            ck_assert_int_eq(b->nev, 0);
+            for (size_t i = 0; i < N_INLINE_LENS; i++) {
+                r.local_addr = rbuf[i];
+                r.context = 100 + i;
+                post1(b, r);
+            }
+        }
+        WAIT(count(a, TE_PCQ_LOCAL) == (int)N_INLINE_LENS &&
+             count(b, TE_PCQ_RECV) == (int)N_INLINE_LENS);
+        ck_assert_int_eq(count_status(a, TE_PCQ_LOCAL, 0), (int)N_INLINE_LENS);
+        check_inline_recvs(b, rbuf, &orig[0][0], &rewritten[0][0]);
+    }
+
+    /* An inline SEND too long for the receive buffer fails alone: its
+     * continuation entries are not taken for requests of their own. */
+    a->nev = b->nev = 0;
+    static const uint64_t recv_len[2] = {50, 256}, send_len[2] = {136, 77};
+    for (int i = 0; i < 2; i++) {
+        post1(b, (struct te_plugin_op){.kind = TE_POP_RECV, .mr = rmr,
+                                       .local_addr = rbuf[i],
+                                       .len = recv_len[i],
+                                       .context = 200 + (uint64_t)i});
+        post1(a, (struct te_plugin_op){.kind = TE_POP_SEND, .peer = ab,
+                                       .mr = smr, .local_addr = msg[i],
+                                       .len = send_len[i],
+                                       .context = 1 + (uint64_t)i});
+    }
+    WAIT(count(a, TE_PCQ_LOCAL) == 2 && count(b, TE_PCQ_RECV) == 2);
+    pump_for(0.005);
+    ck_assert_int_eq(count(b, TE_PCQ_RECV), 2);
+    ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 1)->status, -EMSGSIZE);
+    ck_assert_int_eq(find(b, TE_PCQ_RECV, 200)->status, -EMSGSIZE);
+    ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 2)->status, 0);
+    ck_assert_uint_eq(find(b, TE_PCQ_RECV, 201)->len, 77);
+    ck_assert_int_eq(memcmp(rbuf[1], msg[1], 77), 0);
+}
+END_TEST
+
+/*
+ * A full queue of SENDs of 136 bytes and less, round after round, through
+ * a small ring (queue depth 16: 16 entries): continuation entries wrap
+ * around the ring's end; SENDs past half a ring go uninlined; a ring that
+ * fills all the same makes post() return short (the peer's queue is
+ * full), and the rest goes in once the target has taken entries.
+ */
+START_TEST(test_send_inline_wraps)
+{
+    enum { QD = 16, ROUNDS = 40, LEN = 136 };
+    two_nics(NOKV, QD);
+    struct nicw *a = &W[0], *b = &W[1];
+    static unsigned char msg[QD][LEN], rbuf[QD][LEN];
+    te_plugin_mr *smr = reg(a, msg, sizeof(msg), 0, NULL);
+    te_plugin_mr *rmr = reg(b, rbuf, sizeof(rbuf), TE_PMR_LOCAL_WRITE, NULL);
+    te_plugin_peer ab = connect_to(a, b);
+    int shorts = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        a->nev = b->nev = 0;
+        memset(rbuf, 0, sizeof(rbuf));
+        fill(&msg[0][0], sizeof(msg), (unsigned)round);
+        struct te_plugin_op r[QD], s[QD];
+        for (int i = 0; i < QD; i++) {
+            r[i] = (struct te_plugin_op){.kind = TE_POP_RECV, .mr = rmr,
+                                         .local_addr = rbuf[i], .len = LEN,
+                                         .context = 100 + (uint64_t)i};
+            /* 136, 76, 16 bytes: 3, 2 or 1 entries when inline */
+            s[i] = (struct te_plugin_op){.kind = TE_POP_SEND, .peer = ab,
+                                         .mr = smr, .local_addr = msg[i],
+                                         .len = LEN - (uint64_t)((round + i) % 3) * 60,
+                                         .context = (uint64_t)i};
+        }
+        ck_assert_int_eq(ops->post(b->nic, r, QD), QD);
+        int posted = 0;
+        double until = now_s() + DEADLINE_S;
+        while (posted < QD) {
+            int rc = ops->post(a->nic, s + posted, (size_t)(QD - posted));
+            ck_assert_int_ge(rc, 0);
+            posted += rc;
+            if (posted < QD) {
+                shorts++;
+                pump();
+                ck_assert_msg(now_s() < until, "post stays short");
+            }
+        }
+        WAIT(count(a, TE_PCQ_LOCAL) == QD && count(b, TE_PCQ_RECV) == QD);
+        for (int i = 0; i < QD; i++) {
+            const struct te_plugin_cq_entry *e = find(b, TE_PCQ_RECV, 100 + (uint64_t)i);
+            ck_assert_int_eq(e->status, 0);
+            ck_assert_uint_eq(e->len, s[i].len);
+            ck_assert_int_eq(memcmp(rbuf[i], msg[i], s[i].len), 0);
+            ck_assert_int_eq(find(a, TE_PCQ_LOCAL, (uint64_t)i)->status, 0);
+        }
+    }
+    ck_assert_int_gt(shorts, 0); /* the full ring was met */
+}
+END_TEST
+
 START_TEST(test_access_errors)
 {
     two_nics(NOKV, 0);
@@ -1538,6 +1696,7 @@ TE_TEST_MAIN("loopback_plugin",
              TE_TCASE_FULL("core", 60, setup, teardown,
                test_abi, test_devices_and_config, test_address, test_write_imm,
                test_zero_length_imm, test_read, test_send_recv,
+               test_send_inline, test_send_inline_wraps,
                test_access_errors, test_dereg, test_dereg_quiescence,
                test_queue_full, test_fault_reorder, test_fault_fail_every,
                test_fault_delay, test_fault_kill_after, test_peer_remove,
