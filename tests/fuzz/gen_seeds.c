@@ -168,8 +168,11 @@ static void lb_hello_seeds(void)
         put8(&b, 0x1 | 0x4 | 0x8 | 0x10 | 0x20 | 0x40); /* fd, sealed, fixed */
         put8(&b, 0);
         put32(&b, size);
-        struct lb_hello h = {LB_HELLO_MAGIC, LB_ADDR_VERSION, 1, 0,
-                             0x99aabbccddeeff00ull, 0x1122334455667788ull, size};
+        struct lb_hello h = {.magic = LB_HELLO_MAGIC,
+                             .version = LB_ADDR_VERSION, .pid = 1,
+                             .nic_id = 0x99aabbccddeeff00ull,
+                             .target_nic_id = 0x1122334455667788ull,
+                             .shm_size = size};
         put(&b, &h, sizeof h);
         /* Memory image: header (rewritten by the harness, indices kept)
          * with two requests published (lap stamp 1: the first lap). */
@@ -199,7 +202,10 @@ static void lb_hello_seeds(void)
         put8(&b, variants[k]);
         put8(&b, k == 2 ? 0x90 : 0);
         put32(&b, size);
-        struct lb_hello h = {LB_HELLO_MAGIC, LB_ADDR_VERSION, 1, 0, 1, 2, size};
+        struct lb_hello h = {.magic = LB_HELLO_MAGIC,
+                             .version = LB_ADDR_VERSION, .pid = 1,
+                             .nic_id = 1, .target_nic_id = 2,
+                             .shm_size = size};
         put(&b, &h, sizeof h);
         char name[32];
         snprintf(name, sizeof name, "variant-%zu", k);
