@@ -317,7 +317,11 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
             break;
         }
     }
-    if (n == 0 && inbound_pending(nic) && nic->ctx->host.progressed)
+    /* A handshake in progress waits for the other side's next message
+     * within microseconds: a worker without a wait object (shm) would
+     * otherwise nap through each of its hops (efa_auth.c). */
+    if (n == 0 && (nic->auth.busy || inbound_pending(nic)) &&
+        nic->ctx->host.progressed)
         nic->ctx->host.progressed(nic->ctx->host.host_ctx);
 out:
     pthread_mutex_unlock(&nic->lock);
