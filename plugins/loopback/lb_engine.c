@@ -281,15 +281,20 @@ void lb_pending_purge(lb_nic *nic, struct lb_inbound *in)
     f->count = keep;
 }
 
-/* The payload of the inline SEND at `take` entries past the ring's
- * position into w->inl: its head's bytes (w->req, copied) and those of
- * its `conts` continuations (lb_req_conts: 0 for up to 16 bytes). false if they are not all ready, which an
- * honest initiator never lets happen (lb_ring_prod_push_cont). */
-static bool lb_gather_inline(struct lb_ring *ring, uint64_t take,
-                             uint32_t conts, struct lb_work *w)
+/* Ring entries the request copied into w (found `take` entries past the
+ * ring's position) occupies: 1, and for an inline SEND its continuations
+ * (lb_req_conts), whose payload, with the 16 bytes of the request entry
+ * itself, is gathered into w->inl. 0 if those continuations are not all
+ * ready, which an honest initiator never lets happen (they are stamped
+ * first: lb_ring_prod_push_cont). */
+static uint64_t lb_take_entries(struct lb_ring *ring, uint64_t take,
+                                struct lb_work *w)
 {
+    if (w->req.kind != TE_POP_SEND || !(w->req.mem & LB_MEM_INLINE))
+        return 1;
+    uint32_t conts = lb_req_conts(&w->req);
     if (lb_ring_cons_extend(ring, take + 1 + conts) < take + 1 + conts)
-        return false;
+        return 0;
     memcpy(w->inl, &w->req.remote_addr, LB_INLINE_HEAD);
     uint64_t left = conts ? w->req.len - LB_INLINE_HEAD : 0;
     for (uint32_t j = 1; j <= conts; j++) {
@@ -298,7 +303,7 @@ static bool lb_gather_inline(struct lb_ring *ring, uint64_t take,
                lb_ring_cons_cont(ring, take + j), k);
         left -= k;
     }
-    return true;
+    return 1 + conts;
 }
 
 int lb_target_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
@@ -342,13 +347,12 @@ int lb_target_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
             struct lb_work *w = &batch[nb];
             w->in = in;
             memcpy(&w->req, r, sizeof(*r)); /* our copy: the ring may change */
-            uint32_t conts = lb_req_conts(&w->req);
-            if (w->req.kind == TE_POP_SEND && (w->req.mem & LB_MEM_INLINE) &&
-                !lb_gather_inline(&in->req, take, conts, w))
+            uint64_t used = lb_take_entries(&in->req, take, w);
+            if (!used)
                 break; /* not all there: a hostile initiator; retry later */
             bytes += w->req.len;
             nb++;
-            take += 1 + conts;
+            take += used;
         }
         if (take) {
             lb_ring_cons_advance(&in->req, take);

@@ -182,14 +182,17 @@ int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
             .remote_addr = op->remote_addr, .rkey = op->rkey,
             .not_before_ns = not_before, .pid = nic->addr.pid,
             .mem = op->len && op->mr->device ? LB_MEM_LOCAL_DEVICE : 0};
-        uint32_t conts = 0;
+        uint32_t conts = 0; /* continuation entries behind the request */
         if (op->kind == TE_POP_SEND && op->len && op->len <= LB_INLINE_MAX &&
-            !req.mem && lb_inline_room(p, lb_inline_conts(op->len))) {
-            conts = lb_inline_conts(op->len);
-            memcpy(&req.remote_addr, op->local_addr,
-                   conts ? LB_INLINE_HEAD : op->len);
-            req.local_addr = 0;
-            req.mem = LB_MEM_INLINE;
+            !req.mem) {
+            uint32_t c = lb_inline_conts(op->len);
+            if (lb_inline_room(p, c)) {
+                conts = c;
+                memcpy(&req.remote_addr, op->local_addr,
+                       c ? LB_INLINE_HEAD : op->len);
+                req.local_addr = 0;
+                req.mem = LB_MEM_INLINE;
+            }
         }
         /* Visible to the target from here (lap stamp, lb_ring.h); the
          * publish below only rings a target that sleeps. */

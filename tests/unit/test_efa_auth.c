@@ -117,16 +117,23 @@ END_TEST
 #define KEY1 "efa-auth-test-secret-one-0123"
 #define KEY2 "efa-auth-test-secret-two-4567"
 
-static te_engine *shm_engine(const char *key)
+/* An efa engine over shm with secret `key` (NULL: none) and the
+ * [engine] lines `extra`. */
+static te_engine *shm_engine_with(const char *key, const char *extra)
 {
-    char ini[256];
-    snprintf(ini, sizeof(ini), "[engine]\nplugin = efa\n%s%s%s[efa]\n"
+    char ini[320];
+    snprintf(ini, sizeof(ini), "[engine]\nplugin = efa\n%s%s%s%s[efa]\n"
              "provider = shm\n", key ? "auth_key = " : "", key ? key : "",
-             key ? "\n" : "");
+             key ? "\n" : "", extra);
     te_engine *e = NULL;
     te_test_engine_try(ini, &e);
     ck_assert_msg(e, "engine: %s", te_last_error());
     return e;
+}
+
+static te_engine *shm_engine(const char *key)
+{
+    return shm_engine_with(key, "");
 }
 
 static int add(te_engine *from, te_engine *to, te_peer *p)
@@ -252,18 +259,10 @@ END_TEST
  * reports work while the handshake waits for the peer, and nothing once
  * everything is done.
  */
-static te_engine *caller_engine(void)
-{
-    te_engine *e = NULL;
-    te_test_engine_try("[engine]\nplugin = efa\nprogress = caller\n"
-                       "auth_key = " KEY1 "\n[efa]\nprovider = shm\n", &e);
-    ck_assert_msg(e, "engine: %s", te_last_error());
-    return e;
-}
-
 START_TEST(a_handshake_in_progress_keeps_the_caller_polling)
 {
-    te_engine *a = caller_engine(), *b = caller_engine();
+    te_engine *a = shm_engine_with(KEY1, "progress = caller\n"),
+              *b = shm_engine_with(KEY1, "progress = caller\n");
     te_mr_desc d;
     te_mr *ma = te_test_reg(a, abuf, sizeof(abuf), 0, NULL);
     te_mr *mb = te_test_reg(b, bbuf, sizeof(bbuf), TE_MR_REMOTE_WRITE, &d);
