@@ -43,9 +43,9 @@ static int check_peer(struct te_group *g, te_peer p, const char *what,
         return te_fail(-ENOENT, "%s: peer %u is not a peer of group %d", what,
                        p, g->index);
     int st = atomic_load_explicit(&pe->state, memory_order_acquire);
-    if (st == TE_PEER_DOWN)
-        return te_fail(-ECONNRESET, "%s: peer %u of group %d is down", what, p,
-                       g->index);
+    if (st == TE_PEER_DOWN) /* down_why is written before the state */
+        return te_fail(-ECONNRESET, "%s: peer %u of group %d is down: %s",
+                       what, p, g->index, pe->down_why);
     *out = pe;
     return 0;
 }

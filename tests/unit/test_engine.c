@@ -363,7 +363,14 @@ START_TEST(silent_peer_declared_down)
     ck_assert_ptr_nonnull(strstr(c.reason, "no completion"));
     ck_assert_int_eq(te_peer_status(x.a, 0, x.p), -ECONNRESET);
     ck_assert_ptr_nonnull(strstr(te_last_error(), "is down"));
+    const char *down = strstr(te_last_error(), "is down: ");
+    ck_assert_ptr_nonnull(down);
+    char why[256];
+    snprintf(why, sizeof(why), "%s", down);
     ck_assert_int_eq(te_submit(x.a, &r), -ECONNRESET);
+    /* A submit to the down peer names why, as te_peer_status does. */
+    ck_assert_msg(strstr(te_last_error(), why), "%s / %s",
+                  te_last_error(), why);
     /* The same engine still serves another, healthy peer: b adds a. */
     te_peer back = te_test_peer(x.b, x.a);
     te_mr *bsrc = te_test_reg(x.b, x.dst, 64, 0, NULL);
