@@ -42,6 +42,12 @@ const struct te_plugin_config_param lb_config_params[] = {
                      "call prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY) at init "
                      "so peers in other processes may copy to/from this one "
                      "under yama ptrace_scope=1"),
+    TE_PCFG_U64_KEY("copy_threads", "2", 1, LB_COPY_MAX_HELPERS + 1,
+                    "threads that copy the bytes of a target's writes of 16 "
+                    "KiB or more: the thread polling the NIC plus "
+                    "copy_threads - 1 helpers of the plugin, started at the "
+                    "first such write and asleep after 200 us without one; "
+                    "1 = the polling thread alone"),
     TE_PCFG_END};
 
 /* link_gbps: one value, or a comma list (NIC i: entry i mod count). */
@@ -94,7 +100,7 @@ int lb_config_parse(lb_ctx *ctx)
     const struct te_plugin_host *h = &ctx->host;
     struct lb_cfg *c = &ctx->cfg;
     void *hc = h->host_ctx;
-    uint64_t devices, qd;
+    uint64_t devices, qd, copy_threads;
     int reorder, ptracer, rc;
     if ((rc = h->config_u64(hc, "devices", &devices)) ||
         (rc = h->config_u64(hc, "queue_depth", &qd)) ||
@@ -104,8 +110,10 @@ int lb_config_parse(lb_ctx *ctx)
         (rc = h->config_u64(hc, "fault_delay_us", &c->fault_delay_us)) ||
         (rc = h->config_u64(hc, "fault_fail_every", &c->fault_fail_every)) ||
         (rc = h->config_u64(hc, "fault_kill_after", &c->fault_kill_after)) ||
-        (rc = h->config_bool(hc, "ptracer_any", &ptracer)))
+        (rc = h->config_bool(hc, "ptracer_any", &ptracer)) ||
+        (rc = h->config_u64(hc, "copy_threads", &copy_threads)))
         return rc;
+    c->copy_threads = (uint32_t)copy_threads;
     c->devices = (uint32_t)devices;
     c->queue_depth = (uint32_t)qd;
     c->fault_reorder = reorder;

@@ -19,44 +19,15 @@
 int lb_copy_from(struct lb_inbound *in, void *dst, uint64_t src,
                         uint64_t len)
 {
-    if (in->local) {
-        memcpy(dst, (const void *)(uintptr_t)src, len);
-        return 0;
-    }
-    while (len) {
-        struct iovec l = {dst, len}, r = {(void *)(uintptr_t)src, len};
-        ssize_t k = process_vm_readv((pid_t)in->pid, &l, 1, &r, 1, 0);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return k < 0 ? -errno : -EFAULT;
-        dst = (char *)dst + k;
-        src += (uint64_t)k;
-        len -= (uint64_t)k;
-    }
-    return 0;
+    return lb_copy_xfer(in->local, (pid_t)in->pid, false, dst, src, len);
 }
 
 /* Copy len bytes from src into the initiator's address dst. */
 int lb_copy_to(struct lb_inbound *in, uint64_t dst, const void *src,
                       uint64_t len)
 {
-    if (in->local) {
-        memcpy((void *)(uintptr_t)dst, src, len);
-        return 0;
-    }
-    while (len) {
-        struct iovec l = {(void *)src, len}, r = {(void *)(uintptr_t)dst, len};
-        ssize_t k = process_vm_writev((pid_t)in->pid, &l, 1, &r, 1, 0);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return k < 0 ? -errno : -EFAULT;
-        src = (const char *)src + k;
-        dst += (uint64_t)k;
-        len -= (uint64_t)k;
-    }
-    return 0;
+    return lb_copy_xfer(in->local, (pid_t)in->pid, true, (void *)src, dst,
+                        len);
 }
 
 static void lb_fail(struct lb_resp *resp, int status, uint32_t reason,
@@ -151,6 +122,24 @@ static void lb_deliver(lb_nic *nic, struct lb_inbound *in,
     tpc_fifo_pop(&nic->recvq);
 }
 
+/* The end of a WRITE whose copy returned rc: its failure in resp, or its
+ * immediate in *e (returns 1). */
+static int lb_write_done(lb_nic *nic, const struct lb_work *w, int rc,
+                         bool device, struct lb_resp *resp,
+                         struct te_plugin_cq_entry *e)
+{
+    if (rc < 0) {
+        lb_fail(resp, rc, device ? LB_R_DEVICE : LB_R_COPY, (uint64_t)-rc,
+                w->in->pid, 0);
+        return 0;
+    }
+    if (!(w->req.flags & TE_POP_F_IMM))
+        return 0;
+    *e = (struct te_plugin_cq_entry){.kind = TE_PCQ_IMM, .imm = w->req.imm,
+                                     .peer = lb_inbound_peer_fast(nic, w->in)};
+    return 1;
+}
+
 /* Execute one request; returns 1 if it produced a completion in *e. */
 static int lb_exec(lb_nic *nic, const struct lb_work *w,
                    struct te_plugin_cq_entry *e)
@@ -169,24 +158,15 @@ static int lb_exec(lb_nic *nic, const struct lb_work *w,
             if (!(mr = lb_check(nic, r, TE_PMR_REMOTE_WRITE, &resp, &off)))
                 break;
             bool src_dev = r->mem & LB_MEM_LOCAL_DEVICE;
-            if (r->len &&
-                (rc = mr->device || src_dev
-                          ? lb_dev_copy_from(nic, in, mr->addr + off,
-                                             mr->device, r->local_addr,
-                                             src_dev, r->len)
-                          : lb_copy_from(in, mr->addr + off, r->local_addr,
-                                         r->len)) < 0) {
-                lb_fail(&resp, rc, mr->device || src_dev ? LB_R_DEVICE
-                                                         : LB_R_COPY,
-                        (uint64_t)-rc, in->pid, 0);
-                break;
-            }
+            rc = !r->len ? 0
+                 : mr->device || src_dev
+                     ? lb_dev_copy_from(nic, in, mr->addr + off, mr->device,
+                                        r->local_addr, src_dev, r->len)
+                     : lb_copy_from(in, mr->addr + off, r->local_addr, r->len);
+            out = lb_write_done(nic, w, rc, mr->device || src_dev, &resp, e);
+            break;
         }
-        if (r->flags & TE_POP_F_IMM) {
-            *e = (struct te_plugin_cq_entry){.kind = TE_PCQ_IMM, .imm = r->imm,
-                                             .peer = lb_inbound_peer_fast(nic, in)};
-            out = 1;
-        }
+        out = lb_write_done(nic, w, 0, false, &resp, e);
         break;
     case TE_POP_READ:
         if (!(mr = lb_check(nic, r, TE_PMR_REMOTE_READ, &resp, &off)))
@@ -221,6 +201,74 @@ static int lb_exec(lb_nic *nic, const struct lb_work *w,
     }
     lb_respond(nic, in, &resp);
     return out;
+}
+
+/*
+ * Copies of host-to-host WRITEs and READs of at least this many bytes go
+ * to the copy engines (loopback.copy_threads > 1) together with the others
+ * of their kind in the poll. Smaller ones are executed one by one as
+ * before: their copy costs less than sharing it would.
+ */
+#define LB_PAR_MIN_LEN (16u << 10)
+
+/* May w join the run c[0..m) of copies made at once: a host-to-host WRITE
+ * (or READ, as the run's first) of LB_PAR_MIN_LEN bytes or more whose
+ * checks pass and whose bytes written (here for a WRITE, at the
+ * initiator for a READ) overlap no earlier member's, so that copies to
+ * the same bytes keep their order? Its copy in c[m] if so. */
+static bool lb_run_member(lb_nic *nic, const struct lb_work *w,
+                          struct lb_copy *c, uint32_t m)
+{
+    const struct lb_req *r = &w->req;
+    bool out = r->kind == TE_POP_READ;
+    if ((r->kind != TE_POP_WRITE && !out) || r->len < LB_PAR_MIN_LEN ||
+        w->in->gone || (r->mem & LB_MEM_LOCAL_DEVICE) || (m && c[0].out != out))
+        return false;
+    struct lb_resp resp;
+    uint64_t off;
+    lb_mr *mr = lb_check(nic, r, out ? TE_PMR_REMOTE_READ : TE_PMR_REMOTE_WRITE,
+                         &resp, &off);
+    if (!mr || mr->device)
+        return false; /* lb_exec fails it, or copies it to the device */
+    struct lb_copy x = {.here = mr->addr + off, .there = r->local_addr,
+                        .len = r->len, .pid = (pid_t)w->in->pid,
+                        .local = w->in->local, .out = out};
+    uint64_t to = out ? x.there : (uint64_t)(uintptr_t)x.here;
+    for (uint32_t j = 0; j < m; j++) {
+        uint64_t t = out ? c[j].there : (uint64_t)(uintptr_t)c[j].here;
+        if (to < t + c[j].len && t < to + x.len && (!out || c[j].pid == x.pid))
+            return false;
+    }
+    c[m] = x;
+    return true;
+}
+
+/* Execute batch[i..) up to the first request that cannot join a run
+ * (lb_run_member), their copies at once on the copy engines, then the
+ * immediates and responses, in order. Returns how many it executed (0:
+ * batch[i] cannot join); completions from out[*n]. */
+static uint32_t lb_exec_run(lb_nic *nic, struct lb_work *batch, uint32_t i,
+                            uint32_t nb, struct te_plugin_cq_entry *out,
+                            int *n)
+{
+    struct lb_copy *c = nic->copies;
+    uint32_t m = 0;
+    while (i + m < nb && lb_run_member(nic, &batch[i + m], c, m))
+        m++;
+    if (!m)
+        return 0;
+    lb_copy_run(lb_copy_pool_get(nic->ctx), c, m);
+    for (uint32_t k = 0; k < m; k++) {
+        const struct lb_work *w = &batch[i + k];
+        struct lb_resp resp = {.slot = w->req.slot, .gen = w->req.gen};
+        int rc = atomic_load(&c[k].status);
+        if (!c[k].out)
+            *n += lb_write_done(nic, w, rc, false, &resp, &out[*n]);
+        else if (rc < 0)
+            lb_fail(&resp, rc, LB_R_COPY, (uint64_t)-rc, w->in->pid, 0);
+        lb_respond(nic, w->in, &resp);
+    }
+    return m;
 }
 
 /* Open the busy window of a channel; false if its initiator is gone. */
@@ -370,10 +418,17 @@ int lb_target_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
 
     for (uint32_t i = 0; i < ntouched; i++)
         touched[i]->in_batch = lb_busy_enter(touched[i]);
+    bool runs = nic->ctx->cfg.copy_threads > 1;
     pthread_mutex_lock(&nic->exec_lock);
-    for (uint32_t i = 0; i < nb; i++) {
+    for (uint32_t i = 0; i < nb;) {
+        uint32_t done = runs ? lb_exec_run(nic, batch, i, nb, out, &n) : 0;
+        if (done) {
+            i += done;
+            continue;
+        }
         if (!batch[i].in->gone)
             n += lb_exec(nic, &batch[i], &out[n]);
+        i++;
     }
     pthread_mutex_unlock(&nic->exec_lock);
     for (uint32_t i = 0; i < ntouched; i++) {

@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include "te/plugin.h"
+#include "lb_copy_pool.h"
 #include "lb_ring.h"
 #include "tpc_clock.h"
 #include "tpc_entry.h"
@@ -235,11 +236,17 @@ struct lb_cfg {
     uint64_t fault_fail_every;
     uint64_t fault_kill_after;
     bool ptracer_any;
+    uint32_t copy_threads; /* threads copying a target's writes, >= 1 */
 };
 
 struct te_plugin_ctx {
     struct te_plugin_host host;
     struct lb_cfg cfg;
+    /* Copy engines (lb_copy_pool.h), started at the first run of writes
+     * that can use them; shared by the NICs of this context. */
+    struct lb_copy_pool *_Atomic copy_pool;
+    pthread_mutex_t copy_pool_lock;
+    _Atomic bool copy_pool_failed;
 };
 typedef struct te_plugin_ctx lb_ctx;
 
@@ -363,6 +370,7 @@ struct te_plugin_nic {
     struct tpc_fifo recvq;   /* struct lb_recv */
     struct tpc_fifo pending; /* struct lb_pending */
     struct lb_work *batch;
+    struct lb_copy *copies; /* LB_BATCH: a run's copies (lb_exec_run) */
     void *cuda_stream;      /* device copies of this NIC (lb_device.c) */
     unsigned char *bounce;  /* staging for cross-process device copies */
 
@@ -408,6 +416,9 @@ typedef struct te_plugin_nic lb_nic;
 #define lb_ctx_err(ctx, ...) tpc_err(&(ctx)->host, LB_NAME, NULL, __VA_ARGS__)
 #define lb_log(ctx, level, ...) \
     tpc_log(&(ctx)->host, LB_NAME, level, __VA_ARGS__)
+/* The context's copy engines, started on first use; NULL when
+ * copy_threads is 1 or they could not start (logged once). */
+struct lb_copy_pool *lb_copy_pool_get(lb_ctx *ctx);
 /* Queue a completion poll() will return later; never fails silently. */
 void lb_cq_push(lb_nic *nic, const struct te_plugin_cq_entry *e);
 

@@ -38,11 +38,44 @@ static int lb_init(const struct te_plugin_host *host, te_plugin_ctx **out)
     }
     if (ctx->cfg.ptracer_any)
         prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    pthread_mutex_init(&ctx->copy_pool_lock, NULL);
     *out = ctx;
     return 0;
 }
 
-static void lb_fini(te_plugin_ctx *ctx) { free(ctx); }
+static void lb_fini(te_plugin_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    lb_copy_pool_stop(atomic_load(&ctx->copy_pool));
+    pthread_mutex_destroy(&ctx->copy_pool_lock);
+    free(ctx);
+}
+
+struct lb_copy_pool *lb_copy_pool_get(lb_ctx *ctx)
+{
+    struct lb_copy_pool *p =
+        atomic_load_explicit(&ctx->copy_pool, memory_order_acquire);
+    if (p || ctx->cfg.copy_threads < 2 ||
+        atomic_load_explicit(&ctx->copy_pool_failed, memory_order_relaxed))
+        return p;
+    pthread_mutex_lock(&ctx->copy_pool_lock);
+    p = atomic_load(&ctx->copy_pool);
+    if (!p && !atomic_load(&ctx->copy_pool_failed)) {
+        int rc = lb_copy_pool_start(ctx->cfg.copy_threads - 1, &p);
+        if (rc) {
+            p = NULL;
+            atomic_store(&ctx->copy_pool_failed, true);
+            lb_log(ctx, 0, "cannot start %u copy threads: %s; the polling "
+                   "thread copies alone", ctx->cfg.copy_threads - 1,
+                   strerror(-rc));
+        } else {
+            atomic_store_explicit(&ctx->copy_pool, p, memory_order_release);
+        }
+    }
+    pthread_mutex_unlock(&ctx->copy_pool_lock);
+    return p;
+}
 
 static int lb_device_count(te_plugin_ctx *ctx) { return (int)ctx->cfg.devices; }
 
@@ -90,6 +123,7 @@ static void lb_nic_free(lb_nic *nic)
     free(nic->in);
     free(nic->in_new);
     free(nic->batch);
+    free(nic->copies);
     free(nic->pfds);
     lb_wait_close(nic);
     pthread_mutex_destroy(&nic->exec_lock);
@@ -142,7 +176,8 @@ static int lb_nic_open(te_plugin_ctx *ctx, int idx,
 
     int rc = -ENOMEM;
     nic->batch = calloc(LB_BATCH, sizeof(*nic->batch));
-    if (!nic->batch || lb_slots_init(nic) < 0 ||
+    nic->copies = calloc(LB_BATCH, sizeof(*nic->copies));
+    if (!nic->batch || !nic->copies || lb_slots_init(nic) < 0 ||
         tpc_fifo_init(&nic->cq, sizeof(struct te_plugin_cq_entry), 2 * qd) < 0 ||
         tpc_fifo_init(&nic->recvq, sizeof(struct lb_recv), nic->recv_cap) < 0 ||
         tpc_fifo_init(&nic->pending, sizeof(struct lb_pending), 64) < 0)
