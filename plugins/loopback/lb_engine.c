@@ -206,23 +206,56 @@ static int lb_exec(lb_nic *nic, const struct lb_work *w,
 /*
  * Copies of host-to-host WRITEs and READs of at least this many bytes go
  * to the copy engines (loopback.copy_threads > 1) together with the others
- * of their kind in the poll. Smaller ones are executed one by one as
+ * of their poll. Smaller ones are executed one by one as
  * before: their copy costs less than sharing it would.
  */
 #define LB_PAR_MIN_LEN (16u << 10)
 
+/* The bytes a copy stores to (store) or loads from: in this process
+ * (space 0) or in the initiator's (space = its pid). */
+struct lb_span {
+    pid_t space;
+    uint64_t at, len;
+};
+
+static bool lb_spans_meet(struct lb_span a, struct lb_span b)
+{
+    return a.space == b.space && a.at < b.at + b.len && b.at < a.at + a.len;
+}
+
+/* Would copying a and b at once race: one stores to a byte the other
+ * loads from or stores to? */
+static bool lb_copies_collide(const struct lb_copy *a, const struct lb_copy *b)
+{
+    struct lb_span sp[2][2]; /* [copy][0 store, 1 load] */
+    const struct lb_copy *x[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        struct lb_span here = {0, (uint64_t)(uintptr_t)x[i]->here, x[i]->len};
+        struct lb_span there = {x[i]->local ? 0 : x[i]->pid, x[i]->there,
+                                x[i]->len};
+        sp[i][0] = x[i]->out ? there : here;
+        sp[i][1] = x[i]->out ? here : there;
+    }
+    return lb_spans_meet(sp[0][0], sp[1][0]) ||
+           lb_spans_meet(sp[0][0], sp[1][1]) ||
+           lb_spans_meet(sp[0][1], sp[1][0]);
+}
+
 /* May w join the run c[0..m) of copies made at once: a host-to-host WRITE
- * (or READ, as the run's first) of LB_PAR_MIN_LEN bytes or more whose
- * checks pass and whose bytes written (here for a WRITE, at the
- * initiator for a READ) overlap no earlier member's, so that copies to
- * the same bytes keep their order? Its copy in c[m] if so. */
+ * or READ of LB_PAR_MIN_LEN bytes or more whose checks pass, and that
+ * collides with no earlier member (lb_copies_collide)? Its copy in c[m] if
+ * so. The plugin ABI orders nothing among them (docs/plugin-guide.md, rule
+ * 3: only a write's payload before its immediate), but two threads storing
+ * to bytes that a third loads or stores at once is a data race
+ * (ThreadSanitizer reported it for a test that rewrites one buffer): such
+ * a copy starts the next run instead, after this one, as it came. */
 static bool lb_run_member(lb_nic *nic, const struct lb_work *w,
                           struct lb_copy *c, uint32_t m)
 {
     const struct lb_req *r = &w->req;
     bool out = r->kind == TE_POP_READ;
     if ((r->kind != TE_POP_WRITE && !out) || r->len < LB_PAR_MIN_LEN ||
-        w->in->gone || (r->mem & LB_MEM_LOCAL_DEVICE) || (m && c[0].out != out))
+        w->in->gone || (r->mem & LB_MEM_LOCAL_DEVICE))
         return false;
     struct lb_resp resp;
     uint64_t off;
@@ -233,12 +266,9 @@ static bool lb_run_member(lb_nic *nic, const struct lb_work *w,
     struct lb_copy x = {.here = mr->addr + off, .there = r->local_addr,
                         .len = r->len, .pid = (pid_t)w->in->pid,
                         .local = w->in->local, .out = out};
-    uint64_t to = out ? x.there : (uint64_t)(uintptr_t)x.here;
-    for (uint32_t j = 0; j < m; j++) {
-        uint64_t t = out ? c[j].there : (uint64_t)(uintptr_t)c[j].here;
-        if (to < t + c[j].len && t < to + x.len && (!out || c[j].pid == x.pid))
+    for (uint32_t j = 0; j < m; j++)
+        if (lb_copies_collide(&c[j], &x))
             return false;
-    }
     c[m] = x;
     return true;
 }

@@ -358,6 +358,7 @@ START_TEST(test_devices_and_config)
         {"devices", "1000", NULL},     {"queue_depth", "-1", NULL},
         {"fault_reorder", "maybe", NULL}, {"fault_seed", "12x", NULL},
         {"link_gbps", "", NULL},       {"fault_delay_us", "1e3", NULL},
+        {"copy_threads", "0", NULL},   {"copy_threads", "17", NULL},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         ck_assert_int_eq(env_start(&envs[0], bad[i]), -EINVAL);
@@ -737,6 +738,99 @@ START_TEST(test_send_inline_wraps)
         }
     }
     ck_assert_int_gt(shorts, 0); /* the full ring was met */
+}
+END_TEST
+
+/*
+ * Copy engines (loopback.copy_threads): the WRITEs and READs of 16 KiB or
+ * more of one poll are copied at once by the polling thread and a helper
+ * thread, in chunks of 256 KiB. Checked, round after round: every byte of
+ * every size lands (chunk remainders, a copy of less than a chunk beside
+ * longer ones, reads and writes in one poll) and nothing past it; a copy
+ * that collides with an earlier one of its poll (stores to bytes that one
+ * stores to or loads) waits for it, so the later of two writes to the
+ * same bytes wins and a read sees the write before it (a race otherwise:
+ * ThreadSanitizer reports it, a plain build may not); a failing write
+ * among them fails alone; immediates come once each.
+ * tests/unit/test_lb_copy_pool.c checks the engines themselves.
+ */
+START_TEST(test_copy_engines)
+{
+    enum { K = 1 << 10, MB = 1 << 20, ROUNDS = 12, NOPS = 9 };
+    static const char *const kv[] = {"copy_threads", "2", NULL};
+    two_nics(kv, 0);
+    struct nicw *a = &W[0], *b = &W[1];
+    unsigned char *src = malloc(4 * MB), *dst = malloc(4 * MB),
+                  *rbuf = malloc(2 * MB);
+    ck_assert_ptr_nonnull(src);
+    ck_assert_ptr_nonnull(dst);
+    ck_assert_ptr_nonnull(rbuf);
+    te_plugin_mr *smr = reg(a, src, 4 * MB, 0, NULL);
+    te_plugin_mr *rmr = reg(a, rbuf, 2 * MB, TE_PMR_LOCAL_WRITE, NULL);
+    struct te_plugin_mr_info di;
+    reg(b, dst, 4 * MB, TE_PMR_REMOTE_WRITE | TE_PMR_REMOTE_READ, &di);
+    te_plugin_peer ab = connect_to(a, b);
+    uint64_t d = (uint64_t)(uintptr_t)dst;
+
+    for (int round = 0; round < ROUNDS; round++) {
+        a->nev = b->nev = 0;
+        fill(src, 4 * MB, (unsigned)round * 3 + 1);
+        memset(dst, 0, 4 * MB);
+        fill(dst + 3 * MB, MB, 99 + (unsigned)round);
+        memset(rbuf, 0, 2 * MB);
+        /* A poll takes requests until they carry 1 MiB: the first two
+         * are one batch, the rest come in the next ones. */
+        uint64_t odd = (150 * K) + 17 + (uint64_t)round * 4099;
+        struct te_plugin_op o[NOPS] = {
+            op_write(ab, smr, src, 768 * K + 5, d, di.rkey, TE_POP_F_IMM, 1, 1),
+            op_write(ab, smr, src + MB, 256 * K, d + 640 * K, di.rkey, 0, 0,
+                     2), /* over the first's last 128 KiB: lands last */
+            op_write(ab, smr, src + 2 * MB, odd, d + 2 * MB, di.rkey,
+                     TE_POP_F_IMM, 3, 3),
+            {.kind = TE_POP_READ, .peer = ab, .mr = rmr, .rkey = di.rkey,
+             .local_addr = rbuf + MB + 512 * K, .len = 64 * K,
+             .remote_addr = d + 2 * MB, .context = 4}, /* sees the write */
+            op_write(ab, smr, src, 64 * K, d, di.rkey ^ 1, 0, 0, 5), /* bad */
+            op_write(ab, smr, src + 3 * MB, 40 * K, d + 2 * MB + 512 * K,
+                     di.rkey, TE_POP_F_IMM, 6, 6),
+        };
+        for (int i = 6; i < NOPS; i++)
+            o[i] = (struct te_plugin_op){.kind = TE_POP_READ, .peer = ab,
+                                         .mr = rmr, .rkey = di.rkey,
+                                         .context = (uint64_t)i + 1};
+        o[6].local_addr = rbuf, o[6].len = 600 * K;
+        o[6].remote_addr = d + 3 * MB;
+        o[7].local_addr = rbuf + MB, o[7].len = 17 * K;
+        o[7].remote_addr = d + 3 * MB + 700 * K;
+        o[8].local_addr = rbuf + MB + 64 * K, o[8].len = 300 * K + 3;
+        o[8].remote_addr = d + 3 * MB + 5;
+        ck_assert_int_eq(ops->post(a->nic, o, NOPS), NOPS);
+        WAIT(count(a, TE_PCQ_LOCAL) == NOPS && count(b, TE_PCQ_IMM) == 3);
+        ck_assert_int_eq(find(a, TE_PCQ_LOCAL, 5)->status, -EACCES);
+        ck_assert_int_eq(count_status(a, TE_PCQ_LOCAL, 0), NOPS - 1);
+        ck_assert_int_eq(memcmp(dst, src, 640 * K), 0);
+        ck_assert_msg(memcmp(dst + 640 * K, src + MB, 256 * K) == 0,
+                      "round %d: the earlier write landed last", round);
+        ck_assert_uint_eq(dst[896 * K], 0);
+        ck_assert_int_eq(memcmp(dst + 2 * MB, src + 2 * MB, odd), 0);
+        ck_assert_uint_eq(dst[2 * MB + odd], 0);
+        ck_assert_msg(memcmp(rbuf + MB + 512 * K, src + 2 * MB, 64 * K) == 0,
+                      "round %d: the read did not see the write before it",
+                      round);
+        ck_assert_int_eq(memcmp(dst + 2 * MB + 512 * K, src + 3 * MB, 40 * K),
+                         0);
+        ck_assert_int_eq(memcmp(rbuf, dst + 3 * MB, 600 * K), 0);
+        ck_assert_uint_eq(rbuf[600 * K], 0);
+        ck_assert_int_eq(memcmp(rbuf + MB, dst + 3 * MB + 700 * K, 17 * K), 0);
+        ck_assert_int_eq(memcmp(rbuf + MB + 64 * K, dst + 3 * MB + 5,
+                                300 * K + 3), 0);
+        ck_assert_uint_eq(rbuf[MB + 364 * K + 3], 0);
+    }
+    pump_for(0.001);
+    ck_assert_int_eq(count(b, TE_PCQ_IMM), 3);
+    free(src);
+    free(dst);
+    free(rbuf);
 }
 END_TEST
 
@@ -1696,7 +1790,7 @@ TE_TEST_MAIN("loopback_plugin",
              TE_TCASE_FULL("core", 60, setup, teardown,
                test_abi, test_devices_and_config, test_address, test_write_imm,
                test_zero_length_imm, test_read, test_send_recv,
-               test_send_inline, test_send_inline_wraps,
+               test_send_inline, test_send_inline_wraps, test_copy_engines,
                test_access_errors, test_dereg, test_dereg_quiescence,
                test_queue_full, test_fault_reorder, test_fault_fail_every,
                test_fault_delay, test_fault_kill_after, test_peer_remove,
