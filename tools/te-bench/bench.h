@@ -28,6 +28,9 @@
 #define TB_MAX_SETS 64
 #define TB_MAX_PEERS 256
 #define TB_DEFAULT_PORT 18515
+/* Loopback copies requests of this many bytes and more with its copy
+ * engines (LB_PAR_MIN_LEN of plugins/loopback/lb_engine.c). */
+#define TB_LB_PAR_MIN (16u << 10)
 
 /* ---------------------------------------------------------------- tests */
 
@@ -93,6 +96,7 @@ struct tb_opts {
     const char *sets[TB_MAX_SETS];
     int nsets;
     char plugin_eff[256];           /* the plugin the engines load */
+    int lb_copy_threads;            /* loopback: its copy_threads, else 1 */
     /* probe */
     const char *probe;              /* "auto", "off" or a path */
     /* reference */
@@ -269,6 +273,10 @@ void *tb_alloc(size_t len);  /* page aligned, touched */
 int tb_probe_find(const char *opt, char *path, size_t len);
 /* The probe's API once an engine has loaded it in this process, or NULL. */
 const struct te_bench_probe_api *tb_probe_api(void);
+/* The value of section.key the engines get from the INI text and the sets
+ * (environment overrides included), as a number; dflt when unset. */
+long tb_effective_long(const char *text, const char *const *sets, int n,
+                       const char *section, const char *key, long dflt);
 void tb_effective_plugin(const char *text, const char *const *sets, int n,
                          char *plugin, size_t plen, char *path, size_t pathlen);
 /* Prepare the environment the probe reads (call before any thread). */

@@ -215,8 +215,9 @@ const struct te_bench_probe_api *tb_probe_api(void)
  * environment, as te_engine_create() resolves it) and engine.plugin_path:
  * what the probe must load when it wraps the transport.
  */
-void tb_effective_plugin(const char *text, const char *const *sets, int n,
-                         char *plugin, size_t plen, char *path, size_t pathlen)
+/* The configuration both sides start from: the INI text, then the sets. */
+static te_config *effective_config(const char *text, const char *const *sets,
+                                   int n)
 {
     char err[256];
     te_config *cfg = te_config_new();
@@ -224,9 +225,29 @@ void tb_effective_plugin(const char *text, const char *const *sets, int n,
         te_config_load_string(cfg, text);
     for (int i = 0; cfg && i < n; i++)
         apply_set(cfg, sets[i], err, sizeof(err));
+    return cfg;
+}
+
+void tb_effective_plugin(const char *text, const char *const *sets, int n,
+                         char *plugin, size_t plen, char *path, size_t pathlen)
+{
+    te_config *cfg = effective_config(text, sets, n);
     const char *p = cfg ? te_config_get(cfg, "engine", "plugin") : NULL;
     const char *pp = cfg ? te_config_get(cfg, "engine", "plugin_path") : NULL;
     snprintf(plugin, plen, "%s", p && p[0] ? p : "loopback");
     snprintf(path, pathlen, "%s", pp ? pp : "");
     te_config_free(cfg);
+}
+
+long tb_effective_long(const char *text, const char *const *sets, int n,
+                       const char *section, const char *key, long dflt)
+{
+    te_config *cfg = effective_config(text, sets, n);
+    const char *v = cfg ? te_config_get(cfg, section, key) : NULL;
+    char *end = NULL;
+    long x = v ? strtol(v, &end, 0) : dflt;
+    if (v && (end == v || *end))
+        x = dflt; /* the engine refuses it with a message of its own */
+    te_config_free(cfg);
+    return x;
 }

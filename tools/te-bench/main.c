@@ -306,6 +306,13 @@ int main(int argc, char **argv)
     }
     tb_probe_env(plugin, ppath);
     snprintf(o.plugin_eff, sizeof(o.plugin_eff), "%.255s", plugin);
+    /* Loopback's copy engines (docs/loopback.md): its bandwidth references
+     * copy with as many threads (2: the plugin's default). */
+    o.lb_copy_threads =
+        strcmp(plugin, "loopback") == 0
+            ? (int)tb_effective_long(o.config_text, o.sets, o.nsets,
+                                     "loopback", "copy_threads", 2)
+            : 1;
     signal(SIGPIPE, SIG_IGN);
 
     if (o.mode == TB_M_SERVER)

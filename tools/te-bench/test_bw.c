@@ -374,9 +374,13 @@ void tb_test_bw(struct tb_session *s, struct tb_result_row *row)
         .chunk = c->test == TB_T_PAGED ? c->page
                  : c->test == TB_T_SCATTER ? b.slice : c->size,
         .window = c->window, .threads = 1, .rep_ms = o->rep_ms};
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (c->test == TB_T_SCATTER) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         ref.threads = (int)(c->peers < cpus ? c->peers : cpus);
+    } else if (o->lb_copy_threads > 1 && ref.chunk >= TB_LB_PAR_MIN) {
+        /* Loopback's target copies these with copy_threads threads. */
+        ref.threads = (int)(o->lb_copy_threads < cpus ? o->lb_copy_threads
+                                                      : cpus);
     }
     row->ref_threads = ref.threads;
     row->lat_what[0] = "request submit -> completion";
