@@ -3,6 +3,7 @@
  * host (no core engine). Every wait is bounded by a deadline.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
@@ -754,6 +755,29 @@ END_TEST
  * among them fails alone; immediates come once each.
  * tests/unit/test_lb_copy_pool.c checks the engines themselves.
  */
+/* Threads of this process named `name` (/proc/self/task/N/comm). */
+static int threads_named(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char path[300], comm[64] = "";
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(comm, sizeof(comm), f))
+            comm[strcspn(comm, "\n")] = 0;
+        if (f)
+            fclose(f);
+        n += strcmp(comm, name) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
 START_TEST(test_copy_engines)
 {
     enum { K = 1 << 10, MB = 1 << 20, ROUNDS = 12, NOPS = 9 };
@@ -771,6 +795,17 @@ START_TEST(test_copy_engines)
     reg(b, dst, 4 * MB, TE_PMR_REMOTE_WRITE | TE_PMR_REMOTE_READ, &di);
     te_plugin_peer ab = connect_to(a, b);
     uint64_t d = (uint64_t)(uintptr_t)dst;
+
+    /* Runs of one chunk or less are copied by the poller alone: no helper
+     * thread starts for them; the first larger run starts one. */
+    struct te_plugin_op small[3];
+    for (int i = 0; i < 3; i++)
+        small[i] = op_write(ab, smr, src + (uint64_t)i * 64 * K, 20 * K,
+                            d + (uint64_t)i * 64 * K, di.rkey, 0, 0,
+                            (uint64_t)i);
+    ck_assert_int_eq(ops->post(a->nic, small, 3), 3);
+    WAIT(count(a, TE_PCQ_LOCAL) == 3);
+    ck_assert_int_eq(threads_named("te-lb-copy"), 0);
 
     for (int round = 0; round < ROUNDS; round++) {
         a->nev = b->nev = 0;
@@ -828,6 +863,7 @@ START_TEST(test_copy_engines)
     }
     pump_for(0.001);
     ck_assert_int_eq(count(b, TE_PCQ_IMM), 3);
+    ck_assert_int_eq(threads_named("te-lb-copy"), 1); /* copy_threads 2 */
     free(src);
     free(dst);
     free(rbuf);
