@@ -43,7 +43,9 @@ struct lb_copy_pool {
     _Atomic uint32_t sleepers; /* helpers in (or entering) futex_wait */
     _Atomic bool stop;
     _Atomic uint64_t helped; /* chunks copied by helpers */
-    uint32_t nhelpers;
+    uint32_t want;     /* helpers to start at the first job that needs them */
+    bool tried;        /* (under submit) they were started, or failed to */
+    uint32_t nhelpers; /* running */
     pthread_t th[LB_COPY_MAX_HELPERS];
 };
 
@@ -186,7 +188,7 @@ static void wake_helpers(struct lb_copy_pool *p)
     }
 }
 
-int lb_copy_pool_start(uint32_t helpers, struct lb_copy_pool **out)
+int lb_copy_pool_new(uint32_t helpers, struct lb_copy_pool **out)
 {
     if (!out || helpers < 1 || helpers > LB_COPY_MAX_HELPERS)
         return -EINVAL;
@@ -194,29 +196,44 @@ int lb_copy_pool_start(uint32_t helpers, struct lb_copy_pool **out)
     if (!p)
         return -ENOMEM;
     pthread_mutex_init(&p->submit, NULL);
-    for (uint32_t i = 0; i < helpers; i++) {
-        int rc = pthread_create(&p->th[i], NULL, helper_main, p);
-        if (rc) {
-            p->nhelpers = i;
-            lb_copy_pool_stop(p);
-            return -rc;
-        }
-        pthread_setname_np(p->th[i], "te-lb-copy");
-    }
-    p->nhelpers = helpers;
+    p->want = helpers;
     *out = p;
     return 0;
 }
 
-void lb_copy_pool_stop(struct lb_copy_pool *p)
+/* Stop and join the running helpers (they may start again later). */
+static void stop_helpers(struct lb_copy_pool *p)
 {
-    if (!p)
-        return;
     atomic_store(&p->stop, true);
     atomic_fetch_add(&p->wake, 1);
     futex_wake_all(&p->wake);
     for (uint32_t i = 0; i < p->nhelpers; i++)
         pthread_join(p->th[i], NULL);
+    p->nhelpers = 0;
+    atomic_store(&p->stop, false);
+}
+
+/* Once, with submit held: all helpers, or none and -errno. */
+static int start_helpers(struct lb_copy_pool *p)
+{
+    p->tried = true;
+    for (uint32_t i = 0; i < p->want; i++) {
+        int rc = pthread_create(&p->th[i], NULL, helper_main, p);
+        if (rc) {
+            stop_helpers(p);
+            return -rc;
+        }
+        p->nhelpers = i + 1;
+        pthread_setname_np(p->th[i], "te-lb-copy");
+    }
+    return 0;
+}
+
+void lb_copy_pool_free(struct lb_copy_pool *p)
+{
+    if (!p)
+        return;
+    stop_helpers(p);
     pthread_mutex_destroy(&p->submit);
     free(p);
 }
@@ -226,19 +243,10 @@ uint64_t lb_copy_pool_helped(const struct lb_copy_pool *p)
     return p ? atomic_load_explicit(&p->helped, memory_order_relaxed) : 0;
 }
 
-void lb_copy_run(struct lb_copy_pool *p, struct lb_copy *c, uint32_t n)
+/* One job with the helpers: chunks published, claimed by all, waited for
+ * (submit held). */
+static void run_job(struct lb_copy_pool *p, struct lb_copy *c, uint32_t n)
 {
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        atomic_store_explicit(&c[i].status, 0, memory_order_relaxed);
-        total += c[i].len;
-    }
-    if (!p || n == 0 || total <= LB_COPY_CHUNK ||
-        pthread_mutex_trylock(&p->submit) != 0) {
-        for (uint32_t i = 0; i < n; i++)
-            copy_alone(&c[i]);
-        return;
-    }
     /* Chunks of LB_COPY_CHUNK, larger if the count would not fit. */
     uint64_t chunk = LB_COPY_CHUNK;
     for (;;) {
@@ -274,5 +282,28 @@ void lb_copy_run(struct lb_copy_pool *p, struct lb_copy *c, uint32_t n)
             cpu_relax();
         else
             sched_yield();
-    pthread_mutex_unlock(&p->submit);
+}
+
+int lb_copy_run(struct lb_copy_pool *p, struct lb_copy *c, uint32_t n)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        atomic_store_explicit(&c[i].status, 0, memory_order_relaxed);
+        total += c[i].len;
+    }
+    int rc = 0;
+    if (p && n && total > LB_COPY_CHUNK &&
+        pthread_mutex_trylock(&p->submit) == 0) {
+        if (!p->tried)
+            rc = start_helpers(p);
+        if (p->nhelpers) {
+            run_job(p, c, n);
+            pthread_mutex_unlock(&p->submit);
+            return rc;
+        }
+        pthread_mutex_unlock(&p->submit);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        copy_alone(&c[i]);
+    return rc;
 }

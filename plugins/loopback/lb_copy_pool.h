@@ -57,18 +57,21 @@ struct lb_copy_pool;
 int lb_copy_xfer(bool local, pid_t pid, bool out, void *here, uint64_t there,
                  uint64_t len);
 
-/* A pool of `helpers` threads (1..LB_COPY_MAX_HELPERS): 0 and *out, or
- * -errno (none started). */
-int lb_copy_pool_start(uint32_t helpers, struct lb_copy_pool **out);
+/* A pool of `helpers` threads (1..LB_COPY_MAX_HELPERS), started by the
+ * first job of more than one chunk: 0 and *out, or -errno. */
+int lb_copy_pool_new(uint32_t helpers, struct lb_copy_pool **out);
 
-/* Stops and joins the helpers; none may be inside lb_copy_run. */
-void lb_copy_pool_stop(struct lb_copy_pool *p);
+/* Stops and joins the helpers, frees p (NULL: nothing); none may be
+ * inside lb_copy_run. */
+void lb_copy_pool_free(struct lb_copy_pool *p);
 
 /* Execute every copy of c[0..n) (statuses in c[i].status), with the
  * pool's helpers when it has idle ones (p may be NULL: alone). Returns
- * when all are done. Threads may call it at once: one job runs at a time
- * with helpers; the others copy alone meanwhile. */
-void lb_copy_run(struct lb_copy_pool *p, struct lb_copy *c, uint32_t n);
+ * when all are done: 0, or -errno once, from the job whose helpers could
+ * not start (that job and the later ones copy alone). Threads may call it
+ * at once: one job runs at a time with helpers; the others copy alone
+ * meanwhile. */
+int lb_copy_run(struct lb_copy_pool *p, struct lb_copy *c, uint32_t n);
 
 /* Chunks copied by helpers since the pool started (tests, stats). */
 uint64_t lb_copy_pool_helped(const struct lb_copy_pool *p);

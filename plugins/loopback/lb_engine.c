@@ -287,13 +287,11 @@ static uint32_t lb_exec_run(lb_nic *nic, struct lb_work *batch, uint32_t i,
         m++;
     if (!m)
         return 0;
-    uint64_t total = 0;
-    for (uint32_t k = 0; k < m; k++)
-        total += c[k].len;
-    /* One chunk or less is copied alone: no helper threads for an engine
-     * that never has more (many small engines in one process). */
-    lb_copy_run(total > LB_COPY_CHUNK ? lb_copy_pool_get(nic->ctx) : NULL, c,
-                m);
+    int started = lb_copy_run(nic->ctx->copy_pool, c, m);
+    if (started < 0)
+        lb_log(nic->ctx, 0, "cannot start %u copy threads: %s; the polling "
+               "thread copies alone", nic->ctx->cfg.copy_threads - 1,
+               strerror(-started));
     for (uint32_t k = 0; k < m; k++) {
         const struct lb_work *w = &batch[i + k];
         struct lb_resp resp = {.slot = w->req.slot, .gen = w->req.gen};

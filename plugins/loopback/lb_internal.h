@@ -242,11 +242,9 @@ struct lb_cfg {
 struct te_plugin_ctx {
     struct te_plugin_host host;
     struct lb_cfg cfg;
-    /* Copy engines (lb_copy_pool.h), started at the first run of writes
-     * that can use them; shared by the NICs of this context. */
-    struct lb_copy_pool *_Atomic copy_pool;
-    pthread_mutex_t copy_pool_lock;
-    _Atomic bool copy_pool_failed;
+    /* Copy engines (lb_copy_pool.h), shared by the NICs of this context;
+     * NULL when copy_threads is 1. */
+    struct lb_copy_pool *copy_pool;
 };
 typedef struct te_plugin_ctx lb_ctx;
 
@@ -416,9 +414,6 @@ typedef struct te_plugin_nic lb_nic;
 #define lb_ctx_err(ctx, ...) tpc_err(&(ctx)->host, LB_NAME, NULL, __VA_ARGS__)
 #define lb_log(ctx, level, ...) \
     tpc_log(&(ctx)->host, LB_NAME, level, __VA_ARGS__)
-/* The context's copy engines, started on first use; NULL when
- * copy_threads is 1 or they could not start (logged once). */
-struct lb_copy_pool *lb_copy_pool_get(lb_ctx *ctx);
 /* Queue a completion poll() will return later; never fails silently. */
 void lb_cq_push(lb_nic *nic, const struct te_plugin_cq_entry *e);
 

@@ -32,13 +32,15 @@ static int lb_init(const struct te_plugin_host *host, te_plugin_ctx **out)
         return -ENOMEM;
     tpc_host_copy(&ctx->host, host);
     int rc = lb_config_parse(ctx);
+    if (rc == 0 && ctx->cfg.copy_threads > 1 &&
+        (rc = lb_copy_pool_new(ctx->cfg.copy_threads - 1, &ctx->copy_pool)))
+        lb_ctx_err(ctx, "out of memory for the copy engines");
     if (rc < 0) {
         free(ctx);
         return rc;
     }
     if (ctx->cfg.ptracer_any)
         prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-    pthread_mutex_init(&ctx->copy_pool_lock, NULL);
     *out = ctx;
     return 0;
 }
@@ -47,34 +49,8 @@ static void lb_fini(te_plugin_ctx *ctx)
 {
     if (!ctx)
         return;
-    lb_copy_pool_stop(atomic_load(&ctx->copy_pool));
-    pthread_mutex_destroy(&ctx->copy_pool_lock);
+    lb_copy_pool_free(ctx->copy_pool);
     free(ctx);
-}
-
-struct lb_copy_pool *lb_copy_pool_get(lb_ctx *ctx)
-{
-    struct lb_copy_pool *p =
-        atomic_load_explicit(&ctx->copy_pool, memory_order_acquire);
-    if (p || ctx->cfg.copy_threads < 2 ||
-        atomic_load_explicit(&ctx->copy_pool_failed, memory_order_relaxed))
-        return p;
-    pthread_mutex_lock(&ctx->copy_pool_lock);
-    p = atomic_load(&ctx->copy_pool);
-    if (!p && !atomic_load(&ctx->copy_pool_failed)) {
-        int rc = lb_copy_pool_start(ctx->cfg.copy_threads - 1, &p);
-        if (rc) {
-            p = NULL;
-            atomic_store(&ctx->copy_pool_failed, true);
-            lb_log(ctx, 0, "cannot start %u copy threads: %s; the polling "
-                   "thread copies alone", ctx->cfg.copy_threads - 1,
-                   strerror(-rc));
-        } else {
-            atomic_store_explicit(&ctx->copy_pool, p, memory_order_release);
-        }
-    }
-    pthread_mutex_unlock(&ctx->copy_pool_lock);
-    return p;
 }
 
 static int lb_device_count(te_plugin_ctx *ctx) { return (int)ctx->cfg.devices; }

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "te_test.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +180,31 @@ void te_test_sleep_ms(int ms)
     struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000};
     while (nanosleep(&t, &t) == -1 && errno == EINTR)
         ;
+}
+
+int te_test_threads_named(const char *name, long *tid)
+{
+    DIR *d = opendir("/proc/self/task");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    if (tid)
+        *tid = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        char path[300], comm[64] = "";
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(comm, sizeof(comm), f))
+            comm[strcspn(comm, "\n")] = '\0';
+        if (f)
+            fclose(f);
+        if (strcmp(comm, name) == 0 && n++ == 0 && tid)
+            *tid = strtol(de->d_name, NULL, 10);
+    }
+    closedir(d);
+    return n;
 }
 
 int te_test_wait_int(atomic_int *v, int want, int timeout_ms)

@@ -140,6 +140,10 @@ uint64_t te_test_wait_banked(te_engine *e, uint32_t imm, uint64_t want,
 int64_t te_test_now_ms(void);
 void te_test_sleep_ms(int ms);
 
+/* Threads of this process named `name` (/proc/self/task/N/comm): how
+ * many, and the task id of one of them in *tid (0: none) if tid is set. */
+int te_test_threads_named(const char *name, long *tid);
+
 /* -------------------------------------------------------------- pipes */
 
 /* Two pipes and a fork: in the parent and in the child (0 returned), *wr

@@ -6,7 +6,8 @@
  * helpers take chunks (also after sleeping past their spin); a copy that
  * fails reports its own -errno while the others of its run land; two
  * threads running jobs at once (one gets the helpers, the other copies
- * alone) both get their bytes; a pool stops with helpers asleep or awake.
+ * alone) both get their bytes; helpers start at the first job of more
+ * than one chunk; a pool is freed with helpers asleep or awake.
  */
 #define _GNU_SOURCE /* process_vm_readv, before any system header */
 #include <errno.h>
@@ -82,7 +83,7 @@ static void check_sizes(const unsigned char *a, const unsigned char *b)
 START_TEST(test_local_both_directions)
 {
     struct lb_copy_pool *p = NULL;
-    ck_assert_int_eq(lb_copy_pool_start(2, &p), 0);
+    ck_assert_int_eq(lb_copy_pool_new(2, &p), 0);
     size_t off[NSIZES], n = layout(off);
     unsigned char *src = calloc(1, n), *dst = calloc(1, n), *back = calloc(1, n);
     ck_assert_ptr_nonnull(src);
@@ -101,7 +102,7 @@ START_TEST(test_local_both_directions)
         check_sizes(dst, back);
     }
     ck_assert_uint_gt(lb_copy_pool_helped(p), 0);
-    lb_copy_pool_stop(p);
+    lb_copy_pool_free(p);
     free(src);
     free(dst);
     free(back);
@@ -113,7 +114,7 @@ END_TEST
 START_TEST(test_sleeping_helpers_wake)
 {
     struct lb_copy_pool *p = NULL;
-    ck_assert_int_eq(lb_copy_pool_start(1, &p), 0);
+    ck_assert_int_eq(lb_copy_pool_new(1, &p), 0);
     size_t len = 32 * MB;
     unsigned char *src = malloc(len), *dst = malloc(len);
     ck_assert_ptr_nonnull(src);
@@ -142,7 +143,7 @@ START_TEST(test_sleeping_helpers_wake)
                         .len = len, .pid = getpid(), .local = true};
     lb_copy_run(NULL, &c, 1);
     ck_assert_int_eq(memcmp(src, dst, len), 0);
-    lb_copy_pool_stop(p);
+    lb_copy_pool_free(p);
     free(src);
     free(dst);
 }
@@ -180,7 +181,7 @@ static pid_t spawn_holder(size_t n, uint64_t *addr, int *release)
 START_TEST(test_cross_process)
 {
     struct lb_copy_pool *p = NULL;
-    ck_assert_int_eq(lb_copy_pool_start(1, &p), 0);
+    ck_assert_int_eq(lb_copy_pool_new(1, &p), 0);
     size_t off[NSIZES], n = layout(off);
     uint64_t there;
     int release;
@@ -226,7 +227,7 @@ START_TEST(test_cross_process)
     lb_copy_run(p, c, 3);
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(atomic_load(&c[i].status), -ESRCH);
-    lb_copy_pool_stop(p);
+    lb_copy_pool_free(p);
     free(src);
     free(back);
     free(dst);
@@ -270,7 +271,7 @@ static void *job_main(void *arg)
 START_TEST(test_two_callers)
 {
     struct lb_copy_pool *p = NULL;
-    ck_assert_int_eq(lb_copy_pool_start(2, &p), 0);
+    ck_assert_int_eq(lb_copy_pool_new(2, &p), 0);
     struct job_thread t[2] = {{p, 1, 0}, {p, 101, 0}};
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
@@ -279,25 +280,43 @@ START_TEST(test_two_callers)
         pthread_join(th[i], NULL);
         ck_assert_msg(t[i].bad == 0, "caller %d: %d bad jobs", i, t[i].bad);
     }
-    lb_copy_pool_stop(p);
+    lb_copy_pool_free(p);
 }
 END_TEST
 
 START_TEST(test_start_and_stop)
 {
     struct lb_copy_pool *p = NULL;
-    ck_assert_int_eq(lb_copy_pool_start(0, &p), -EINVAL);
-    ck_assert_int_eq(lb_copy_pool_start(LB_COPY_MAX_HELPERS + 1, &p), -EINVAL);
+    ck_assert_int_eq(lb_copy_pool_new(0, &p), -EINVAL);
+    ck_assert_int_eq(lb_copy_pool_new(LB_COPY_MAX_HELPERS + 1, &p), -EINVAL);
     ck_assert_ptr_null(p);
-    /* Stopped at once (helpers spinning), and after they slept. */
-    ck_assert_int_eq(lb_copy_pool_start(LB_COPY_MAX_HELPERS, &p), 0);
-    lb_copy_pool_stop(p);
-    ck_assert_int_eq(lb_copy_pool_start(3, &p), 0);
+    size_t len = 2 * MB;
+    unsigned char *src = calloc(1, len), *dst = calloc(1, len);
+    ck_assert_ptr_nonnull(src);
+    ck_assert_ptr_nonnull(dst);
+    struct lb_copy c = {.here = dst, .there = (uint64_t)(uintptr_t)src,
+                        .pid = getpid(), .local = true};
+    /* Helpers start at the first job of more than one chunk, not before;
+     * freed at once (helpers spinning), and after they slept. */
+    ck_assert_int_eq(lb_copy_pool_new(LB_COPY_MAX_HELPERS, &p), 0);
+    c.len = LB_COPY_CHUNK;
+    ck_assert_int_eq(lb_copy_run(p, &c, 1), 0);
+    ck_assert_int_eq(te_test_threads_named("te-lb-copy", NULL), 0);
+    c.len = len;
+    ck_assert_int_eq(lb_copy_run(p, &c, 1), 0);
+    ck_assert_int_eq(te_test_threads_named("te-lb-copy", NULL),
+                     LB_COPY_MAX_HELPERS);
+    lb_copy_pool_free(p);
+    ck_assert_int_eq(te_test_threads_named("te-lb-copy", NULL), 0);
+    ck_assert_int_eq(lb_copy_pool_new(3, &p), 0);
+    ck_assert_int_eq(lb_copy_run(p, &c, 1), 0);
     struct timespec nap = {0, 20 * 1000 * 1000};
     nanosleep(&nap, NULL);
-    lb_copy_pool_stop(p);
-    lb_copy_pool_stop(NULL);
+    lb_copy_pool_free(p);
+    lb_copy_pool_free(NULL);
     ck_assert_uint_eq(lb_copy_pool_helped(NULL), 0);
+    free(src);
+    free(dst);
 }
 END_TEST
 

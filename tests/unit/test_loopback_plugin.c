@@ -3,7 +3,6 @@
  * host (no core engine). Every wait is bounded by a deadline.
  */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
@@ -755,29 +754,6 @@ END_TEST
  * among them fails alone; immediates come once each.
  * tests/unit/test_lb_copy_pool.c checks the engines themselves.
  */
-/* Threads of this process named `name` (/proc/self/task/N/comm). */
-static int threads_named(const char *name)
-{
-    DIR *d = opendir("/proc/self/task");
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        char path[300], comm[64] = "";
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f && fgets(comm, sizeof(comm), f))
-            comm[strcspn(comm, "\n")] = 0;
-        if (f)
-            fclose(f);
-        n += strcmp(comm, name) == 0;
-    }
-    closedir(d);
-    return n;
-}
-
 START_TEST(test_copy_engines)
 {
     enum { K = 1 << 10, MB = 1 << 20, ROUNDS = 12, NOPS = 9 };
@@ -805,7 +781,7 @@ START_TEST(test_copy_engines)
                             (uint64_t)i);
     ck_assert_int_eq(ops->post(a->nic, small, 3), 3);
     WAIT(count(a, TE_PCQ_LOCAL) == 3);
-    ck_assert_int_eq(threads_named("te-lb-copy"), 0);
+    ck_assert_int_eq(te_test_threads_named("te-lb-copy", NULL), 0);
 
     for (int round = 0; round < ROUNDS; round++) {
         a->nev = b->nev = 0;
@@ -863,7 +839,7 @@ START_TEST(test_copy_engines)
     }
     pump_for(0.001);
     ck_assert_int_eq(count(b, TE_PCQ_IMM), 3);
-    ck_assert_int_eq(threads_named("te-lb-copy"), 1); /* copy_threads 2 */
+    ck_assert_int_eq(te_test_threads_named("te-lb-copy", NULL), 1); /* copy_threads 2 */
     free(src);
     free(dst);
     free(rbuf);

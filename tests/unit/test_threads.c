@@ -4,7 +4,6 @@
  * enough that idle_sleep_us is honoured (thread_setup.h).
  */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,31 +26,12 @@ static int read_line(const char *path, char *buf, size_t len)
     return 0;
 }
 
-/* The task id of this process's thread called name, or 0. */
-static long find_thread(const char *name)
-{
-    DIR *d = opendir("/proc/self/task");
-    ck_assert_ptr_nonnull(d);
-    long found = 0;
-    struct dirent *de;
-    while (!found && (de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.')
-            continue;
-        char path[300], comm[32];
-        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
-        if (read_line(path, comm, sizeof(comm)) == 0 && !strcmp(comm, name))
-            found = strtol(de->d_name, NULL, 10);
-    }
-    closedir(d);
-    return found;
-}
-
 /* The worker names itself as it starts: wait for it (bounded). */
 static long wait_thread(const char *name)
 {
     for (int i = 0; i < 2000; i++) {
-        long tid = find_thread(name);
-        if (tid)
+        long tid;
+        if (te_test_threads_named(name, &tid))
             return tid;
         te_test_sleep_ms(1);
     }
