@@ -6,8 +6,10 @@
  *                    (or --mem for both), 1..64 MiB; reference: cudaMemcpy
  *                    of the same size and direction.
  *  --test watcher    a kernel in a replayed CUDA graph bumps a watcher word:
- *                    graph launch -> CPU callback; reference: graph launch
- *                    -> cudaStreamSynchronize return of the same graph.
+ *                    graph launch -> CPU callback; references: graph launch
+ *                    -> cudaStreamSynchronize return of the same graph, and
+ *                    the floor: the same kernel bumping a mapped word that
+ *                    the launching thread spins on itself (no watcher).
  *  --test gpuflag    submit of a WriteImm -> a spinning kernel sees the flag
  *                    (it acks to host-mapped memory the CPU spins on);
  *                    references: the CPU stores the flag itself (GPU round
@@ -215,18 +217,42 @@ static int bench_watcher(const struct tb_gpu_opts *o)
         return 1;
     }
     cudaStream_t s;
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
+    cudaGraph_t g, fg;
+    cudaGraphExec_t ge, fge;
+    /* The floor's word: what any CPU-side watcher of a bump must wait for
+     * (launch, kernel start, the store crossing the bus). */
+    volatile uint64_t *floor_word = NULL;
+    void *floor_dev = NULL;
+    CU(cudaHostAlloc((void **)&floor_word, sizeof(uint64_t),
+                     cudaHostAllocMapped));
+    CU(cudaHostGetDevicePointer(&floor_dev, (void *)floor_word, 0));
+    *floor_word = 0;
     CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     CU((cudaError_t)te_k_bump_watcher(te_gpu_watcher_device_ptr(w), s));
     CU(cudaStreamEndCapture(s, &g));
     CU(cudaGraphInstantiate(&ge, g, 0));
+    CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CU((cudaError_t)te_k_bump_watcher(floor_dev, s));
+    CU(cudaStreamEndCapture(s, &fg));
+    CU(cudaGraphInstantiate(&fge, fg, 0));
     uint64_t *lat = calloc((size_t)iters, sizeof(uint64_t));
     uint64_t *ref = calloc((size_t)iters, sizeof(uint64_t));
+    uint64_t *flo = calloc((size_t)iters, sizeof(uint64_t));
     int status = 0;
     uint64_t expect = 0; /* bumps launched so far = the word's value */
     for (int i = 0; i < iters && !status; i++) {
+        /* Floor: launch -> this thread sees the bump of the mapped word. */
+        uint64_t t0f = now_ns();
+        CU(cudaGraphLaunch(fge, s));
+        while (*floor_word != (uint64_t)i + 1 && !status)
+            if (now_ns() - t0f > 5000000000ull) {
+                fprintf(stderr, "te-bench: watcher: floor bump not seen "
+                        "within 5 s\n");
+                status = 1;
+            }
+        flo[i] = now_ns() - t0f;
+        CU(cudaStreamSynchronize(s));
         uint64_t t0 = now_ns(), deadline = t0 + 5000000000ull;
         CU(cudaGraphLaunch(ge, s));
         expect++;
@@ -251,12 +277,19 @@ static int bench_watcher(const struct tb_gpu_opts *o)
     }
     if (!status)
         printf("# watcher: graph launch -> CPU callback vs launch -> "
-               "cudaStreamSynchronize (same graph), %d samples\n"
-               "watcher_us p50 %.2f p99 %.2f | sync_us p50 %.2f p99 %.2f\n",
+               "cudaStreamSynchronize (same graph) and launch -> the "
+               "launching thread sees the bump itself (floor), %d samples\n"
+               "watcher_us p50 %.2f p99 %.2f | sync_us p50 %.2f p99 %.2f | "
+               "floor_us p50 %.2f p99 %.2f\n",
                iters, pct(lat, iters, 50) / 1e3, pct(lat, iters, 99) / 1e3,
-               pct(ref, iters, 50) / 1e3, pct(ref, iters, 99) / 1e3);
+               pct(ref, iters, 50) / 1e3, pct(ref, iters, 99) / 1e3,
+               pct(flo, iters, 50) / 1e3, pct(flo, iters, 99) / 1e3);
     free(lat);
     free(ref);
+    free(flo);
+    cudaGraphExecDestroy(fge);
+    cudaGraphDestroy(fg);
+    cudaFreeHost((void *)floor_word);
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
     cudaStreamDestroy(s);
