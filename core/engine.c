@@ -164,7 +164,9 @@ static int read_settings(const te_config *cfg, struct te_settings *s)
         (rc = two_way(cfg, "idle_wait", "sleep", "block", &s->idle_block)))
         return rc;
     if ((rc = te_config_get_bool(cfg, "engine", "shard_by_speed", 1,
-                                 &s->shard_by_speed)))
+                                 &s->shard_by_speed)) ||
+        (rc = te_config_get_bool(cfg, "engine", "waiter_progress", 1,
+                                 &s->waiter_progress)))
         return rc;
     if ((rc = te_config_get_u64(cfg, "engine", "shard_min_bytes",
                                 te_default_u64("shard_min_bytes"), 0,

@@ -57,6 +57,7 @@ struct te_settings {
     int idle_block;                  /* engine.idle_wait = block */
     int busy_nap;                    /* engine.busy_wait = nap */
     int caller_progress;             /* engine.progress = caller */
+    int waiter_progress;             /* engine.waiter_progress */
     uint32_t idle_block_max_ms;      /* longest block without a deadline */
     uint32_t request_timeout_ms;
     uint32_t peer_timeout_ms;
@@ -233,6 +234,7 @@ struct te_group {
     int wake_fd;                /* eventfd rung by te_group_wake() */
     int can_block;              /* every NIC has a wait object */
     _Atomic int sleeping;       /* worker is (about to be) in epoll_wait */
+    _Atomic uint64_t waiter_turns; /* turns run by te_imm_wait (wait.c) */
     /* engine.progress = caller: held by the thread running the group's
      * turn (te_progress, control operations, shutdown) */
     pthread_mutex_t progress_lock;

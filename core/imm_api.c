@@ -142,6 +142,12 @@ TE_API int te_imm_wait(te_engine *e, uint32_t imm, uint64_t count,
     if (sc)
         return sc;
     uint64_t deadline = now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
+    /* Thread mode: this thread is spinning anyway; it takes the turn of a
+     * group whose worker sleeps through an event (engine.waiter_progress),
+     * but never from a callback (the turn may wait for the callback
+     * thread's queue). */
+    int help = !e->s.caller_progress && e->s.waiter_progress &&
+               !te_callbacks_on_thread(&e->cb);
     for (uint32_t spins = 0;; spins++) {
         int rc = te_imm_table_try_take(e->imms, imm, count);
         if (rc == 1)
@@ -156,6 +162,8 @@ TE_API int te_imm_wait(te_engine *e, uint32_t imm, uint64_t count,
             if (now_ms() < deadline)
                 te_progress_step(e, deadline * 1000000u);
             spins = 0;
+        } else if (help && te_engine_help(e)) {
+            spins = 0; /* a turn ran here: keep looking, do not yield */
         }
         if ((spins & 255) == 0 && now_ms() >= deadline) {
             uint64_t banked = 0;

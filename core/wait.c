@@ -143,6 +143,38 @@ void te_group_awake(struct te_group *g)
     (void)rc;
 }
 
+int te_group_help(struct te_engine *e, struct te_group *g)
+{
+    if (!g->can_block ||
+        !atomic_load_explicit(&g->sleeping, memory_order_acquire) ||
+        atomic_load_explicit(&e->stopping, memory_order_relaxed))
+        return 0;
+    /* Only when the worker is being woken anyway (an event in its wait
+     * set): a turn on nothing would disarm the NICs for no gain. */
+    struct pollfd p = {.fd = g->epfd, .events = POLLIN};
+    if (poll(&p, 1, 0) <= 0 || pthread_mutex_trylock(&g->progress_lock))
+        return 0;
+    int did = 0;
+    if (g->turn && atomic_load_explicit(&g->sleeping, memory_order_relaxed)) {
+        did = te_worker_turn(e, g, g->turn) != 0;
+        atomic_fetch_add_explicit(&g->waiter_turns, 1, memory_order_relaxed);
+    }
+    /* The turn's polls ended the NICs' armed state and may have taken the
+     * event the worker was woken for (its epoll then sleeps on): ring it,
+     * so that it takes what follows (completions, deadlines) and re-arms. */
+    te_group_wake(g);
+    pthread_mutex_unlock(&g->progress_lock);
+    return did;
+}
+
+int te_engine_help(struct te_engine *e)
+{
+    int did = 0;
+    for (uint32_t i = 0; i < e->ngroups; i++)
+        did += te_group_help(e, &e->groups[i]);
+    return did;
+}
+
 /* Requests in flight (engine.busy_wait = nap): sleep idle_sleep_us, as a
  * sleep-polling worker does, but on the wake eventfd, so a submission still
  * ends it at once. The NICs are not armed: their completions are taken in

@@ -44,6 +44,15 @@ void te_group_awake(struct te_group *g);
  *  with it released: while the worker blocks, te_submit may take it and
  *  post itself (core/request.c). */
 void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t);
+/** engine.waiter_progress (thread mode): a thread waiting in an API call
+ *  runs the group's loop turn itself when the group's worker is blocked
+ *  and its wait set has an event, instead of waiting for the worker to
+ *  wake; the worker is rung after, to re-arm. 1 if the turn did work, 0 if
+ *  there was nothing to take or another thread holds the turn. Never from
+ *  a callback (the caller checks). */
+int te_group_help(struct te_engine *e, struct te_group *g);
+/** te_group_help() on every group; how many did work. */
+int te_engine_help(struct te_engine *e);
 /** How long the group may block from now_ns: its deadlines that matter
  *  and engine.idle_block_max_ms; -1 = no limit. */
 int te_group_block_timeout_ms(struct te_engine *e, struct te_group *g,

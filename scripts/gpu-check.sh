@@ -6,7 +6,8 @@
 # a results file (default gpu-results/results.txt) with device, date, commit.
 #
 # Build dependencies (inih, check, pkg-config, libcrypto, libcurl, jansson,
-# and cffi for the image's python3) come from .deb files and Debian's cffi
+# libfabric for the efa plugin over shm, and cffi for the image's python3)
+# come from .deb files and Debian's cffi
 # source carried along in gpu-debs/, unpacked with dpkg -x (no root, no
 # apt). Fetch them on a Debian 12 machine with apt (this repository's dev
 # host), in the repository root: scripts/gpu-check.sh --download-debs
@@ -30,7 +31,10 @@ while [ $# -gt 0 ]; do
         DEBS="libinih1 libinih-dev libinireader0 check libsubunit0
               libsubunit-dev pkgconf pkgconf-bin libpkgconf3 pkg-config
               libffi8 libffi-dev python3-pycparser python3-ply libssl3
-              libssl-dev libjansson4 libjansson-dev libcurl4-openssl-dev"
+              libssl-dev libjansson4 libjansson-dev libcurl4-openssl-dev
+              libfabric1 libfabric-dev libibverbs1 librdmacm1 libnl-3-200
+              libnl-route-3-200 libnuma1 libpsm2-2 libpsm-infinipath1
+              libatomic1"
         # libcurl4 and the libraries it needs, libc and gcc's left out.
         CURL=$(apt-cache depends --recurse --no-recommends --no-suggests \
                --no-conflicts --no-breaks --no-replaces --no-enhances \

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine_internal.h"
 #include "te_test.h"
 
 /* busy_wait = block: with requests in flight the default naps (a timed
@@ -163,6 +164,53 @@ START_TEST(idle_engine_costs_no_cpu)
 }
 END_TEST
 
+/*
+ * engine.waiter_progress: te_imm_wait runs the turn of a group whose worker
+ * sleeps through an event. Every other round is left to the worker alone
+ * (te_imm_poll does not progress): a helper that took the worker's event
+ * and left its NICs disarmed would hang that round (no timed wake-ups).
+ */
+static uint64_t waiter_turns_of(te_test_pair *x, int on)
+{
+    const char *ini = on ? NO_TIMED_WAKEUPS "waiter_progress = true\n"
+                         : NO_TIMED_WAKEUPS "waiter_progress = false\n";
+    te_test_pair_open(x, ini, ini, 4096);
+    for (int k = 0; k < ROUNDS / 2; k++) {
+        te_request r = te_test_pair_write(x, 64, 0);
+        r.flags = TE_F_IMM;
+        r.imm = 21;
+        x->src[0] = (uint8_t)k;
+        ck_assert_int_ge(te_submit(x->a, &r), 0);
+        ck_assert_msg(te_imm_wait(x->b, 21, 1, WAIT_MS) == 0, "round %d: %s",
+                      k, te_last_error());
+        ck_assert_uint_eq(x->dst[0], (uint8_t)k);
+        te_test_complete(x->a, 1, WAIT_MS);
+        r.imm = 22;
+        x->src[0] = (uint8_t)(k + 100);
+        ck_assert_int_ge(te_submit(x->a, &r), 0);
+        te_test_complete(x->a, 1, WAIT_MS);
+        ck_assert_uint_eq(te_test_wait_banked(x->b, 22, (uint64_t)k + 1,
+                                              WAIT_MS),
+                          (uint64_t)k + 1);
+        ck_assert_uint_eq(x->dst[0], (uint8_t)(k + 100));
+    }
+    return atomic_load(&x->b->groups[0].waiter_turns);
+}
+
+START_TEST(waiter_progresses_a_sleeping_group)
+{
+    te_test_pair x;
+    uint64_t turns = waiter_turns_of(&x, 1);
+    /* The worker blocks after every turn (idle_spin_us = 0): the waiter
+     * finds it asleep with the doorbell rung in most rounds. */
+    ck_assert_msg(turns > 0, "te_imm_wait never ran a turn in %d rounds",
+                  ROUNDS / 2);
+    te_test_pair_close(&x);
+    ck_assert_uint_eq(waiter_turns_of(&x, 0), 0);
+    te_test_pair_close(&x);
+}
+END_TEST
+
 /* engine.idle_wait = sleep keeps the old loop (and must still work). */
 START_TEST(sleep_mode_still_works)
 {
@@ -197,6 +245,7 @@ END_TEST
 TE_TEST_MAIN("idle_wait",
              TE_TCASE_FULL("lost_wakeup", 240, NULL, NULL,
                            no_lost_wakeup_in_process, no_lost_wakeup_two_nics,
-                           no_lost_wakeup_two_processes, no_lost_wakeup_send),
+                           no_lost_wakeup_two_processes, no_lost_wakeup_send,
+                           waiter_progresses_a_sleeping_group),
              TE_TCASE_FULL("idle", 60, NULL, NULL, idle_engine_costs_no_cpu,
                            sleep_mode_still_works, bad_idle_wait_is_named))

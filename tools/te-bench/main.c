@@ -21,6 +21,7 @@
 
 #include "bench.h"
 #include "test_gpu.h"
+#include "test_waitlat.h"
 
 static const uint64_t def_bw[] = {64 << 10, 1 << 20, 4 << 20, 16 << 20};
 static const uint64_t def_paged[] = {1 << 20, 4 << 20, 16 << 20};
@@ -278,9 +279,13 @@ int main(int argc, char **argv)
         return tb_cma_helper(argv[2]);
     /* The GPU tests (test_gpu.c) run in one process with their own
      * options (--mem, --mem-src, --mem-dst, --iters). */
-    for (int i = 1; i + 1 < argc; i++)
+    for (int i = 1; i + 1 < argc; i++) {
         if (!strcmp(argv[i], "--test") && tb_gpu_is_test(argv[i + 1]))
             return tb_gpu_main(argc, argv);
+        /* So does waitlat (test_waitlat.c): --iters, --size, --gap-us, --set. */
+        if (!strcmp(argv[i], "--test") && !strcmp(argv[i + 1], "waitlat"))
+            return tb_waitlat_main(argc, argv);
+    }
     if (tb_opts_parse(argc, argv, &o))
         return 2;
     tb_reference_setup(&o);

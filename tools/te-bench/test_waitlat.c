@@ -1,0 +1,217 @@
+/*
+ * te-bench --test waitlat: submit of a WriteImm -> te_imm_wait() returns at
+ * the target, one process, loopback, with engine.waiter_progress on and off
+ * in the same run (two engine pairs, samples interleaved). The engines are
+ * idle between samples (--gap-us, 200 by default: an application between
+ * layers), so their workers may be asleep when the write arrives: with
+ * waiter_progress the waiting thread takes the target's turn itself
+ * (docs/progress.md, "Waiters progress a sleeping group").
+ *
+ *   te-bench --test waitlat [--iters N] [--size BYTES] [--gap-us US]
+ *            [--set section.key=value ...]   (applied to all four engines)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "te/te.h"
+#include "test_waitlat.h"
+
+#define WL_IMM 0x6100u
+#define WL_MAX_SETS 16
+
+struct wl_pair {
+    te_engine *a, *b;
+    te_peer pb;
+    uint8_t *src, *dst;
+    te_mr *smr, *dmr;
+    te_mr_desc dd;
+};
+
+static uint64_t wl_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int wl_cmp(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+static double wl_pct_us(uint64_t *v, int n, int p)
+{
+    qsort(v, (size_t)n, sizeof(*v), wl_cmp);
+    return (double)v[(int64_t)(n - 1) * p / 100] / 1e3;
+}
+
+static int wl_open(struct wl_pair *p, int helps, char **sets, int nsets,
+                   size_t len)
+{
+    memset(p, 0, sizeof(*p));
+    te_config *c = te_config_new();
+    int rc = c ? 0 : -ENOMEM;
+    for (int i = 0; !rc && i < nsets; i++) {
+        char *dot = strchr(sets[i], '.'), *eq = strchr(sets[i], '=');
+        if (!dot || !eq || eq < dot) {
+            fprintf(stderr, "te-bench: --set %s: want section.key=value\n",
+                    sets[i]);
+            rc = -EINVAL;
+            break;
+        }
+        *dot = *eq = '\0';
+        rc = te_config_set(c, sets[i], dot + 1, eq + 1);
+        *dot = '.', *eq = '=';
+    }
+    if (!rc)
+        rc = te_config_set(c, "engine", "waiter_progress",
+                           helps ? "true" : "false");
+    if (!rc)
+        rc = te_engine_create(c, &p->a);
+    if (!rc)
+        rc = te_engine_create(c, &p->b);
+    te_config_free(c);
+    uint8_t addr[TE_ADDR_MAX];
+    size_t alen = sizeof(addr);
+    size_t room = len ? len : 1;
+    if (!rc && (!(p->src = calloc(1, room)) || !(p->dst = calloc(1, room))))
+        rc = -ENOMEM;
+    if (!rc)
+        rc = te_engine_address(p->b, 0, addr, &alen);
+    if (!rc)
+        rc = te_peer_add(p->a, 0, addr, alen, &p->pb);
+    if (!rc)
+        rc = te_mr_reg(p->a, 0, p->src, room, 0, TE_MEM_HOST, &p->smr);
+    if (!rc)
+        rc = te_mr_reg(p->b, 0, p->dst, room, TE_MR_REMOTE_WRITE, TE_MEM_HOST,
+                       &p->dmr);
+    if (!rc)
+        rc = te_mr_describe(p->dmr, &p->dd);
+    if (rc && rc != -EINVAL)
+        fprintf(stderr, "te-bench: waitlat engines: %s\n", te_last_error());
+    return rc;
+}
+
+static void wl_close(struct wl_pair *p)
+{
+    if (p->smr)
+        te_mr_dereg(p->a, p->smr);
+    if (p->dmr)
+        te_mr_dereg(p->b, p->dmr);
+    te_engine_destroy(p->a);
+    te_engine_destroy(p->b);
+    free(p->src);
+    free(p->dst);
+}
+
+/* One sample: submit -> te_imm_wait returns; the write's completion is
+ * taken after the clock stops. */
+static int wl_sample(struct wl_pair *p, size_t len, uint64_t *ns)
+{
+    te_request q;
+    te_request_init(&q, TE_OP_WRITE);
+    q.flags = TE_F_IMM;
+    q.imm = WL_IMM;
+    q.u.xfer.peer = p->pb;
+    q.u.xfer.local = p->smr;
+    q.u.xfer.remote = &p->dd;
+    q.u.xfer.len = len;
+    uint64_t t0 = wl_now_ns();
+    if (te_submit(p->a, &q) < 0 || te_imm_wait(p->b, WL_IMM, 1, 10000)) {
+        fprintf(stderr, "te-bench: waitlat: %s\n", te_last_error());
+        return -1;
+    }
+    *ns = wl_now_ns() - t0;
+    te_completion c;
+    if (te_poll_completions(p->a, &c, 1, 10000) != 1 || c.status) {
+        fprintf(stderr, "te-bench: waitlat: write did not complete\n");
+        return -1;
+    }
+    return 0;
+}
+
+int tb_waitlat_main(int argc, char **argv)
+{
+    int iters = 2000;
+    long gap_us = 200;
+    unsigned long long len = 8;
+    char *sets[WL_MAX_SETS];
+    int nsets = 0;
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (!v) {
+            fprintf(stderr, "te-bench: %s needs a value\n", a);
+            return 2;
+        }
+        errno = 0;
+        if (!strcmp(a, "--test"))
+            continue;
+        if (!strcmp(a, "--iters")) {
+            long n = strtol(v, &end, 10);
+            if (errno || *end || n < 1 || n > 1000000)
+                goto bad;
+            iters = (int)n;
+        } else if (!strcmp(a, "--size")) {
+            if (*v == '-')
+                goto bad;
+            len = strtoull(v, &end, 0);
+            if (errno || *end || len > (64ull << 20))
+                goto bad;
+        } else if (!strcmp(a, "--gap-us")) {
+            gap_us = strtol(v, &end, 10);
+            if (errno || *end || gap_us < 0 || gap_us > 1000000)
+                goto bad;
+        } else if (!strcmp(a, "--set")) {
+            if (nsets == WL_MAX_SETS) {
+                fprintf(stderr, "te-bench: at most %d --set\n", WL_MAX_SETS);
+                return 2;
+            }
+            sets[nsets++] = argv[i + 1];
+        } else {
+            fprintf(stderr, "te-bench: waitlat takes --iters, --size, "
+                    "--gap-us, --set; not %s\n", a);
+            return 2;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "te-bench: bad value \"%s\" for %s (--iters 1.."
+                "1000000, --size 0..64 MiB, --gap-us 0..1000000)\n", v, a);
+        return 2;
+    }
+    struct wl_pair p[2];
+    memset(p, 0, sizeof(p));
+    uint64_t *ns[2] = {calloc((size_t)iters, 8), calloc((size_t)iters, 8)};
+    int rc = ns[0] && ns[1] ? 0 : 1;
+    for (int k = 0; k < 2 && !rc; k++)
+        if (wl_open(&p[k], k, sets, nsets, (size_t)len))
+            rc = 1;
+    struct timespec gap = {gap_us / 1000000, (gap_us % 1000000) * 1000};
+    for (int i = 0; i < 2 * iters && !rc; i++) {
+        nanosleep(&gap, NULL);
+        if (wl_sample(&p[i & 1], (size_t)len, &ns[i & 1][i / 2]))
+            rc = 1;
+    }
+    if (!rc) {
+        double off = wl_pct_us(ns[0], iters, 50), on = wl_pct_us(ns[1], iters, 50);
+        printf("# waitlat: submit -> te_imm_wait returns, one process, "
+               "loopback, %llu bytes, %ld us idle before each, %d samples "
+               "each, interleaved\n"
+               "waiter_progress_on_us p50 %.2f p99 %.2f | "
+               "waiter_progress_off_us p50 %.2f p99 %.2f | off/on %.2f\n",
+               len, gap_us, iters, on, wl_pct_us(ns[1], iters, 99), off,
+               wl_pct_us(ns[0], iters, 99), off / on);
+    }
+    for (int k = 0; k < 2; k++)
+        if (p[k].a || p[k].b)
+            wl_close(&p[k]);
+    free(ns[0]);
+    free(ns[1]);
+    return rc;
+}
