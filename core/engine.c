@@ -165,7 +165,7 @@ static int read_settings(const te_config *cfg, struct te_settings *s)
         return rc;
     if ((rc = te_config_get_bool(cfg, "engine", "shard_by_speed", 1,
                                  &s->shard_by_speed)) ||
-        (rc = te_config_get_bool(cfg, "engine", "waiter_progress", 1,
+        (rc = te_config_get_bool(cfg, "engine", "waiter_progress", 0,
                                  &s->waiter_progress)))
         return rc;
     if ((rc = te_config_get_u64(cfg, "engine", "shard_min_bytes",
