@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
 #include "te/te.h"
 #include "test_waitlat.h"
 
@@ -32,25 +33,6 @@ struct wl_pair {
     te_mr_desc dd;
 };
 
-static uint64_t wl_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int wl_cmp(const void *x, const void *y)
-{
-    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-    return a < b ? -1 : a > b;
-}
-
-static double wl_pct_us(uint64_t *v, int n, int p)
-{
-    qsort(v, (size_t)n, sizeof(*v), wl_cmp);
-    return (double)v[(int64_t)(n - 1) * p / 100] / 1e3;
-}
-
 static int wl_open(struct wl_pair *p, int helps, char **sets, int nsets,
                    size_t len)
 {
@@ -59,13 +41,7 @@ static int wl_open(struct wl_pair *p, int helps, char **sets, int nsets,
     int rc = c ? 0 : -ENOMEM;
     for (int i = 0; !rc && i < nsets; i++) {
         char *dot = strchr(sets[i], '.'), *eq = strchr(sets[i], '=');
-        if (!dot || !eq || eq < dot) {
-            fprintf(stderr, "te-bench: --set %s: want section.key=value\n",
-                    sets[i]);
-            rc = -EINVAL;
-            break;
-        }
-        *dot = *eq = '\0';
+        *dot = *eq = '\0'; /* checked when parsed */
         rc = te_config_set(c, sets[i], dot + 1, eq + 1);
         *dot = '.', *eq = '=';
     }
@@ -93,7 +69,7 @@ static int wl_open(struct wl_pair *p, int helps, char **sets, int nsets,
                        &p->dmr);
     if (!rc)
         rc = te_mr_describe(p->dmr, &p->dd);
-    if (rc && rc != -EINVAL)
+    if (rc)
         fprintf(stderr, "te-bench: waitlat engines: %s\n", te_last_error());
     return rc;
 }
@@ -112,7 +88,7 @@ static void wl_close(struct wl_pair *p)
 
 /* One sample: submit -> te_imm_wait returns; the write's completion is
  * taken after the clock stops. */
-static int wl_sample(struct wl_pair *p, size_t len, uint64_t *ns)
+static int wl_sample(struct wl_pair *p, size_t len, struct tb_samples *us)
 {
     te_request q;
     te_request_init(&q, TE_OP_WRITE);
@@ -122,12 +98,12 @@ static int wl_sample(struct wl_pair *p, size_t len, uint64_t *ns)
     q.u.xfer.local = p->smr;
     q.u.xfer.remote = &p->dd;
     q.u.xfer.len = len;
-    uint64_t t0 = wl_now_ns();
+    uint64_t t0 = tb_now_ns();
     if (te_submit(p->a, &q) < 0 || te_imm_wait(p->b, WL_IMM, 1, 10000)) {
         fprintf(stderr, "te-bench: waitlat: %s\n", te_last_error());
         return -1;
     }
-    *ns = wl_now_ns() - t0;
+    tb_samples_add(us, (double)(tb_now_ns() - t0) / 1e3);
     te_completion c;
     if (te_poll_completions(p->a, &c, 1, 10000) != 1 || c.status) {
         fprintf(stderr, "te-bench: waitlat: write did not complete\n");
@@ -173,6 +149,12 @@ int tb_waitlat_main(int argc, char **argv)
                 fprintf(stderr, "te-bench: at most %d --set\n", WL_MAX_SETS);
                 return 2;
             }
+            const char *dot = strchr(v, '.'), *eq = strchr(v, '=');
+            if (!dot || !eq || eq < dot) {
+                fprintf(stderr, "te-bench: --set %s: want section.key=value\n",
+                        v);
+                return 2;
+            }
             sets[nsets++] = argv[i + 1];
         } else {
             fprintf(stderr, "te-bench: waitlat takes --iters, --size, "
@@ -187,31 +169,32 @@ int tb_waitlat_main(int argc, char **argv)
     }
     struct wl_pair p[2];
     memset(p, 0, sizeof(p));
-    uint64_t *ns[2] = {calloc((size_t)iters, 8), calloc((size_t)iters, 8)};
-    int rc = ns[0] && ns[1] ? 0 : 1;
+    struct tb_samples us[2]; /* [0]: waiter_progress off, [1]: on */
+    memset(us, 0, sizeof(us));
+    int rc = 0;
     for (int k = 0; k < 2 && !rc; k++)
         if (wl_open(&p[k], k, sets, nsets, (size_t)len))
             rc = 1;
     struct timespec gap = {gap_us / 1000000, (gap_us % 1000000) * 1000};
     for (int i = 0; i < 2 * iters && !rc; i++) {
         nanosleep(&gap, NULL);
-        if (wl_sample(&p[i & 1], (size_t)len, &ns[i & 1][i / 2]))
+        if (wl_sample(&p[i & 1], (size_t)len, &us[i & 1]))
             rc = 1;
     }
     if (!rc) {
-        double off = wl_pct_us(ns[0], iters, 50), on = wl_pct_us(ns[1], iters, 50);
+        double off = tb_percentile(&us[0], 50), on = tb_percentile(&us[1], 50);
         printf("# waitlat: submit -> te_imm_wait returns, one process, "
                "loopback, %llu bytes, %ld us idle before each, %d samples "
                "each, interleaved\n"
                "waiter_progress_on_us p50 %.2f p99 %.2f | "
                "waiter_progress_off_us p50 %.2f p99 %.2f | off/on %.2f\n",
-               len, gap_us, iters, on, wl_pct_us(ns[1], iters, 99), off,
-               wl_pct_us(ns[0], iters, 99), off / on);
+               len, gap_us, iters, on, tb_percentile(&us[1], 99), off,
+               tb_percentile(&us[0], 99), off / on);
     }
     for (int k = 0; k < 2; k++)
         if (p[k].a || p[k].b)
             wl_close(&p[k]);
-    free(ns[0]);
-    free(ns[1]);
+    tb_samples_free(&us[0]);
+    tb_samples_free(&us[1]);
     return rc;
 }
