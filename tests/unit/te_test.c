@@ -207,6 +207,16 @@ int te_test_threads_named(const char *name, long *tid)
     return n;
 }
 
+int te_test_threads_named_settle(const char *name, int want, int timeout_ms)
+{
+    int64_t end = te_test_now_ms() + timeout_ms;
+    int n;
+    while ((n = te_test_threads_named(name, NULL)) != want &&
+           te_test_now_ms() < end)
+        te_test_sleep_ms(1);
+    return n;
+}
+
 int te_test_wait_int(atomic_int *v, int want, int timeout_ms)
 {
     int64_t end = te_test_now_ms() + timeout_ms;

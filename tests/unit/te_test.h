@@ -143,6 +143,11 @@ void te_test_sleep_ms(int ms);
 /* Threads of this process named `name` (/proc/self/task/N/comm): how
  * many, and the task id of one of them in *tid (0: none) if tid is set. */
 int te_test_threads_named(const char *name, long *tid);
+/* te_test_threads_named() until it counts `want` (at most timeout_ms);
+ * returns the last count. A thread names itself as it starts, and a joined
+ * thread may still be listed for a moment (pthread_join returns when the
+ * kernel clears its tid; under qemu-user the host thread exits after). */
+int te_test_threads_named_settle(const char *name, int want, int timeout_ms);
 
 /* -------------------------------------------------------------- pipes */
 

@@ -304,10 +304,11 @@ START_TEST(test_start_and_stop)
     ck_assert_int_eq(te_test_threads_named("te-lb-copy", NULL), 0);
     c.len = len;
     ck_assert_int_eq(lb_copy_run(p, &c, 1), 0);
-    ck_assert_int_eq(te_test_threads_named("te-lb-copy", NULL),
+    ck_assert_int_eq(te_test_threads_named_settle("te-lb-copy",
+                                                  LB_COPY_MAX_HELPERS, 5000),
                      LB_COPY_MAX_HELPERS);
     lb_copy_pool_free(p);
-    ck_assert_int_eq(te_test_threads_named("te-lb-copy", NULL), 0);
+    ck_assert_int_eq(te_test_threads_named_settle("te-lb-copy", 0, 5000), 0);
     ck_assert_int_eq(lb_copy_pool_new(3, &p), 0);
     ck_assert_int_eq(lb_copy_run(p, &c, 1), 0);
     struct timespec nap = {0, 20 * 1000 * 1000};

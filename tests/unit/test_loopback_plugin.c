@@ -839,7 +839,8 @@ START_TEST(test_copy_engines)
     }
     pump_for(0.001);
     ck_assert_int_eq(count(b, TE_PCQ_IMM), 3);
-    ck_assert_int_eq(te_test_threads_named("te-lb-copy", NULL), 1); /* copy_threads 2 */
+    /* copy_threads 2: one helper beside the poller */
+    ck_assert_int_eq(te_test_threads_named_settle("te-lb-copy", 1, 5000), 1);
     free(src);
     free(dst);
     free(rbuf);
