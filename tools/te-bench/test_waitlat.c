@@ -33,30 +33,30 @@ struct wl_pair {
     te_mr_desc dd;
 };
 
-static int wl_open(struct wl_pair *p, int helps, char **sets, int nsets,
-                   size_t len)
+static int wl_open(struct wl_pair *p, int helps, const char *const *sets,
+                   int nsets, size_t len)
 {
     memset(p, 0, sizeof(*p));
-    te_config *c = te_config_new();
-    int rc = c ? 0 : -ENOMEM;
-    for (int i = 0; !rc && i < nsets; i++) {
-        char *dot = strchr(sets[i], '.'), *eq = strchr(sets[i], '=');
-        *dot = *eq = '\0'; /* checked when parsed */
-        rc = te_config_set(c, sets[i], dot + 1, eq + 1);
-        *dot = '.', *eq = '=';
+    struct tb_sets mode = {0};
+    tb_sets_add(&mode, "engine.waiter_progress=%s", helps ? "true" : "false");
+    char err[512] = "";
+    int rc = mode.n == 1 ? 0 : -ENOMEM;
+    if (!rc)
+        rc = tb_engine_create(NULL, sets, nsets, &mode, 0, &p->a, err,
+                              sizeof(err));
+    if (!rc)
+        rc = tb_engine_create(NULL, sets, nsets, &mode, 0, &p->b, err,
+                              sizeof(err));
+    tb_sets_free(&mode);
+    if (rc) {
+        fprintf(stderr, "te-bench: waitlat engines: %s\n",
+                err[0] ? err : "out of memory");
+        return rc;
     }
-    if (!rc)
-        rc = te_config_set(c, "engine", "waiter_progress",
-                           helps ? "true" : "false");
-    if (!rc)
-        rc = te_engine_create(c, &p->a);
-    if (!rc)
-        rc = te_engine_create(c, &p->b);
-    te_config_free(c);
     uint8_t addr[TE_ADDR_MAX];
     size_t alen = sizeof(addr);
     size_t room = len ? len : 1;
-    if (!rc && (!(p->src = calloc(1, room)) || !(p->dst = calloc(1, room))))
+    if (!(p->src = calloc(1, room)) || !(p->dst = calloc(1, room)))
         rc = -ENOMEM;
     if (!rc)
         rc = te_engine_address(p->b, 0, addr, &alen);
@@ -117,7 +117,7 @@ int tb_waitlat_main(int argc, char **argv)
     int iters = 2000;
     long gap_us = 200;
     unsigned long long len = 8;
-    char *sets[WL_MAX_SETS];
+    const char *sets[WL_MAX_SETS];
     int nsets = 0;
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
