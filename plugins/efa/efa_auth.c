@@ -11,6 +11,14 @@
  *              ACK sent.
  * A MAC that does not verify gets a REFUSE, so both sides log the refusal;
  * the core's peers of the address go down with -EACCES and the reason.
+ *
+ * Records go (forget_exited, forget_idle): when the remote's process has
+ * exited (same host), or when no core peer refers to it and nothing came
+ * from it for efa.auth_forget_idle_ms: FORGET tells it to prove itself
+ * again before its next operation; its FORGOT (sent once its operations
+ * to us are done) frees the record after a grace for those still on the
+ * way. A remote that answers EFA_AUTH_FORGET_TRIES FORGETs in a row with
+ * neither FORGOT nor any event is taken for gone and freed anyway.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -116,6 +124,15 @@ static void progress_set(struct efa_auth *a, struct efa_auth_rec *r,
         a->busy++;
 }
 
+static void owe_set(struct efa_auth *a, struct efa_auth_rec *r, uint8_t owe)
+{
+    if (r->owe_forgot && !owe)
+        a->owed--;
+    else if (!r->owe_forgot && owe)
+        a->owed++;
+    r->owe_forgot = owe;
+}
+
 static void due_set(struct efa_auth *a, struct efa_auth_rec *r, uint8_t type,
                     uint8_t reason)
 {
@@ -184,6 +201,7 @@ static void rec_free(efa_nic *nic, struct efa_auth_rec *r)
     struct efa_auth *a = &nic->auth;
     progress_set(a, r, 0, 0);
     due_set(a, r, 0, 0);
+    owe_set(a, r, 0);
     fi_av_remove(nic->av, &r->fi_addr, 1, 0);
     map_set(nic, r->fi_addr, 0);
     efa_local_put(r->local);
@@ -255,6 +273,12 @@ static int send_msg(efa_nic *nic, struct efa_auth_rec *r, uint8_t type,
         m->key_secret = nic->key_secret;
     } else if (type == EFA_AUTH_ACK) {
         m->key_secret = nic->key_secret;
+    } else if (type == EFA_AUTH_FORGET || type == EFA_AUTH_FORGOT) {
+        /* Our address first: the sender's (efa_auth_wire.h). */
+        rc = mac_for(nic, r,
+                     type == EFA_AUTH_FORGET ? EFA_AUTH_ROLE_FORGET
+                                             : EFA_AUTH_ROLE_FORGOT,
+                     true, m->mac, NULL);
     }
     if (rc)
         return rc;
@@ -398,10 +422,83 @@ static void on_hello(efa_nic *nic, const struct efa_auth_msg *m,
         return;
     r->failed = 0;
     r->rx_ok = r->tx_ok = 0; /* a new life of the address proves again */
+    r->forgetting = r->forgot = r->unanswered = 0;
+    owe_set(a, r, 0);
     progress_set(a, r, 0, 1);
     r->deadline_ns = tpc_now_ns() + EFA_AUTH_TIMEOUT_NS;
     if (send_msg(nic, r, EFA_AUTH_CHALLENGE, 0))
         rec_fail(nic, r, "cannot send our challenge");
+}
+
+/* Operations of the core's peers of r that the provider still holds. */
+static uint32_t ops_in_flight(efa_nic *nic, const struct efa_auth_rec *r)
+{
+    uint32_t idx = rec_index(nic, r), n = 0;
+    for (uint32_t i = 0; i < nic->npeers; i++)
+        if (nic->peers[i].auth == idx)
+            n += nic->peers[i].live_ops;
+    return n;
+}
+
+/* r asked us to forget: answer FORGOT once none of our operations to it
+ * is in flight (an immediate that overtook the answer would find no
+ * record). A handshake started since supersedes the question. */
+static void forgot_answer(efa_nic *nic, struct efa_auth_rec *r)
+{
+    if (!r->owe_forgot)
+        return;
+    if (r->ini || r->challenged || !r->rx_ok) {
+        owe_set(&nic->auth, r, 0);
+        return;
+    }
+    if (ops_in_flight(nic, r))
+        return;
+    if (send_msg(nic, r, EFA_AUTH_FORGOT, 0) == 0)
+        owe_set(&nic->auth, r, 0); /* sent, or due (send_msg) */
+}
+
+/* How long a FORGET waits for its FORGOT, and a FORGOT's grace: 5 s, or
+ * the idle period if shorter. */
+static uint64_t forget_wait_ns(const struct efa_auth *a)
+{
+    return a->forget_idle_ns < EFA_AUTH_TIMEOUT_NS ? a->forget_idle_ns
+                                                   : EFA_AUTH_TIMEOUT_NS;
+}
+
+/* FORGET and FORGOT of the handshake that authenticated r (the nonces
+ * matched: on_message). */
+static void on_forget_message(efa_nic *nic, struct efa_auth_rec *r,
+                              const struct efa_auth_msg *m)
+{
+    bool forget = m->type == EFA_AUTH_FORGET;
+    if (r->ini || r->challenged || !r->rx_ok || (!forget && !r->forgetting))
+        return; /* not of an authenticated record, or not asked for */
+    if (mac_for(nic, r, forget ? EFA_AUTH_ROLE_FORGET : EFA_AUTH_ROLE_FORGOT,
+                false, NULL, m->mac)) {
+        efa_log(nic->ctx, 1, "%s: a %s naming pid %u does not verify under "
+                "our key: dropped", nic->name, forget ? "FORGET" : "FORGOT",
+                r->pid);
+        return;
+    }
+    char w[64];
+    who(nic, r, w, sizeof(w));
+    if (forget) {
+        /* Our next operation to it proves us again (efa_auth_tx_ready),
+         * after the answer. */
+        r->tx_ok = 0;
+        owe_set(&nic->auth, r, 1);
+        efa_log(nic->ctx, 3, "%s: the %s forgot our authentication (idle); "
+                "we prove ourselves again before our next operation to it",
+                nic->name, w);
+        forgot_answer(nic, r);
+        return;
+    }
+    /* Its operations before the answer may still be on the way (a
+     * transmit completion does not say they landed): accepted a while. */
+    r->forgetting = 0;
+    r->forgot = 1;
+    r->unanswered = 0;
+    r->deadline_ns = tpc_now_ns() + forget_wait_ns(&nic->auth);
 }
 
 static void on_message(efa_nic *nic, const void *buf, uint64_t len,
@@ -471,6 +568,10 @@ static void on_message(efa_nic *nic, const void *buf, uint64_t len,
         if (r->ini || r->challenged)
             rec_fail(nic, r, efa_auth_reason_text(m.reason));
         return;
+    case EFA_AUTH_FORGET:
+    case EFA_AUTH_FORGOT:
+        on_forget_message(nic, r, &m);
+        return;
     default:
         return;
     }
@@ -489,6 +590,7 @@ int efa_auth_open(efa_nic *nic)
     for (uint32_t i = EFA_AUTH_NRECV; i < NOPS; i++)
         a->ops[i].next_free = i + 1;
     a->send_free = EFA_AUTH_NRECV;
+    a->forget_idle_ns = (uint64_t)nic->ctx->cfg.auth_forget_idle_ms * 1000000ull;
     uint64_t key;
     pthread_mutex_lock(&nic->lock);
     int rc = efa_mr_register_locked(nic, a->buf, NOPS * MSG_LEN,
@@ -529,6 +631,7 @@ int efa_auth_peer_attach(efa_nic *nic, struct efa_peer *p, const void *addr,
     if (!r && !(r = rec_new(nic, addr, len)))
         return -EHOSTUNREACH;
     r->refs++;
+    r->forgetting = r->forgot = r->unanswered = 0; /* in use again */
     p->auth = rec_index(nic, r);
     p->fi_addr = r->fi_addr;
     if (same_raw(addr, nic->addr)) {
@@ -577,8 +680,10 @@ int efa_auth_tx_ready(efa_nic *nic, const struct efa_peer *p)
         return 0;
     if (r->tx_ok)
         return 1;
-    /* Lost since (efa_auth_peer_lost): prove ourselves again. */
-    if (!r->ini && !r->challenged && !r->failed && start_hello(nic, r))
+    /* Lost since (efa_auth_peer_lost), or forgotten by it once its
+     * FORGOT is out (forgot_answer): prove ourselves again. */
+    if (!r->ini && !r->challenged && !r->failed && !r->owe_forgot &&
+        start_hello(nic, r))
         rec_fail(nic, r, "cannot start authentication");
     return 0;
 }
@@ -592,8 +697,10 @@ uint64_t efa_auth_key_secret(efa_nic *nic, const struct efa_peer *p)
 bool efa_auth_accept(efa_nic *nic, fi_addr_t src, const char *what)
 {
     struct efa_auth_rec *r = rec_of_src(nic, src);
-    if (r && r->rx_ok)
+    if (r && r->rx_ok) {
+        r->seen = 1;
         return true;
+    }
     uint64_t n = ++nic->auth.dropped;
     if ((n & (n - 1)) == 0) /* the 1st, 2nd, 4th, 8th, ... */
         efa_log(nic->ctx, 1, "%s: dropped %s from %s (%llu dropped so "
@@ -644,12 +751,9 @@ void efa_auth_completion(efa_nic *nic, void *op_context, fi_addr_t src,
  * still write to us. A remote on another host is never freed this way (no
  * exit to see; docs/efa.md, "Authentication").
  */
-static void forget_exited(efa_nic *nic, uint64_t now)
+static void forget_exited(efa_nic *nic)
 {
     struct efa_auth *a = &nic->auth;
-    if (now < a->next_exit_scan_ns)
-        return;
-    a->next_exit_scan_ns = now + EXIT_SCAN_NS;
     for (uint32_t i = 0; i < a->nrecs; i++) {
         struct efa_auth_rec *r = &a->recs[i];
         if (!r->used || !r->alive_seen || r->refs || r->failed || r->ini ||
@@ -667,9 +771,68 @@ static void forget_exited(efa_nic *nic, uint64_t now)
     }
 }
 
+/*
+ * Records that no core peer refers to and that nothing came from for
+ * efa.auth_forget_idle_ms (a remote on another host, or one whose exit
+ * cannot be told): ask it to forget (FORGET). Freed on its FORGOT, or
+ * after EFA_AUTH_FORGET_TRIES silent rounds (efa_auth_housekeeping).
+ */
+static void forget_idle(efa_nic *nic, uint64_t now)
+{
+    struct efa_auth *a = &nic->auth;
+    if (!a->forget_idle_ns)
+        return;
+    for (uint32_t i = 0; i < a->nrecs; i++) {
+        struct efa_auth_rec *r = &a->recs[i];
+        if (!r->used || r->refs || r->failed || r->ini || r->challenged ||
+            !r->rx_ok || r->forgetting || r->forgot)
+            continue;
+        if (r->seen || !r->idle_since_ns) {
+            r->seen = 0;
+            r->idle_since_ns = now;
+            continue;
+        }
+        if (now - r->idle_since_ns < a->forget_idle_ns ||
+            send_msg(nic, r, EFA_AUTH_FORGET, 0))
+            continue; /* not yet, or no message: the next scan tries */
+        r->forgetting = 1;
+        r->deadline_ns = now + forget_wait_ns(a);
+    }
+}
+
+/* r's FORGET had no answer by its deadline. */
+static void forget_unanswered(efa_nic *nic, struct efa_auth_rec *r,
+                              uint64_t now)
+{
+    struct efa_auth *a = &nic->auth;
+    r->forgetting = 0;
+    r->idle_since_ns = now; /* the next round after another idle period */
+    if (r->seen) {
+        /* It is alive (it wrote since): not a silent one. */
+        r->seen = 0;
+        r->unanswered = 0;
+        return;
+    }
+    if (++r->unanswered < EFA_AUTH_FORGET_TRIES)
+        return;
+    char w[64];
+    who(nic, r, w, sizeof(w));
+    a->idle_forgotten++;
+    efa_log(nic->ctx, 1, "%s: forgot the authentication of pid %u (the %s): "
+            "idle and no answer to %u requests to forget it, taken for gone "
+            "(if it is alive and writes again, its immediates are dropped "
+            "until it authenticates again: docs/efa.md); %llu idle remotes "
+            "forgotten so far", nic->name, r->pid, w, EFA_AUTH_FORGET_TRIES,
+            (unsigned long long)a->idle_forgotten);
+    rec_free(nic, r);
+}
+
 void efa_auth_housekeeping(efa_nic *nic, bool deadlines)
 {
     struct efa_auth *a = &nic->auth;
+    for (uint32_t i = 0; a->owed && i < a->nrecs; i++)
+        if (a->recs[i].used)
+            forgot_answer(nic, &a->recs[i]);
     for (uint32_t i = 0; a->recv_due && i < EFA_AUTH_NRECV; i++)
         if ((a->recv_due & (1u << i)) && post_recv(nic, i) == 0)
             a->recv_due &= ~(1u << i);
@@ -681,7 +844,11 @@ void efa_auth_housekeeping(efa_nic *nic, bool deadlines)
     if (!deadlines)
         return;
     uint64_t now = tpc_now_ns();
-    forget_exited(nic, now);
+    if (now >= a->next_exit_scan_ns) {
+        a->next_exit_scan_ns = now + EXIT_SCAN_NS;
+        forget_exited(nic);
+        forget_idle(nic, now);
+    }
     for (uint32_t i = 0; i < a->nrecs; i++) {
         struct efa_auth_rec *r = &a->recs[i];
         if (!r->used || now <= r->deadline_ns)
@@ -697,5 +864,17 @@ void efa_auth_housekeeping(efa_nic *nic, bool deadlines)
             rec_fail(nic, r, "no proof within 5000 ms");
         else if (r->failed && !r->refs)
             rec_free(nic, r);
+        else if (r->forgetting)
+            forget_unanswered(nic, r, now);
+        else if (r->forgot && !r->refs) {
+            char w[64];
+            who(nic, r, w, sizeof(w));
+            a->idle_forgotten++;
+            efa_log(nic->ctx, 2, "%s: forgot the authentication of pid %u "
+                    "(the %s): idle, and it agreed to prove itself again "
+                    "(%llu idle remotes forgotten so far)", nic->name,
+                    r->pid, w, (unsigned long long)a->idle_forgotten);
+            rec_free(nic, r);
+        }
     }
 }

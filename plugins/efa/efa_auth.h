@@ -11,6 +11,11 @@
  *          (before, they are dropped and counted);
  *   tx_ok  it verified ours and said so: operations may be posted to it
  *          (before, post() holds them; on failure they fail with -EACCES).
+ * A record no core peer refers to is freed when its process exits (same
+ * host) or, after engine efa.auth_forget_idle_ms without an event from it,
+ * by the FORGET / FORGOT exchange (efa_auth_wire.h): the remote proves
+ * itself again before its next operation, so nothing it sends later is
+ * dropped for want of a record.
  * Inbound data is attributed with FI_SOURCE, so authentication requires
  * it. The provider executes a remote write with a valid key whoever sends
  * it; what keeps strangers out of memory is that keys are random under a
@@ -33,6 +38,7 @@ struct efa_local;
 #define EFA_AUTH_NRECV 16     /* tagged receives posted for messages */
 #define EFA_AUTH_NSEND 64     /* messages in flight at once */
 #define EFA_AUTH_MAX_STRANGERS 256 /* unauthenticated records at once */
+#define EFA_AUTH_FORGET_TRIES 2 /* unanswered FORGETs before freeing anyway */
 
 enum efa_auth_ini { EFA_AI_NONE = 0, EFA_AI_HELLO, EFA_AI_PROOF };
 
@@ -46,6 +52,13 @@ struct efa_auth_rec {
     uint8_t due_reason;
     uint8_t alive_seen;  /* its process was visible here, start time and
                           * all: its exit can be told (efa_auth.c) */
+    uint8_t seen;        /* an event of it accepted since the last scan */
+    uint8_t forgetting;  /* FORGET sent, its FORGOT awaited (deadline_ns) */
+    uint8_t forgot;      /* its FORGOT came: freed at deadline_ns */
+    uint8_t owe_forgot;  /* it asked us to FORGET: FORGOT once our
+                          * operations to it are done; no HELLO before */
+    uint8_t unanswered;  /* FORGETs in a row without an answer */
+    uint64_t idle_since_ns; /* last scan that saw it active */
     uint32_t refs;       /* the core's peers on this address */
     fi_addr_t fi_addr;
     uint64_t deadline_ns;
@@ -80,6 +93,9 @@ struct efa_auth {
     uint64_t dropped;         /* events of unauthenticated senders */
     uint64_t next_exit_scan_ns; /* next look for exited remotes */
     uint64_t forgotten;       /* records of exited remotes freed */
+    uint64_t forget_idle_ns;  /* efa.auth_forget_idle_ms; 0 = never */
+    uint64_t idle_forgotten;  /* records of idle remotes freed */
+    uint32_t owed;            /* records with owe_forgot set */
 };
 
 #endif

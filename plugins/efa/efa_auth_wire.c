@@ -13,7 +13,7 @@ int efa_auth_msg_parse(const void *buf, size_t len, struct efa_auth_msg *out)
         return -EPROTO;
     memcpy(out, buf, sizeof(*out));
     if (out->magic != EFA_AUTH_MAGIC || out->version != EFA_AUTH_VERSION ||
-        out->type < EFA_AUTH_HELLO || out->type > EFA_AUTH_REFUSE)
+        out->type < EFA_AUTH_HELLO || out->type > EFA_AUTH_FORGOT)
         return -EPROTO;
     if (out->type == EFA_AUTH_HELLO
             ? out->addr_len == 0 || out->addr_len > sizeof(out->addr)

@@ -13,6 +13,14 @@
  * or REFUSE (with a reason) in place of any answer. The ACK exists because
  * an RDM endpoint does not order a message before later writes (EFA's SRD
  * orders nothing): the initiator's first write must not overtake its proof.
+ *
+ * Forgetting an authenticated remote that has been idle (efa_auth.c), with
+ * the nonces of the handshake that authenticated it:
+ *   forgetter -> remote  FORGET    MAC_f: "forget me, and prove yourself
+ *                                  again before your next operation"
+ *   remote -> forgetter  FORGOT    MAC_g, once none of its operations to
+ *                                  the forgetter is in flight
+ * The MACs bind the sender's and the receiver's addresses in that order.
  */
 #ifndef EFA_AUTH_WIRE_H
 #define EFA_AUTH_WIRE_H
@@ -29,6 +37,8 @@
 #define EFA_AUTH_NONCE_LEN 16
 #define EFA_AUTH_ROLE_INITIATOR 1u
 #define EFA_AUTH_ROLE_TARGET 2u
+#define EFA_AUTH_ROLE_FORGET 3u /* MAC of a FORGET */
+#define EFA_AUTH_ROLE_FORGOT 4u /* MAC of a FORGOT */
 
 enum efa_auth_type {
     EFA_AUTH_HELLO = 1,
@@ -36,6 +46,8 @@ enum efa_auth_type {
     EFA_AUTH_PROOF = 3,
     EFA_AUTH_ACK = 4,
     EFA_AUTH_REFUSE = 5,
+    EFA_AUTH_FORGET = 6,
+    EFA_AUTH_FORGOT = 7,
 };
 
 /* Why a REFUSE was sent (its receiver words the reason from it). */
@@ -70,7 +82,8 @@ struct efa_auth_msg {
 int efa_auth_msg_parse(const void *buf, size_t len, struct efa_auth_msg *out);
 
 /* The MAC input of role (EFA_AUTH_ROLE_*) over both nonces and both NIC
- * addresses (initiator's ia, target's ta) into buf (EFA_AUTH_BIND_MAX
+ * addresses (initiator's ia, target's ta; for FORGET and FORGOT the
+ * sender's and the receiver's) into buf (EFA_AUTH_BIND_MAX
  * bytes): a label of this protocol, so the MAC means nothing to another one
  * under the same secret; the role, so a target's MAC is no initiator's;
  * the fresh nonces (no replay); the addresses (no relaying a proof made

@@ -77,6 +77,13 @@ const struct te_plugin_config_param efa_config_params[] = {
         "probe_timeout_ms", "200", 1, 60000,
         "bound of each probe wait for an event a broken provider never "
         "delivers (events a working one delivers at once get 8x, >= 2 s)"),
+    TE_PCFG_U64_KEY(
+        "auth_forget_idle_ms", "600000", 0, 2592000000ull,
+        "with engine.auth_key: a remote that no peer of this engine refers "
+        "to and that sent nothing this long is asked to forget its "
+        "authentication and prove itself again before its next operation "
+        "(its record and address vector entry are freed); 0 = keep every "
+        "record for the NIC's life (docs/efa.md, Authentication)"),
     TE_PCFG_END};
 
 /* A text key into a fixed buffer (the core has checked nothing of it). */
@@ -100,7 +107,7 @@ int efa_config_parse(efa_ctx *ctx)
     const struct te_plugin_host *h = &ctx->host;
     void *hc = h->host_ctx;
     struct efa_cfg *c = &ctx->cfg;
-    uint64_t devices, qd, stall, probe;
+    uint64_t devices, qd, stall, probe, forget;
     int native, watch, repair, rc;
     if ((rc = cfg_str(ctx, "provider", c->provider, sizeof(c->provider))) ||
         (rc = cfg_str(ctx, "node", c->node, sizeof(c->node))) ||
@@ -115,7 +122,8 @@ int efa_config_parse(efa_ctx *ctx)
         (rc = h->config_bool(hc, "watch_peers", &watch)) ||
         (rc = h->config_bool(hc, "shm_lock_repair", &repair)) ||
         (rc = h->config_u64(hc, "stall_timeout_ms", &stall)) ||
-        (rc = h->config_u64(hc, "probe_timeout_ms", &probe)))
+        (rc = h->config_u64(hc, "probe_timeout_ms", &probe)) ||
+        (rc = h->config_u64(hc, "auth_forget_idle_ms", &forget)))
         return rc;
     /* The choices' order is the enums' (efa_tristate, efa_completion,
      * efa_av_mode); the ranges fit 32 bits. */
@@ -126,6 +134,7 @@ int efa_config_parse(efa_ctx *ctx)
     c->shm_lock_repair = repair;
     c->stall_timeout_ms = (uint32_t)stall;
     c->probe_timeout_ms = (uint32_t)probe;
+    c->auth_forget_idle_ms = forget;
     if (!c->provider[0]) {
         efa_ctx_err(ctx, "key provider is empty: name a libfabric provider "
                     "(efa, shm, tcp;ofi_rxm, ...)");

@@ -245,6 +245,7 @@ int efa_wait_arm(te_plugin_nic *nic)
      * mark stays fresh while it lasts. */
     if (nic->cq_fifo.count || nic->pending || nic->reposts_due ||
         nic->auth.busy || nic->auth.due || nic->auth.recv_due ||
+        nic->auth.owed ||
         (nic->held_ns && tpc_now_ns() - nic->held_ns < EFA_HELD_SPIN_NS)) {
         rc = -EAGAIN;
     } else {
@@ -269,7 +270,7 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
         goto out;
     if (nic->pending)
         efa_peers_resolve(nic);
-    if (nic->auth.due || nic->auth.recv_due)
+    if (nic->auth.due || nic->auth.recv_due || nic->auth.owed)
         efa_auth_housekeeping(nic, false); /* messages waiting for room */
     for (uint32_t i = 0; nic->reposts_due && i < nic->nslots; i++) {
         struct efa_slot *s = &nic->slots[i];

@@ -81,6 +81,7 @@ struct efa_cfg {
     bool shm_lock_repair;    /* efa_shm_guard.h */
     uint32_t stall_timeout_ms; /* EAGAIN streak that declares a peer down */
     uint32_t probe_timeout_ms;
+    uint64_t auth_forget_idle_ms; /* efa_auth.c forget_idle; 0 = never */
 };
 
 /* ------------------------------------------------------------ context */

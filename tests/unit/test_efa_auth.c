@@ -7,6 +7,8 @@
  *    at te_peer_add. The engine tests skip (77) without the efa plugin or
  *    shm. */
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +34,7 @@ static struct efa_auth_msg msg_of(uint8_t type)
 START_TEST(parse_accepts_every_type_and_refuses_damage)
 {
     struct efa_auth_msg out;
-    for (uint8_t t = EFA_AUTH_HELLO; t <= EFA_AUTH_REFUSE; t++) {
+    for (uint8_t t = EFA_AUTH_HELLO; t <= EFA_AUTH_FORGOT; t++) {
         struct efa_auth_msg m = msg_of(t);
         ck_assert_int_eq(efa_auth_msg_parse(&m, sizeof(m), &out), 0);
         ck_assert_int_eq(out.type, t);
@@ -47,7 +49,7 @@ START_TEST(parse_accepts_every_type_and_refuses_damage)
     ck_assert_int_eq(efa_auth_msg_parse(&m, sizeof(m), &out), -EPROTO);
     m = msg_of(0);
     ck_assert_int_eq(efa_auth_msg_parse(&m, sizeof(m), &out), -EPROTO);
-    m = msg_of(EFA_AUTH_REFUSE + 1);
+    m = msg_of(EFA_AUTH_FORGOT + 1);
     ck_assert_int_eq(efa_auth_msg_parse(&m, sizeof(m), &out), -EPROTO);
     /* A HELLO needs an address that fits; nothing else carries one. */
     m = msg_of(EFA_AUTH_HELLO);
@@ -117,18 +119,24 @@ END_TEST
 #define KEY1 "efa-auth-test-secret-one-0123"
 #define KEY2 "efa-auth-test-secret-two-4567"
 
-/* An efa engine over shm with secret `key` (NULL: none) and the
- * [engine] lines `extra`. */
-static te_engine *shm_engine_with(const char *key, const char *extra)
+/* An efa engine over shm with secret `key` (NULL: none), the [engine]
+ * lines `extra` and the [efa] lines `efa_extra`. */
+static te_engine *shm_engine_ex(const char *key, const char *extra,
+                                const char *efa_extra)
 {
-    char ini[320];
+    char ini[400];
     snprintf(ini, sizeof(ini), "[engine]\nplugin = efa\n%s%s%s%s[efa]\n"
-             "provider = shm\n", key ? "auth_key = " : "", key ? key : "",
-             key ? "\n" : "", extra);
+             "provider = shm\n%s", key ? "auth_key = " : "", key ? key : "",
+             key ? "\n" : "", extra, efa_extra);
     te_engine *e = NULL;
     te_test_engine_try(ini, &e);
     ck_assert_msg(e, "engine: %s", te_last_error());
     return e;
+}
+
+static te_engine *shm_engine_with(const char *key, const char *extra)
+{
+    return shm_engine_ex(key, extra, "");
 }
 
 static te_engine *shm_engine(const char *key)
@@ -156,13 +164,22 @@ struct two {
 static char abuf[4096] __attribute__((aligned(4096)));
 static char bbuf[4096] __attribute__((aligned(4096)));
 
-static void two_open(struct two *t, const char *ka, const char *kb)
+/* two_open with the [engine] lines a_extra for a and, for b, the
+ * [engine] lines b_extra and the [efa] lines b_efa. */
+static void two_open_ex(struct two *t, const char *ka, const char *a_extra,
+                        const char *kb, const char *b_extra,
+                        const char *b_efa)
 {
-    t->a = shm_engine(ka);
-    t->b = shm_engine(kb);
+    t->a = shm_engine_ex(ka, a_extra, "");
+    t->b = shm_engine_ex(kb, b_extra, b_efa);
     t->ma = te_test_reg(t->a, abuf, sizeof(abuf), 0, NULL);
     t->mb = te_test_reg(t->b, bbuf, sizeof(bbuf), TE_MR_REMOTE_WRITE, &t->d);
     ck_assert_msg(add(t->a, t->b, &t->p) == 0, "%s", te_last_error());
+}
+
+static void two_open(struct two *t, const char *ka, const char *kb)
+{
+    two_open_ex(t, ka, "", kb, "", "");
 }
 
 static void two_close(struct two *t)
@@ -309,6 +326,125 @@ START_TEST(a_handshake_in_progress_keeps_the_caller_polling)
 }
 END_TEST
 
+/*
+ * Forgetting an idle remote (efa_auth.c forget_idle): b, whose record of a
+ * no peer of b refers to (a only writes to b), asks a to forget once a has
+ * been silent for auth_forget_idle_ms, and frees the record on a's FORGOT
+ * (the log line says which way). a proves itself again before its next
+ * operation, so that one's immediate is counted like the first: without
+ * the exchange (b freeing alone) it would be dropped.
+ */
+static atomic_int forgot_agreed, forgot_silent;
+
+static void forget_sink(int level, const char *origin, const char *msg,
+                        void *arg)
+{
+    (void)arg;
+    bool forgot = !strcmp(origin, "efa") &&
+                  strstr(msg, "forgot the authentication of pid ");
+    if (forgot && strstr(msg, "it agreed"))
+        atomic_fetch_add(&forgot_agreed, 1);
+    else if (forgot && strstr(msg, "no answer"))
+        atomic_fetch_add(&forgot_silent, 1);
+    else if (level <= 1)
+        fprintf(stderr, "%s: %s\n", origin, msg);
+}
+
+static int wait_for(atomic_int *what, int timeout_ms)
+{
+    int64_t end = te_test_now_ms() + timeout_ms;
+    while (!atomic_load(what) && te_test_now_ms() < end)
+        te_test_sleep_ms(10);
+    return atomic_load(what);
+}
+
+/* a (the [engine] lines a_extra) writes to b, which forgets a remote idle
+ * for 300 ms and logs at info level (the sink reads the outcome). */
+static void forget_open(struct two *t, const char *a_extra)
+{
+    atomic_store(&forgot_agreed, 0);
+    atomic_store(&forgot_silent, 0);
+    te_set_log_fn(forget_sink, NULL);
+    two_open_ex(t, KEY1, a_extra, KEY1, "log_level = 2\n",
+                "auth_forget_idle_ms = 300\n");
+}
+
+static void forget_close(struct two *t)
+{
+    te_set_log_fn(NULL, NULL);
+    two_close(t);
+}
+
+/* Submit a WriteImm of len bytes of abuf from a to b's region. */
+static void submit_imm_write(struct two *t, uint64_t len, uint32_t imm)
+{
+    te_request r = te_test_write(t->p, t->ma, &t->d, len, 10000);
+    r.flags |= TE_F_IMM;
+    r.imm = imm;
+    ck_assert_int_gt(te_submit(t->a, &r), 0);
+}
+
+START_TEST(an_idle_remote_is_forgotten_and_proves_itself_again)
+{
+    struct two t;
+    forget_open(&t, "");
+    for (uint32_t round = 0; round < 2; round++) {
+        uint32_t imm = 9100 + round;
+        memset(abuf, 0x30 + (int)round, 128);
+        submit_imm_write(&t, 128, imm);
+        te_completion c = te_test_completion(t.a, 10000);
+        ck_assert_msg(c.status == 0, "%s", c.reason);
+        ck_assert_uint_eq(te_test_wait_banked(t.b, imm, 1, 10000), 1);
+        ck_assert_int_eq(((volatile char *)bbuf)[127], 0x30 + (int)round);
+        if (round == 0)
+            ck_assert_msg(wait_for(&forgot_agreed, 20000),
+                          "b never forgot a (no agreed FORGET)");
+    }
+    ck_assert_int_eq(atomic_load(&forgot_silent), 0);
+    forget_close(&t);
+}
+END_TEST
+
+/*
+ * A remote that answers nothing (a in caller mode, not progressed) is taken
+ * for gone after two silent rounds and freed with a warning. When a runs
+ * again it reads the FORGETs first, answers (to nobody: b dropped the
+ * record) and proves itself again: its next immediate is counted.
+ */
+START_TEST(a_silent_remote_is_freed_after_two_rounds)
+{
+    struct two t;
+    forget_open(&t, "progress = caller\n");
+    for (uint32_t round = 0; round < 2; round++) {
+        uint32_t imm = 9200 + round;
+        submit_imm_write(&t, 64, imm);
+        te_completion c;
+        uint64_t banked = 0;
+        int got = 0, armed = 0;
+        for (int i = 0; i < 2000000 && !(got && banked); i++) {
+            if (!got)
+                got = te_poll_completions(t.a, &c, 1, 0);
+            ck_assert_int_ge(got, 0);
+            te_progress(t.a, -1, 0);
+            ck_assert_int_eq(te_imm_poll(t.b, imm, &banked, &armed), 0);
+        }
+        ck_assert_int_eq(got, 1);
+        ck_assert_msg(c.status == 0, "%s", c.reason);
+        ck_assert_uint_eq(banked, 1);
+        if (round == 0) {
+            /* a is not progressed: b's FORGETs wait in its queue. */
+            ck_assert_msg(wait_for(&forgot_silent, 20000),
+                          "b never gave up on the silent a");
+            ck_assert_int_eq(atomic_load(&forgot_agreed), 0);
+            /* a reads them (and answers) before it posts again. */
+            for (int i = 0; i < 2000; i++)
+                te_progress(t.a, -1, 0);
+        }
+    }
+    forget_close(&t);
+}
+END_TEST
+
 int main(void)
 {
     int rc = TE_TEST_RUN("efa_auth_wire",
@@ -324,5 +460,7 @@ int main(void)
                       same_key_authenticates_and_transfers,
                       another_key_is_refused_with_the_reason,
                       keyless_and_keyed_refuse_each_other_at_add,
-                      a_handshake_in_progress_keeps_the_caller_polling));
+                      a_handshake_in_progress_keeps_the_caller_polling,
+                      an_idle_remote_is_forgotten_and_proves_itself_again,
+                      a_silent_remote_is_freed_after_two_rounds));
 }
