@@ -453,8 +453,21 @@ static void forgot_answer(efa_nic *nic, struct efa_auth_rec *r)
     }
     if (ops_in_flight(nic, r))
         return;
-    if (send_msg(nic, r, EFA_AUTH_FORGOT, 0) == 0)
-        owe_set(&nic->auth, r, 0); /* sent, or due (send_msg) */
+    /* Sent, or due (send_msg retries it); on an error the forgetter's
+     * FORGET goes unanswered (it asks again, or takes us for gone) and
+     * our next operation proves us again anyway. */
+    if (send_msg(nic, r, EFA_AUTH_FORGOT, 0))
+        efa_log(nic->ctx, 2, "%s: cannot answer the FORGET of pid %u",
+                nic->name, r->pid);
+    owe_set(&nic->auth, r, 0);
+}
+
+void efa_auth_answer_owed(efa_nic *nic)
+{
+    struct efa_auth *a = &nic->auth;
+    for (uint32_t i = 0; a->owed && i < a->nrecs; i++)
+        if (a->recs[i].used)
+            forgot_answer(nic, &a->recs[i]);
 }
 
 /* How long a FORGET waits for its FORGOT, and a FORGOT's grace: 5 s, or
@@ -632,6 +645,7 @@ int efa_auth_peer_attach(efa_nic *nic, struct efa_peer *p, const void *addr,
         return -EHOSTUNREACH;
     r->refs++;
     r->forgetting = r->forgot = r->unanswered = 0; /* in use again */
+    r->idle_since_ns = 0;
     p->auth = rec_index(nic, r);
     p->fi_addr = r->fi_addr;
     if (same_raw(addr, nic->addr)) {
@@ -660,8 +674,8 @@ void efa_auth_peer_detach(efa_nic *nic, struct efa_peer *p)
 {
     struct efa_auth_rec *r = rec_at(nic, p->auth);
     p->auth = 0;
-    if (r && r->refs)
-        r->refs--;
+    if (r && r->refs && !--r->refs)
+        r->idle_since_ns = 0; /* idle from the next scan on */
 }
 
 void efa_auth_peer_lost(efa_nic *nic, struct efa_peer *p)
@@ -830,9 +844,6 @@ static void forget_unanswered(efa_nic *nic, struct efa_auth_rec *r,
 void efa_auth_housekeeping(efa_nic *nic, bool deadlines)
 {
     struct efa_auth *a = &nic->auth;
-    for (uint32_t i = 0; a->owed && i < a->nrecs; i++)
-        if (a->recs[i].used)
-            forgot_answer(nic, &a->recs[i]);
     for (uint32_t i = 0; a->recv_due && i < EFA_AUTH_NRECV; i++)
         if ((a->recv_due & (1u << i)) && post_recv(nic, i) == 0)
             a->recv_due &= ~(1u << i);

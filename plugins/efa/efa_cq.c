@@ -245,7 +245,6 @@ int efa_wait_arm(te_plugin_nic *nic)
      * mark stays fresh while it lasts. */
     if (nic->cq_fifo.count || nic->pending || nic->reposts_due ||
         nic->auth.busy || nic->auth.due || nic->auth.recv_due ||
-        nic->auth.owed ||
         (nic->held_ns && tpc_now_ns() - nic->held_ns < EFA_HELD_SPIN_NS)) {
         rc = -EAGAIN;
     } else {
@@ -270,7 +269,7 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
         goto out;
     if (nic->pending)
         efa_peers_resolve(nic);
-    if (nic->auth.due || nic->auth.recv_due || nic->auth.owed)
+    if (nic->auth.due || nic->auth.recv_due)
         efa_auth_housekeeping(nic, false); /* messages waiting for room */
     for (uint32_t i = 0; nic->reposts_due && i < nic->nslots; i++) {
         struct efa_slot *s = &nic->slots[i];
@@ -324,6 +323,8 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
     if (n == 0 && (nic->auth.busy || inbound_pending(nic)) &&
         nic->ctx->host.progressed)
         nic->ctx->host.progressed(nic->ctx->host.host_ctx);
+    if (nic->auth.owed)
+        efa_auth_answer_owed(nic); /* the completions above may free it */
 out:
     pthread_mutex_unlock(&nic->lock);
     return n;

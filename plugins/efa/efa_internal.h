@@ -400,6 +400,9 @@ void efa_auth_completion(efa_nic *nic, void *op_context, fi_addr_t src,
                          uint64_t len, int err);
 /* Deadlines and messages waiting for a send buffer; from poll(). */
 void efa_auth_housekeeping(efa_nic *nic, bool deadlines);
+/* Answer the FORGETs whose remotes no longer have our operations in
+ * flight (nic->auth.owed); from poll(), after the completions it read. */
+void efa_auth_answer_owed(efa_nic *nic);
 
 /* --------------------------------------------------------- efa_post.c */
 
