@@ -111,6 +111,13 @@ static void who(efa_nic *nic, const struct efa_auth_rec *r, char *buf,
              h.host_id == nic->ctx->host_id ? "" : " on another host");
 }
 
+/* " on another host", or "" for a remote of this host. */
+static const char *elsewhere(efa_nic *nic, const struct efa_auth_rec *r)
+{
+    return hdr_of(r->addr).host_id == nic->ctx->host_id ? ""
+                                                         : " on another host";
+}
+
 /* Handshake in progress (keeps the worker polling: efa_wait_arm). */
 static void progress_set(struct efa_auth *a, struct efa_auth_rec *r,
                          uint8_t ini, uint8_t challenged)
@@ -493,9 +500,9 @@ static void on_forget_message(efa_nic *nic, struct efa_auth_rec *r,
                 r->pid);
         return;
     }
-    char w[64];
-    who(nic, r, w, sizeof(w));
     if (forget) {
+        char w[64];
+        who(nic, r, w, sizeof(w));
         /* Our next operation to it proves us again (efa_auth_tx_ready),
          * after the answer. */
         r->tx_ok = 0;
@@ -829,15 +836,13 @@ static void forget_unanswered(efa_nic *nic, struct efa_auth_rec *r,
     }
     if (++r->unanswered < EFA_AUTH_FORGET_TRIES)
         return;
-    char w[64];
-    who(nic, r, w, sizeof(w));
     a->idle_forgotten++;
-    efa_log(nic->ctx, 1, "%s: forgot the authentication of pid %u (the %s): "
-            "idle and no answer to %u requests to forget it, taken for gone "
-            "(if it is alive and writes again, its immediates are dropped "
-            "until it authenticates again: docs/efa.md); %llu idle remotes "
-            "forgotten so far", nic->name, r->pid, w, EFA_AUTH_FORGET_TRIES,
-            (unsigned long long)a->idle_forgotten);
+    efa_log(nic->ctx, 1, "%s: forgot the authentication of pid %u%s: idle "
+            "and no answer to %u requests to forget it, taken for gone (if "
+            "it is alive and writes again, its immediates are dropped until "
+            "it authenticates again: docs/efa.md); %llu idle remotes "
+            "forgotten so far", nic->name, r->pid, elsewhere(nic, r),
+            EFA_AUTH_FORGET_TRIES, (unsigned long long)a->idle_forgotten);
     rec_free(nic, r);
 }
 
@@ -878,13 +883,11 @@ void efa_auth_housekeeping(efa_nic *nic, bool deadlines)
         else if (r->forgetting)
             forget_unanswered(nic, r, now);
         else if (r->forgot && !r->refs) {
-            char w[64];
-            who(nic, r, w, sizeof(w));
             a->idle_forgotten++;
-            efa_log(nic->ctx, 2, "%s: forgot the authentication of pid %u "
-                    "(the %s): idle, and it agreed to prove itself again "
-                    "(%llu idle remotes forgotten so far)", nic->name,
-                    r->pid, w, (unsigned long long)a->idle_forgotten);
+            efa_log(nic->ctx, 2, "%s: forgot the authentication of pid %u%s: "
+                    "idle, and it agreed to prove itself again (%llu idle "
+                    "remotes forgotten so far)", nic->name, r->pid,
+                    elsewhere(nic, r), (unsigned long long)a->idle_forgotten);
             rec_free(nic, r);
         }
     }

@@ -91,7 +91,7 @@ struct efa_auth {
     uint32_t due;             /* records with a message waiting */
     uint32_t recv_due;        /* receives to post again (bit i) */
     uint64_t dropped;         /* events of unauthenticated senders */
-    uint64_t next_exit_scan_ns; /* next look for exited remotes */
+    uint64_t next_exit_scan_ns; /* next look for exited and idle remotes */
     uint64_t forgotten;       /* records of exited remotes freed */
     uint64_t forget_idle_ns;  /* efa.auth_forget_idle_ms; 0 = never */
     uint64_t idle_forgotten;  /* records of idle remotes freed */
