@@ -42,6 +42,31 @@ static int wait_cv(te_moe_rank *r, uint64_t deadline)
     return pthread_cond_timedwait(&r->cv, &r->mu, &ts);
 }
 
+/* Wait for a write's callback until deadline; mu held. In caller mode the
+ * callbacks run only inside a progress call, so progress the engine
+ * (blocking on its wait objects, in slices of at most 10 ms) unless
+ * another thread is progressing it: then its callbacks signal cv.
+ * ETIMEDOUT once the deadline has passed, like wait_cv. */
+static int wait_done(te_moe_rank *r, uint64_t deadline)
+{
+    if (!r->caller_mode)
+        return wait_cv(r, deadline);
+    uint64_t now = moe_now_ns();
+    /* A deadline already past still gets one look (moe_check_usable). */
+    uint64_t left_ms = now < deadline ? (deadline - now + 999999) / 1000000
+                                      : 0;
+    pthread_mutex_unlock(&r->mu);
+    int rc = te_progress_wait(r->e, -1, left_ms < 10 ? (int)left_ms : 10);
+    pthread_mutex_lock(&r->mu);
+    if (rc == -EBUSY || rc == -EDEADLK) {
+        /* Another thread progresses it, or we are inside one of its
+         * callbacks: wait for the callbacks that thread runs. */
+        uint64_t slice = moe_now_ns() + 1000000;
+        wait_cv(r, slice < deadline ? slice : deadline);
+    }
+    return moe_now_ns() >= deadline ? ETIMEDOUT : 0;
+}
+
 static int64_t submit_counted(te_moe_rank *r, const te_request *q)
 {
     /* Counted before te_submit: the callback may run before it returns. */
@@ -85,7 +110,7 @@ static int64_t put(te_moe_rank *r, uint32_t d, size_t loff, size_t roff,
             return id;
         /* Full: wait for a completion to make room (or 1 ms). */
         pthread_mutex_lock(&r->mu);
-        wait_cv(r, moe_now_ns() + 1000000);
+        wait_done(r, moe_now_ns() + 1000000);
         pthread_mutex_unlock(&r->mu);
     }
 }
@@ -177,7 +202,7 @@ int moe_wait_inflight(te_moe_rank *r, uint64_t deadline, uint64_t *left)
     int rc = 0;
     pthread_mutex_lock(&r->mu);
     while (r->inflight && !rc)
-        if (wait_cv(r, deadline) == ETIMEDOUT && r->inflight)
+        if (wait_done(r, deadline) == ETIMEDOUT && r->inflight)
             rc = -ETIMEDOUT;
     if (left)
         *left = r->inflight;

@@ -72,6 +72,12 @@ if(TARGET te-plugin-efa)
               --experts 64 --hidden 128 --tokens 48 --batches 2 --bf16 --skew)
   moe_run_efa(moe_run_efa_shm_private0 --ranks 4 --topk 2 --experts 16
               --hidden 256 --tokens 32 --private 0 --batches 2)
+  # Caller-driven progress: no engine threads, each rank's waits progress
+  # its engine (before: the writes' callbacks never ran and every batch
+  # failed at its deadline with "writes not completed").
+  moe_run_efa(moe_run_efa_shm_caller --ranks 4 --topk 2 --experts 16
+              --hidden 256 --tokens 32 --batches 3
+              --set engine.progress=caller)
   moe_run_efa(moe_run_efa_shm_2nic --ranks 4 --topk 2 --experts 16
               --hidden 256 --tokens 32 --batches 2
               --set engine.nics_per_group=2 --set efa.devices=2)
@@ -103,6 +109,14 @@ endif()
 add_test(NAME moe_run_submit_queue_full COMMAND te-moe-tool run --ranks 8
          --topk 2 --experts 64 --hidden 64 --tokens 48 --private 0
          --batches 3 --set engine.submit_queue_depth=2)
+# The same over loopback in caller mode (its NICs have wait objects: the
+# ranks block in te_progress_wait between events).
+add_test(NAME moe_run_loopback_caller COMMAND te-moe-tool run --ranks 4
+         --topk 2 --experts 16 --hidden 128 --tokens 32 --batches 3
+         --set engine.progress=caller)
+set_tests_properties(moe_run_loopback_caller PROPERTIES LABELS moe
+  TIMEOUT 120 ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}"
+  PASS_REGULAR_EXPRESSION "te-moe run: OK" FAIL_REGULAR_EXPRESSION "FAILED|WRONG")
 set_tests_properties(moe_run_submit_queue_full PROPERTIES LABELS moe
   TIMEOUT 120 ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}"
   PASS_REGULAR_EXPRESSION "te-moe run: OK" FAIL_REGULAR_EXPRESSION "FAILED|WRONG")

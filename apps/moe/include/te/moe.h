@@ -68,7 +68,10 @@ typedef struct te_moe_rank te_moe_rank;
  * Create rank `rank` on engine e (group 0): allocate and register its
  * buffers, create its immediate space. The engine's address, the rank's
  * descriptor (te_moe_rank_blob) and its config are exchanged by the
- * application (te_moe_rank_connect).
+ * application (te_moe_rank_connect). Either progress mode of the engine
+ * (te.h): with engine.progress = caller the rank's calls progress the
+ * engine themselves while they wait (the calling thread runs its
+ * callbacks), or wait for another thread that is progressing it.
  */
 TE_API int te_moe_rank_new(te_engine *e, const te_moe_config *c, uint32_t rank,
                            te_moe_rank **out);
