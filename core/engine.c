@@ -606,6 +606,13 @@ TE_API const char *te_engine_plugin_name(const te_engine *e)
     return e ? e->plugin.ops->name : "";
 }
 
+TE_API int te_engine_progress_mode(const te_engine *e)
+{
+    if (!e)
+        return -EINVAL;
+    return e->s.caller_progress ? TE_PROGRESS_CALLER : TE_PROGRESS_THREAD;
+}
+
 TE_API int te_engine_address(te_engine *e, int group, void *buf, size_t *len)
 {
     te_error_clear();

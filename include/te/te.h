@@ -220,6 +220,21 @@ TE_API int te_engine_nic_count(const te_engine *e, int group);
 /** Name of the transport plugin in use (e.g. "loopback"). */
 TE_API const char *te_engine_plugin_name(const te_engine *e);
 
+/** Who moves an engine (engine.progress; "caller-driven progress" below). */
+enum te_progress_mode {
+    TE_PROGRESS_THREAD = 0, /**< engine threads: worker and callback */
+    TE_PROGRESS_CALLER = 1, /**< no engine threads: te_progress() */
+};
+
+/**
+ * The engine's progress mode (enum te_progress_mode), or -EINVAL for NULL.
+ * For libraries built on an engine they do not own: in caller mode their
+ * callbacks run only inside the application's progress calls, so a
+ * library that waits for one must progress the engine itself while it
+ * waits, or refuse such an engine.
+ */
+TE_API int te_engine_progress_mode(const te_engine *e);
+
 /** Description of one NIC of a group (te_engine_nic_info()). */
 typedef struct te_nic_info {
     char name[64];      /**< transport's device name, e.g. "lo0" */

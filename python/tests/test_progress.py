@@ -21,6 +21,12 @@ def _progress_until(engines, pred, timeout=20.0):
     return pred()
 
 
+def test_progress_mode_is_reported():
+    with te.Engine() as t, te.Engine(CALLER) as c:
+        assert t.progress_mode == "thread"
+        assert c.progress_mode == "caller"
+
+
 def test_thread_mode_refuses():
     with te.Engine() as e:
         with pytest.raises(te.TEError) as ei:

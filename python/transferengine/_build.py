@@ -179,6 +179,7 @@ void te_engine_destroy(te_engine *e);
 int te_engine_group_count(const te_engine *e);
 int te_engine_nic_count(const te_engine *e, int group);
 const char *te_engine_plugin_name(const te_engine *e);
+int te_engine_progress_mode(const te_engine *e);
 int te_engine_nic_info(const te_engine *e, int group, int nic, te_nic_info *out);
 int te_engine_address(te_engine *e, int group, void *buf, size_t *len);
 int te_engine_paths(const te_engine *e, int group, int nic, te_path_info *out,

@@ -134,6 +134,13 @@ class Engine:
         return cstr(lib.te_engine_plugin_name(self._cdata()))
 
     @property
+    def progress_mode(self) -> str:
+        """Who moves the engine (engine.progress): "thread" (its worker and
+        callback threads) or "caller" (progress()/progress_wait())."""
+        mode = check(lib.te_engine_progress_mode(self._cdata()))
+        return "caller" if mode == 1 else "thread"
+
+    @property
     def groups(self) -> int:
         """Number of NIC groups."""
         return check(lib.te_engine_group_count(self._cdata()))

@@ -36,6 +36,11 @@ START_TEST(defaults)
     ck_assert_int_eq(te_engine_nic_count(e, 0), 1);
     ck_assert_int_eq(te_engine_nic_count(e, 1), -EINVAL);
     ck_assert_str_eq(te_engine_plugin_name(e), "loopback");
+    ck_assert_int_eq(te_engine_progress_mode(e), TE_PROGRESS_THREAD);
+    ck_assert_int_eq(te_engine_progress_mode(NULL), -EINVAL);
+    te_engine *c = make("[engine]\nprogress = caller\n");
+    ck_assert_int_eq(te_engine_progress_mode(c), TE_PROGRESS_CALLER);
+    te_engine_destroy(c);
     te_nic_info ni;
     ck_assert_int_eq(te_engine_nic_info(e, 0, 0, &ni), 0);
     ck_assert_str_eq(ni.name, "lo0");

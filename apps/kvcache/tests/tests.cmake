@@ -36,6 +36,16 @@ set_tests_properties(kvcache_demo PROPERTIES TIMEOUT 120 LABELS kvcache
   ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}"
   PASS_REGULAR_EXPRESSION "te-kv demo: OK")
 
+# The demo in caller-driven progress: the tool runs one thread per engine
+# that progresses it (the libraries react in callbacks; before, every
+# request was fenced at the ACCEPT deadline).
+add_test(NAME kvcache_demo_caller COMMAND te-kv-tool demo --model qwen3-235b-a22b
+         --layers 6 --tokens 256 --prefillers 2 --requests 6 --layer-us 200
+         --set engine.progress=caller)
+set_tests_properties(kvcache_demo_caller PROPERTIES TIMEOUT 120 LABELS kvcache
+  ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}"
+  PASS_REGULAR_EXPRESSION "te-kv demo: OK")
+
 # Membership through a real etcd (Debian etcd-server) started on 127.0.0.1
 # with a temporary data dir by scripts/etcd-run.sh and stopped after.
 add_test(NAME kvcache_etcd

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -65,6 +66,61 @@ int kv_tool_shape_of(const struct opts *o, te_kv_shape *s)
     return rc;
 }
 
+/* The progress threads of caller-mode engines (kv_tool_engine). */
+#define KV_TOOL_MAX_ENGINES 64
+static struct progressor {
+    te_engine *e;
+    pthread_t th;
+    atomic_int stop;
+} progressors[KV_TOOL_MAX_ENGINES];
+static pthread_mutex_t progressors_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *progress_loop(void *arg)
+{
+    struct progressor *p = arg;
+    while (!atomic_load(&p->stop))
+        te_progress_wait(p->e, -1, 50);
+    return NULL;
+}
+
+static void progressor_start(te_engine *e)
+{
+    pthread_mutex_lock(&progressors_mu);
+    struct progressor *p = NULL;
+    for (int i = 0; i < KV_TOOL_MAX_ENGINES && !p; i++)
+        if (!progressors[i].e)
+            p = &progressors[i];
+    if (p) {
+        p->e = e;
+        atomic_store(&p->stop, 0);
+        if (pthread_create(&p->th, NULL, progress_loop, p))
+            p->e = NULL;
+    }
+    pthread_mutex_unlock(&progressors_mu);
+    if (!p || !p->e) {
+        fprintf(stderr, "te-kv: engine.progress = caller: cannot start the "
+                "thread that progresses the engine\n");
+        exit(1);
+    }
+}
+
+void kv_tool_engine_destroy(te_engine *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&progressors_mu);
+    for (int i = 0; i < KV_TOOL_MAX_ENGINES; i++) {
+        struct progressor *p = &progressors[i];
+        if (p->e != e)
+            continue;
+        atomic_store(&p->stop, 1);
+        pthread_join(p->th, NULL);
+        p->e = NULL;
+    }
+    pthread_mutex_unlock(&progressors_mu);
+    te_engine_destroy(e);
+}
+
 te_engine *kv_tool_engine(const struct opts *o)
 {
     te_config *c = te_config_new();
@@ -92,6 +148,8 @@ te_engine *kv_tool_engine(const struct opts *o)
         exit(1);
     }
     te_config_free(c);
+    if (te_engine_progress_mode(e) == TE_PROGRESS_CALLER)
+        progressor_start(e);
     return e;
 }
 
@@ -151,7 +209,7 @@ static int run_prefill(const struct opts *o)
            PRIu64 " rejected\n", o->name, ps.completed, ps.cancelled,
            ps.rejected);
     te_kv_prefiller_free(p);
-    te_engine_destroy(e);
+    kv_tool_engine_destroy(e);
     return 0;
 }
 
@@ -307,8 +365,7 @@ out:
     if (g_dec)
         te_kv_decoder_free(g_dec);
     g_dec = NULL;
-    if (e)
-        te_engine_destroy(e);
+    kv_tool_engine_destroy(e);
     te_kv_store_close(st);
     free(t.t_end);
     return ok ? 0 : 1;

@@ -119,9 +119,9 @@ int kv_tool_run_bench(const struct opts *o)
     te_kv_decoder_free(g_dec);
     for (uint32_t i = 0; i < np; i++) {
         te_kv_prefiller_free(pf[i]);
-        te_engine_destroy(pe[i]);
+        kv_tool_engine_destroy(pe[i]);
     }
-    te_engine_destroy(de);
+    kv_tool_engine_destroy(de);
     free(exposed);
     free(t_start);
     free(t.t_end);

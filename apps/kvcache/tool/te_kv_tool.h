@@ -42,8 +42,13 @@ extern te_kv_decoder *g_dec;
 double kv_tool_now_s(void);
 /* The model shape of the options (message on stderr on failure). */
 int kv_tool_shape_of(const struct opts *o, te_kv_shape *s);
-/* An engine configured by the options; exits on failure. */
+/* An engine configured by the options; exits on failure. With
+ * engine.progress = caller (--set) a thread of this tool progresses it:
+ * the te-kv libraries react to messages and completions in its callbacks,
+ * which then run only inside progress calls. */
 te_engine *kv_tool_engine(const struct opts *o);
+/* Stop that thread (if any), then te_engine_destroy. */
+void kv_tool_engine_destroy(te_engine *e);
 /* te_kv_done_fn: counts, verifies and releases (arg: struct tally). */
 void kv_tool_on_done(uint64_t id, int status, const char *why, void *arg);
 

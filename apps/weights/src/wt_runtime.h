@@ -26,15 +26,20 @@ typedef struct wt_track {
     uint64_t inflight;             /* staging bytes of writes not yet done */
     int failed;
     char reason[256];
+    te_engine *caller_engine;      /* the engine if in caller mode, else NULL */
 } wt_track;
 
-wt_track *wt_track_new(uint64_t nwrites, const uint64_t *bytes);
+/* e: the trainer's engine; in caller mode (te_engine_progress_mode) the
+ * callbacks run only inside progress calls, so wt_track_sleep makes them. */
+wt_track *wt_track_new(uint64_t nwrites, const uint64_t *bytes, te_engine *e);
 void wt_track_free(wt_track *k);
 /* user_data of a request of the current push (index: local write or slot). */
 uint64_t wt_track_user_data(const wt_track *k, int read, uint64_t index);
 /* The te_done_fn of every trainer request (arg: the tracker). */
 void wt_track_done(const te_completion *c, void *arg);
-/* Under mu: sleep until a completion or `until` (wt_now() seconds). */
+/* Under mu: sleep until a completion or `until` (wt_now() seconds); in
+ * caller mode, progress the engine meanwhile (at most 10 ms), unless
+ * another thread is progressing it. */
 void wt_track_sleep(wt_track *k, double until);
 /* Wait until nothing is outstanding or the deadline; 1 if some still is. */
 int wt_track_quiesce(wt_track *k, double deadline);

@@ -3,13 +3,16 @@
  * done callback (te_request.done) into this tracker, so the library never
  * reads the engine-wide completion queue: an engine shared with other
  * subsystems keeps their completions, and theirs never count as ours.
- * Callbacks run on the engine's callback thread; the pushing thread sleeps
- * on the condition variable. Each request's user_data carries the serial
+ * Callbacks run on the engine's callback thread and the pushing thread
+ * sleeps on the condition variable; in caller mode they run inside
+ * progress calls, which the sleeping thread then makes itself (or another
+ * thread that is progressing the engine does). Each request's user_data carries the serial
  * of its push, so a late completion of an earlier push (one that returned
  * at its deadline) is counted only in `outstanding`, never against the
  * current push's writes or reads.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +25,7 @@
 #define UD_SERIAL_MASK ((1ull << 23) - 1)
 #define UD_INDEX_MASK ((1ull << UD_SERIAL_SHIFT) - 1)
 
-wt_track *wt_track_new(uint64_t nwrites, const uint64_t *bytes)
+wt_track *wt_track_new(uint64_t nwrites, const uint64_t *bytes, te_engine *e)
 {
     wt_track *k = calloc(1, sizeof(*k));
     if (!k)
@@ -43,6 +46,8 @@ wt_track *wt_track_new(uint64_t nwrites, const uint64_t *bytes)
     pthread_mutex_init(&k->mu, NULL);
     memcpy(k->bytes, bytes, nwrites * sizeof(uint64_t));
     k->nwrites = nwrites;
+    if (te_engine_progress_mode(e) == TE_PROGRESS_CALLER)
+        k->caller_engine = e;
     return k;
 }
 
@@ -97,6 +102,19 @@ void wt_track_done(const te_completion *c, void *arg)
 
 void wt_track_sleep(wt_track *k, double until)
 {
+    if (k->caller_engine) {
+        double left = until - wt_now();
+        int ms = left <= 0 ? 0 : left >= 0.010 ? 10 : (int)(left * 1000) + 1;
+        pthread_mutex_unlock(&k->mu);
+        int rc = te_progress_wait(k->caller_engine, -1, ms);
+        pthread_mutex_lock(&k->mu);
+        if (rc != -EBUSY && rc != -EDEADLK)
+            return;
+        /* Another thread progresses it (or we are inside one of its
+         * callbacks): its callbacks signal cv; wait a slice for them. */
+        double slice = wt_now() + 0.001;
+        until = slice < until ? slice : until;
+    }
     struct timespec ts;
     double s = until > 0 ? until : 0;
     ts.tv_sec = (time_t)s;

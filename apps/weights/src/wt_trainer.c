@@ -96,7 +96,7 @@ static wt_track *new_track(const te_wt_trainer *t)
         return NULL;
     for (uint64_t w = 0; w < n; w++)
         bytes[w] = t->sh->slices[t->s->writes[first + w].slice].bytes;
-    wt_track *k = wt_track_new(n, bytes);
+    wt_track *k = wt_track_new(n, bytes, t->e);
     free(bytes);
     return k;
 }
