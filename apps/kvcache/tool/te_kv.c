@@ -78,8 +78,11 @@ static pthread_mutex_t progressors_mu = PTHREAD_MUTEX_INITIALIZER;
 static void *progress_loop(void *arg)
 {
     struct progressor *p = arg;
+    /* -EBUSY: a library call is progressing it now (te_imm_wait and
+     * te_poll_completions do); let it, without spinning. */
     while (!atomic_load(&p->stop))
-        te_progress_wait(p->e, -1, 50);
+        if (te_progress_wait(p->e, -1, 50) == -EBUSY)
+            usleep(100);
     return NULL;
 }
 
