@@ -45,6 +45,7 @@ struct te_moe_proxy {
     struct proxy_target targets[PROXY_TARGETS];
     struct proxy_watch *watches;
     pthread_t thread;
+    int caller_mode; /* engine.progress = caller: this thread progresses */
     atomic_int stop;
     atomic_uint_fast64_t submitted, completed, failed;
     /* One reference for the owner, one per write in flight and per armed
@@ -170,6 +171,12 @@ static void *proxy_main(void *arg)
          * ThreadSanitizer with a CPU producer. */
         if (__atomic_load_n(&en->seq, __ATOMIC_ACQUIRE) != (uint32_t)(head + 1) ||
             __atomic_load_n(&p->ring->error, __ATOMIC_ACQUIRE)) {
+            /* In caller mode this thread is the engine's progress: the
+             * completions and watches of its writes happen here. */
+            if (p->caller_mode && te_progress(p->e, -1, 0) > 0) {
+                idle = 0;
+                continue;
+            }
             /* spin a little, then yield: the producer posts in bursts */
             if (++idle > 2000)
                 usleep(20);
@@ -204,6 +211,7 @@ int te_moe_proxy_create(te_engine *e, void *mem, uint32_t entries, uint32_t flag
     memset(mem, 0, te_moe_ring_bytes(entries, flags));
     atomic_init(&p->refs, 1);
     p->e = e;
+    p->caller_mode = te_engine_progress_mode(e) == TE_PROGRESS_CALLER;
     p->ring = mem;
     p->ring->entries = entries;
     p->ring->flags = flags;
@@ -294,7 +302,8 @@ void te_moe_proxy_destroy(te_moe_proxy *p)
     atomic_store(&p->stop, 1);
     pthread_join(p->thread, NULL);
     for (int i = 0; i < PROXY_DESTROY_WAIT_MS * 2 && proxy_in_flight(p); i++)
-        usleep(500);
+        if (!p->caller_mode || te_progress_wait(p->e, -1, 1) == -EBUSY)
+            usleep(500); /* caller mode: its thread is gone, progress here */
     uint64_t left = proxy_in_flight(p);
     if (left)
         te_log_printf(TE_LOG_ERROR, "te-moe",
