@@ -261,6 +261,10 @@ void tb_sets_free(struct tb_sets *s);
 int tb_engine_create(const char *config_text, const char *const *base,
                      int nbase, const struct tb_sets *extra, int use_probe,
                      te_engine **out, char *err, size_t errlen);
+/* A WriteImm of len bytes from local (offset 0) to remote (offset 0) on
+ * peer, carrying imm. */
+te_request tb_imm_write(te_peer peer, te_mr *local, const te_mr_desc *remote,
+                        size_t len, uint32_t imm);
 /* FNV-1a over the region, in 64-bit words (the checksum of --verify). */
 uint64_t tb_checksum(const void *p, size_t len);
 void tb_fill(void *p, size_t len, uint64_t seed);

@@ -61,6 +61,20 @@ static int apply_set(te_config *cfg, const char *s, char *err, size_t errlen)
     return rc;
 }
 
+te_request tb_imm_write(te_peer peer, te_mr *local, const te_mr_desc *remote,
+                        size_t len, uint32_t imm)
+{
+    te_request q;
+    te_request_init(&q, TE_OP_WRITE);
+    q.flags = TE_F_IMM;
+    q.imm = imm;
+    q.u.xfer.peer = peer;
+    q.u.xfer.local = local;
+    q.u.xfer.remote = remote;
+    q.u.xfer.len = len;
+    return q;
+}
+
 int tb_engine_create(const char *config_text, const char *const *base,
                      int nbase, const struct tb_sets *extra, int use_probe,
                      te_engine **out, char *err, size_t errlen)

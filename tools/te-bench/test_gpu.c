@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
 #include "te/te.h"
 #include "test_gpu.h"
 
@@ -148,14 +149,7 @@ static int bench_cudawrite(const struct tb_gpu_opts *o)
             status = 1;
         }
         for (int i = 0; i < iters && !status; i++) {
-            te_request q;
-            te_request_init(&q, TE_OP_WRITE);
-            q.flags = TE_F_IMM;
-            q.imm = 0x600u;
-            q.u.xfer.peer = p.pb;
-            q.u.xfer.local = smr;
-            q.u.xfer.remote = &dd;
-            q.u.xfer.len = len;
+            te_request q = tb_imm_write(p.pb, smr, &dd, len, 0x600u);
             uint64_t t0 = now_ns();
             if (te_submit(p.a, &q) < 0 || te_imm_wait(p.b, 0x600u, 1, 20000)) {
                 fprintf(stderr, "te-bench: write: %s\n", te_last_error());
@@ -299,21 +293,6 @@ static int bench_watcher(const struct tb_gpu_opts *o)
 
 /* -------------------------------------------------------------- gpuflag */
 
-/* An 8-byte WriteImm from the pair's client to its server. */
-static te_request flag_write(const struct pair *p, te_mr *smr,
-                             const te_mr_desc *dd, uint32_t imm)
-{
-    te_request q;
-    te_request_init(&q, TE_OP_WRITE);
-    q.flags = TE_F_IMM;
-    q.imm = imm;
-    q.u.xfer.peer = p->pb;
-    q.u.xfer.local = smr;
-    q.u.xfer.remote = dd;
-    q.u.xfer.len = 8;
-    return q;
-}
-
 static int bench_gpuflag(const struct tb_gpu_opts *o)
 {
     int iters = o->iters > 0 ? o->iters : 1000;
@@ -352,7 +331,7 @@ static int bench_gpuflag(const struct tb_gpu_opts *o)
         if (kind == 2) {
             struct timespec nap = {0, 200000};
             nanosleep(&nap, NULL);
-            te_request q = flag_write(&p, smr, &dd, 0x701u);
+            te_request q = tb_imm_write(p.pb, smr, &dd, 8, 0x701u);
             uint64_t t0 = now_ns(), banked = 0;
             int armed = 0;
             if (te_submit(p.a, &q) < 0) {
@@ -384,7 +363,7 @@ static int bench_gpuflag(const struct tb_gpu_opts *o)
         if (reference) {
             te_gpu_flag_store(f, value);
         } else {
-            te_request q = flag_write(&p, smr, &dd, 0x700u);
+            te_request q = tb_imm_write(p.pb, smr, &dd, 8, 0x700u);
             if (te_imm_expect_gpu_flag(p.b, 0x700u, 1, 5000, f, value) ||
                 te_submit(p.a, &q) < 0) {
                 fprintf(stderr, "te-bench: gpuflag: %s\n", te_last_error());

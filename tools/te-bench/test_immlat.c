@@ -78,14 +78,9 @@ void tb_test_immlat(struct tb_session *s, struct tb_result_row *row)
         row->lat_key[k] = "submit_to_callback_us";
     }
 
-    te_request r;
-    te_request_init(&r, TE_OP_WRITE);
-    r.flags = TE_F_IMM;
+    /* imm set per sample below */
+    te_request r = tb_imm_write(env.peer[0], mr, &env.desc[0], 0, 0);
     r.route.kind = TE_ROUTE_PIN; /* one imm per request (k shards = k imms) */
-    r.u.xfer.peer = env.peer[0];
-    r.u.xfer.local = mr;
-    r.u.xfer.remote = &env.desc[0];
-    r.u.xfer.len = 0;
     int reps = o->warmup + o->reps;
     te_completion cq[4];
     for (int rep = 0; rep < reps && !rc; rep++) {

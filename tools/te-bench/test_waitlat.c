@@ -90,14 +90,7 @@ static void wl_close(struct wl_pair *p)
  * taken after the clock stops. */
 static int wl_sample(struct wl_pair *p, size_t len, struct tb_samples *us)
 {
-    te_request q;
-    te_request_init(&q, TE_OP_WRITE);
-    q.flags = TE_F_IMM;
-    q.imm = WL_IMM;
-    q.u.xfer.peer = p->pb;
-    q.u.xfer.local = p->smr;
-    q.u.xfer.remote = &p->dd;
-    q.u.xfer.len = len;
+    te_request q = tb_imm_write(p->pb, p->smr, &p->dd, len, WL_IMM);
     uint64_t t0 = tb_now_ns();
     if (te_submit(p->a, &q) < 0 || te_imm_wait(p->b, WL_IMM, 1, 10000)) {
         fprintf(stderr, "te-bench: waitlat: %s\n", te_last_error());
