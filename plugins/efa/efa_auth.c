@@ -102,20 +102,19 @@ static struct efa_auth_rec *rec_find(efa_nic *nic, const uint8_t *addr)
     return NULL;
 }
 
-/* "peer of pid 4242", for logs and errors. */
-static void who(efa_nic *nic, const struct efa_auth_rec *r, char *buf,
-                size_t len)
-{
-    struct efa_wire_addr h = hdr_of(r->addr);
-    snprintf(buf, len, "peer of pid %u%s", h.pid,
-             h.host_id == nic->ctx->host_id ? "" : " on another host");
-}
-
 /* " on another host", or "" for a remote of this host. */
 static const char *elsewhere(efa_nic *nic, const struct efa_auth_rec *r)
 {
     return hdr_of(r->addr).host_id == nic->ctx->host_id ? ""
                                                          : " on another host";
+}
+
+/* "peer of pid 4242", for logs and errors. */
+static void who(efa_nic *nic, const struct efa_auth_rec *r, char *buf,
+                size_t len)
+{
+    snprintf(buf, len, "peer of pid %u%s", hdr_of(r->addr).pid,
+             elsewhere(nic, r));
 }
 
 /* Handshake in progress (keeps the worker polling: efa_wait_arm). */

@@ -94,9 +94,6 @@ struct te_moe_rank {
     uint64_t serial;   /* the current batch */
     uint32_t completed, failed; /* of this serial's writes */
     uint64_t inflight; /* writes of any serial whose callback has not run */
-    /* engine.progress = caller: no callback thread, so waits for those
-     * callbacks progress the engine themselves (moe_write.c). */
-    int caller_mode;
     char failed_why[96];
     /* Set when a batch's writes could not be confirmed: their bytes may
      * still land, so no batch restages the buffers until inflight is 0. */

@@ -45,7 +45,6 @@ struct te_moe_proxy {
     struct proxy_target targets[PROXY_TARGETS];
     struct proxy_watch *watches;
     pthread_t thread;
-    int caller_mode; /* engine.progress = caller: this thread progresses */
     atomic_int stop;
     atomic_uint_fast64_t submitted, completed, failed;
     /* One reference for the owner, one per write in flight and per armed
@@ -160,6 +159,7 @@ static int submit_entry(te_moe_proxy *p, uint64_t pos, const te_moe_ring_entry *
 static void *proxy_main(void *arg)
 {
     te_moe_proxy *p = arg;
+    int caller = te_engine_progress_mode(p->e) == TE_PROGRESS_CALLER;
     uint32_t mask = p->ring->entries - 1;
     uint64_t head = __atomic_load_n(&p->ring->consumed, __ATOMIC_RELAXED);
     unsigned idle = 0;
@@ -173,7 +173,7 @@ static void *proxy_main(void *arg)
             __atomic_load_n(&p->ring->error, __ATOMIC_ACQUIRE)) {
             /* In caller mode this thread is the engine's progress: the
              * completions and watches of its writes happen here. */
-            if (p->caller_mode && te_progress(p->e, -1, 0) > 0) {
+            if (caller && te_progress(p->e, -1, 0) > 0) {
                 idle = 0;
                 continue;
             }
@@ -211,7 +211,6 @@ int te_moe_proxy_create(te_engine *e, void *mem, uint32_t entries, uint32_t flag
     memset(mem, 0, te_moe_ring_bytes(entries, flags));
     atomic_init(&p->refs, 1);
     p->e = e;
-    p->caller_mode = te_engine_progress_mode(e) == TE_PROGRESS_CALLER;
     p->ring = mem;
     p->ring->entries = entries;
     p->ring->flags = flags;
@@ -302,7 +301,8 @@ void te_moe_proxy_destroy(te_moe_proxy *p)
     atomic_store(&p->stop, 1);
     pthread_join(p->thread, NULL);
     for (int i = 0; i < PROXY_DESTROY_WAIT_MS * 2 && proxy_in_flight(p); i++)
-        if (!p->caller_mode || te_progress_wait(p->e, -1, 1) == -EBUSY)
+        if (te_engine_progress_mode(p->e) != TE_PROGRESS_CALLER ||
+            te_progress_wait(p->e, -1, 1) == -EBUSY)
             usleep(500); /* caller mode: its thread is gone, progress here */
     uint64_t left = proxy_in_flight(p);
     if (left)

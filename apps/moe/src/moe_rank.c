@@ -135,7 +135,6 @@ int te_moe_rank_new(te_engine *e, const te_moe_config *c, uint32_t rank,
         return moe_fail(-ENOMEM, "te-moe: mutex/condition");
     }
     r->nics = (uint32_t)te_engine_nic_count(e, 0);
-    r->caller_mode = te_engine_progress_mode(e) == TE_PROGRESS_CALLER;
     size_t elem = c->dtype == TE_MOE_BF16 ? 2 : 4;
     r->row_bytes = sizeof(struct moe_row_meta) + c->hidden * elem;
     r->crow_bytes = 16 + (size_t)c->hidden * 4;

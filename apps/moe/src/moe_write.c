@@ -49,7 +49,7 @@ static int wait_cv(te_moe_rank *r, uint64_t deadline)
  * ETIMEDOUT once the deadline has passed, like wait_cv. */
 static int wait_done(te_moe_rank *r, uint64_t deadline)
 {
-    if (!r->caller_mode)
+    if (te_engine_progress_mode(r->e) != TE_PROGRESS_CALLER)
         return wait_cv(r, deadline);
     uint64_t now = moe_now_ns();
     /* A deadline already past still gets one look (moe_check_usable). */

@@ -26,10 +26,10 @@ typedef struct wt_track {
     uint64_t inflight;             /* staging bytes of writes not yet done */
     int failed;
     char reason[256];
-    te_engine *caller_engine;      /* the engine if in caller mode, else NULL */
+    te_engine *e;                  /* the trainer's */
 } wt_track;
 
-/* e: the trainer's engine; in caller mode (te_engine_progress_mode) the
+/* e: the trainer's engine; in caller mode (te_engine_progress_mode) its
  * callbacks run only inside progress calls, so wt_track_sleep makes them. */
 wt_track *wt_track_new(uint64_t nwrites, const uint64_t *bytes, te_engine *e);
 void wt_track_free(wt_track *k);

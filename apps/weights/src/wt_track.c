@@ -46,8 +46,7 @@ wt_track *wt_track_new(uint64_t nwrites, const uint64_t *bytes, te_engine *e)
     pthread_mutex_init(&k->mu, NULL);
     memcpy(k->bytes, bytes, nwrites * sizeof(uint64_t));
     k->nwrites = nwrites;
-    if (te_engine_progress_mode(e) == TE_PROGRESS_CALLER)
-        k->caller_engine = e;
+    k->e = e;
     return k;
 }
 
@@ -102,11 +101,11 @@ void wt_track_done(const te_completion *c, void *arg)
 
 void wt_track_sleep(wt_track *k, double until)
 {
-    if (k->caller_engine) {
+    if (te_engine_progress_mode(k->e) == TE_PROGRESS_CALLER) {
         double left = until - wt_now();
         int ms = left <= 0 ? 0 : left >= 0.010 ? 10 : (int)(left * 1000) + 1;
         pthread_mutex_unlock(&k->mu);
-        int rc = te_progress_wait(k->caller_engine, -1, ms);
+        int rc = te_progress_wait(k->e, -1, ms);
         pthread_mutex_lock(&k->mu);
         if (rc != -EBUSY && rc != -EDEADLK)
             return;
