@@ -46,9 +46,9 @@ void te_heartbeat_send(struct te_engine *e, struct te_group *g, struct turn *t)
     uint64_t idle_ns = (uint64_t)e->s.heartbeat_ms * 1000000ull;
     /* Scan a quarter period at a time: thousands of peers cost the worker
      * a scan every few ms otherwise; a probe is at most 1.25 periods late. */
-    if (t->now_ns < t->next_hb_ns)
+    if (te_turn_now(t) < t->next_hb_ns)
         return;
-    t->next_hb_ns = t->now_ns + idle_ns / 4;
+    t->next_hb_ns = te_turn_now(t) + idle_ns / 4;
     uint32_t np = atomic_load_explicit(&g->peer_count, memory_order_relaxed);
     for (uint32_t p = 0; p < np; p++) {
         struct te_peer_entry *pe = &g->peers[p];
@@ -57,7 +57,7 @@ void te_heartbeat_send(struct te_engine *e, struct te_group *g, struct turn *t)
             continue;
         for (uint32_t i = 0; i < g->nic_count; i++) {
             if (!pe->hb_known[i] || pe->hb_inflight[i] || pe->outstanding[i] ||
-                t->now_ns - pe->last_progress_ns[i] < idle_ns)
+                te_turn_now(t) - pe->last_progress_ns[i] < idle_ns)
                 continue;
             struct te_plugin_op op;
             memset(&op, 0, sizeof(op));
@@ -71,7 +71,7 @@ void te_heartbeat_send(struct te_engine *e, struct te_group *g, struct turn *t)
                 continue;
             pe->hb_inflight[i] = 1;
             pe->outstanding[i]++;
-            pe->last_progress_ns[i] = t->now_ns;
+            pe->last_progress_ns[i] = te_turn_now(t);
             t->did_work = 1;
         }
     }
@@ -91,7 +91,7 @@ void te_heartbeat_done(struct te_engine *e, struct te_group *g, struct turn *t,
     struct te_peer_entry *pe = &g->peers[p];
     pe->hb_inflight[i] = 0;
     pe->outstanding[i]--;
-    pe->last_progress_ns[i] = t->now_ns;
+    pe->last_progress_ns[i] = te_turn_now(t);
     if (ce->status == 0)
         return;
     if (connection_error(ce->status)) {

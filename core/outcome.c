@@ -54,7 +54,7 @@ void te_req_track(struct te_group *g, struct turn *t, struct te_req *q)
     int32_t ms = q->r.timeout_ms;
     if (ms == 0)
         ms = (int32_t)g->e->s.request_timeout_ms;
-    q->deadline_ns = ms > 0 ? t->now_ns + (uint64_t)ms * 1000000ull : 0;
+    q->deadline_ns = ms > 0 ? te_turn_now(t) + (uint64_t)ms * 1000000ull : 0;
     if (q->deadline_ns)
         g->timed_reqs++;
 }
@@ -181,7 +181,7 @@ static void check_deadlines(struct te_engine *e, struct te_group *g,
     for (struct te_link *l = g->inflight.next; l != &g->inflight;) {
         struct te_req *q = (struct te_req *)l;
         l = l->next;
-        if (q->delivered || !q->deadline_ns || t->now_ns < q->deadline_ns)
+        if (q->delivered || !q->deadline_ns || te_turn_now(t) < q->deadline_ns)
             continue;
         int32_t ms = q->r.timeout_ms ? q->r.timeout_ms
                                      : (int32_t)e->s.request_timeout_ms;
@@ -204,7 +204,7 @@ static void check_peers(struct te_engine *e, struct te_group *g,
             continue;
         for (uint32_t i = 0; i < g->nic_count; i++) {
             if (pe->outstanding[i] &&
-                t->now_ns - pe->last_progress_ns[i] > limit) {
+                te_turn_now(t) - pe->last_progress_ns[i] > limit) {
                 char why[192];
                 snprintf(why, sizeof(why), "no completion on NIC %s for %u "
                          "ms with %u operations outstanding (engine."
@@ -219,9 +219,9 @@ static void check_peers(struct te_engine *e, struct te_group *g,
 
 void te_worker_check(struct te_engine *e, struct te_group *g, struct turn *t)
 {
-    if (t->now_ns < t->next_check_ns)
+    if (!te_turn_clock_due(t) || te_turn_now(t) < t->next_check_ns)
         return;
-    t->next_check_ns = t->now_ns + TE_CHECK_INTERVAL_NS;
+    t->next_check_ns = te_turn_now(t) + TE_CHECK_INTERVAL_NS;
     if (g->inflight_reqs)
         check_deadlines(e, g, t);
     if (e->s.peer_timeout_ms)

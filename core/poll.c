@@ -51,7 +51,7 @@ static void on_local(struct te_engine *e, struct te_group *g, struct turn *t,
     struct te_peer_entry *pe = c->peer;
     c->inflight--;
     pe->outstanding[c->nic]--;
-    pe->last_progress_ns[c->nic] = t->now_ns;
+    pe->last_progress_ns[c->nic] = te_turn_now(t);
     q->ops_done++;
     if (ce->status)
         te_req_fail(q, ce->status, "%s to peer %u on NIC %s failed: %s",

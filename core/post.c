@@ -183,7 +183,7 @@ static void commit(struct te_group *g, struct turn *t, struct te_nic *n,
     struct te_peer_entry *pe = pq->head->peer;
     uint32_t nic = pq->head->nic;
     if (pe->outstanding[nic] == 0)
-        pe->last_progress_ns[nic] = t->now_ns;
+        pe->last_progress_ns[nic] = te_turn_now(t);
     /* The heartbeat's target: where this write goes (a place the peer
      * registered for remote writes, with a key valid on that NIC pair). */
     const struct te_cursor *h0 = pq->head;

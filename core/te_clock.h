@@ -22,6 +22,15 @@ static inline uint64_t te_clock_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/** CLOCK_MONOTONIC as of the last timer tick (1-4 ms old), a fifth of
+ *  te_clock_ns()'s cost: to notice that a tick passed, not to time. */
+static inline uint64_t te_clock_tick_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /** ns as a timespec: the absolute CLOCK_MONOTONIC time of a te_clock_ns()
  *  value, or a span for nanosleep/ppoll. */
 static inline struct timespec te_timespec_ns(uint64_t ns)

@@ -209,7 +209,7 @@ void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t)
                te_strerror(rc));
         g->can_block = 0;
     }
-    int timeout = rc ? 0 : te_group_block_timeout_ms(e, g, t->now_ns);
+    int timeout = rc ? 0 : te_group_block_timeout_ms(e, g, te_turn_now(t));
     /* Armed: from here a submitter may post without waiting for us (it
      * rings wake_fd after, as `sleeping` is set). */
     pthread_mutex_unlock(&g->progress_lock);

@@ -91,7 +91,7 @@ int te_group_control(struct te_group *g, struct te_control *c, int timeout_ms)
          * thread is progressing the group. */
         pthread_mutex_lock(&g->progress_lock);
         struct turn *t = g->turn;
-        t->now_ns = te_now_ns();
+        te_turn_tick(t);
         c->next = NULL;
         run_control(g->e, g, c, t);
         c->done = 1;
@@ -218,7 +218,7 @@ static size_t accept_submitted(struct te_engine *e, struct te_group *g,
 int te_worker_turn(struct te_engine *e, struct te_group *g, struct turn *t)
 {
     t->did_work = 0;
-    t->now_ns = te_now_ns();
+    te_turn_tick(t);
     drain_control(e, g, t);
     if (accept_submitted(e, g, t))
         t->did_work = 1;
@@ -244,7 +244,7 @@ int te_worker_turn(struct te_engine *e, struct te_group *g, struct turn *t)
 void te_worker_post_now(struct te_engine *e, struct te_group *g,
                         struct turn *t, struct te_req *q)
 {
-    t->now_ns = te_now_ns();
+    te_turn_tick(t);
     /* Older submissions first, all of them: q must not overtake one its
      * own thread queued while another thread held the turn (at most the
      * queue's capacity was queued before this call). */
@@ -264,7 +264,7 @@ void te_worker_post_now(struct te_engine *e, struct te_group *g,
 static void worker_shutdown(struct te_engine *e, struct te_group *g,
                             struct turn *t)
 {
-    t->now_ns = te_now_ns();
+    te_turn_tick(t);
     while (accept_submitted(e, g, t))
         ;
     uint32_t np = atomic_load_explicit(&g->peer_count, memory_order_relaxed);
@@ -273,7 +273,7 @@ static void worker_shutdown(struct te_engine *e, struct te_group *g,
                           "engine destroyed");
     uint64_t deadline = te_now_ns() + 2000000000ull;
     while (g->inflight_reqs && te_now_ns() < deadline) {
-        t->now_ns = te_now_ns();
+        te_turn_tick(t);
         drain_control(e, g, t);
         for (uint32_t i = 0; i < g->nic_count; i++)
             te_poll_nic(e, g, t, i);
@@ -320,16 +320,18 @@ static void *worker_main(void *arg)
      * instead of waiting for this thread to wake (core/request.c). */
     while (!atomic_load_explicit(&e->stopping, memory_order_acquire)) {
         pthread_mutex_lock(&g->progress_lock);
-        if (te_worker_turn(e, g, t)) {
+        int did = te_worker_turn(e, g, t);
+        uint64_t now = te_turn_now(t); /* t is the lock's: read it here */
+        if (did) {
             pthread_mutex_unlock(&g->progress_lock);
             if (idle_since)
-                te_spin_window_learn(&spin, t->now_ns - idle_since);
+                te_spin_window_learn(&spin, now - idle_since);
             idle_since = 0;
             continue;
         }
         if (!idle_since)
-            idle_since = t->now_ns;
-        if (t->now_ns - idle_since < spin.cur_ns) {
+            idle_since = now;
+        if (now - idle_since < spin.cur_ns) {
             pthread_mutex_unlock(&g->progress_lock);
             /* The turn found nothing: let the thread we are waiting on
              * (a peer's worker, a callback thread) have this CPU. */

@@ -23,6 +23,21 @@ if(TARGET te-bench)
       PASS_REGULAR_EXPRESSION "check_json: OK")
   endif()
 
+  # The one-process idle-turn cost (caller mode) on both plugins: it
+  # runs and reports; te_progress finding work on an idle engine fails it.
+  add_test(NAME bench_idleturn_loopback
+           COMMAND te-bench --test idleturn --iters 20000 --reps 2)
+  set(TE_BENCH_IDLETURN bench_idleturn_loopback)
+  if(TARGET te-plugin-efa)
+    add_test(NAME bench_idleturn_efa_shm
+             COMMAND te-bench --test idleturn --iters 20000 --reps 2
+                     --set engine.plugin=efa --set efa.provider=shm)
+    list(APPEND TE_BENCH_IDLETURN bench_idleturn_efa_shm)
+  endif()
+  set_tests_properties(${TE_BENCH_IDLETURN} PROPERTIES
+    ENVIRONMENT "${TE_BENCH_ENV}" TIMEOUT 60 LABELS bench
+    PASS_REGULAR_EXPRESSION "idle_turn_ns [0-9.]+ .*turn/clock")
+
   # The table (what people read) and --help (every option documented).
   add_test(NAME bench_smoke_table
            COMMAND te-bench --test write,imm --size 4K --reps 1 --warmup 0

@@ -367,7 +367,7 @@ void lb_housekeeping(lb_nic *nic)
      * authenticated channel a millisecond before its first operation). */
     if (nic->nauth_pend) {
         nic->hk_next_ns = 0;
-        nic->hk_polls |= 0x80000000u;
+        nic->hk_polls |= LB_HK_NOW;
     }
 }
 

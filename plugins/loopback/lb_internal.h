@@ -56,6 +56,9 @@
 #define LB_PREFETCH_OPS 64
 /* Housekeeping (sockets, peer liveness) runs at most this often. */
 #define LB_HK_INTERVAL_NS 1000000ull
+/* hk_polls: the next poll reads the clock (after a wake-up, or when
+ * housekeeping is owed at once). */
+#define LB_HK_NOW 0x80000000u
 
 /* ------------------------------------------------------------ wire formats */
 
@@ -386,7 +389,8 @@ struct te_plugin_nic {
     void *pfds; /* struct pollfd scratch */
     uint32_t pfds_cap;
     uint64_t hk_next_ns;
-    uint32_t hk_polls;
+    uint32_t hk_polls; /* polls counted, LB_HK_NOW */
+    bool hk_idle;      /* the last poll found nothing */
 
     /* ---- wait object (lb_wait.c) */
     int epfd;   /* every fd whose readiness means poll() has work */

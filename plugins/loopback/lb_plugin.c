@@ -226,10 +226,14 @@ static int lb_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
 
     /*
      * Sockets and liveness cost syscalls: look at them at most once per
-     * LB_HK_INTERVAL_NS, reading the clock every 64 busy polls or when idle.
+     * LB_HK_INTERVAL_NS. The clock is read every 64 busy polls, every 8
+     * idle ones (a thread spinning on an idle engine: a read per poll was
+     * a sixth of such a poll's cost), and on the first poll after the NIC
+     * was armed for blocking.
      */
-    if ((++nic->hk_polls & 63) == 0 || nic->hk_polls & 0x80000000u) {
-        nic->hk_polls &= 0x7fffffffu;
+    uint32_t every = nic->hk_idle ? 7 : 63;
+    if ((++nic->hk_polls & every) == 0 || nic->hk_polls & LB_HK_NOW) {
+        nic->hk_polls &= ~LB_HK_NOW;
         uint64_t now = tpc_now_ns();
         if (now >= nic->hk_next_ns) {
             nic->hk_next_ns = now + LB_HK_INTERVAL_NS;
@@ -257,8 +261,7 @@ static int lb_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
         n += lb_target_progress(nic, out + n, max - n);
         n += lb_initiator_progress(nic, out + n, max - n);
     }
-    if (n == 0)
-        nic->hk_polls |= 0x80000000u; /* idle: check the clock next time */
+    nic->hk_idle = n == 0;
     return n;
 }
 

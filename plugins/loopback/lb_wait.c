@@ -209,7 +209,7 @@ static bool has_work(lb_nic *nic)
     }
     if (hk) {
         nic->hk_next_ns = 0;
-        nic->hk_polls |= 0x80000000u;
+        nic->hk_polls |= LB_HK_NOW;
     }
     return hk;
 }
@@ -226,7 +226,7 @@ int lb_wait_arm(te_plugin_nic *nic)
     }
     if (clear_bells(nic)) {
         nic->hk_next_ns = 0; /* the next poll looks at the sockets */
-        nic->hk_polls |= 0x80000000u;
+        nic->hk_polls |= LB_HK_NOW;
         return -EAGAIN;
     }
     for (uint32_t i = 0; i < nic->nin; i++)
@@ -244,6 +244,7 @@ int lb_wait_arm(te_plugin_nic *nic)
         lb_wait_disarm(nic);
         return -EAGAIN;
     }
+    nic->hk_polls |= LB_HK_NOW; /* what wakes us may be housekeeping's */
     return 0;
 }
 

@@ -21,6 +21,7 @@
 
 #include "bench.h"
 #include "test_gpu.h"
+#include "test_idleturn.h"
 #include "test_waitlat.h"
 
 static const uint64_t def_bw[] = {64 << 10, 1 << 20, 4 << 20, 16 << 20};
@@ -285,6 +286,9 @@ int main(int argc, char **argv)
         /* So does waitlat (test_waitlat.c): --iters, --size, --gap-us, --set. */
         if (!strcmp(argv[i], "--test") && !strcmp(argv[i + 1], "waitlat"))
             return tb_waitlat_main(argc, argv);
+        /* And idleturn (test_idleturn.c): --iters, --reps, --set. */
+        if (!strcmp(argv[i], "--test") && !strcmp(argv[i + 1], "idleturn"))
+            return tb_idleturn_main(argc, argv);
     }
     if (tb_opts_parse(argc, argv, &o))
         return 2;

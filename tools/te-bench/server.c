@@ -34,11 +34,17 @@ static void *pump_main(void *arg)
 {
     struct srv_engine *x = arg;
     uint64_t idle_since = 0;
+    uint32_t empty = 0;
     while (!atomic_load_explicit(&x->pump_stop, memory_order_relaxed)) {
         if (te_progress(x->e, -1, 0) > 0) {
             idle_since = 0;
+            empty = 0;
             continue;
         }
+        /* The clock every 64 empty calls: read on each, it was a sixth of
+         * the loop (arrivals wait for the loop to come round). */
+        if (++empty & 63)
+            continue;
         uint64_t now = tb_now_ns();
         if (!idle_since)
             idle_since = now;

@@ -20,10 +20,10 @@
 
 #include "bench.h"
 #include "te/te.h"
+#include "alone_args.h"
 #include "test_waitlat.h"
 
 #define WL_IMM 0x6100u
-#define WL_MAX_SETS 16
 
 struct wl_pair {
     te_engine *a, *b;
@@ -107,59 +107,16 @@ static int wl_sample(struct wl_pair *p, size_t len, struct tb_samples *us)
 
 int tb_waitlat_main(int argc, char **argv)
 {
-    int iters = 2000;
-    long gap_us = 200;
-    unsigned long long len = 8;
-    const char *sets[WL_MAX_SETS];
-    int nsets = 0;
-    for (int i = 1; i < argc; i += 2) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
-        if (!v) {
-            fprintf(stderr, "te-bench: %s needs a value\n", a);
-            return 2;
-        }
-        errno = 0;
-        if (!strcmp(a, "--test"))
-            continue;
-        if (!strcmp(a, "--iters")) {
-            long n = strtol(v, &end, 10);
-            if (errno || *end || n < 1 || n > 1000000)
-                goto bad;
-            iters = (int)n;
-        } else if (!strcmp(a, "--size")) {
-            if (*v == '-')
-                goto bad;
-            len = strtoull(v, &end, 0);
-            if (errno || *end || len > (64ull << 20))
-                goto bad;
-        } else if (!strcmp(a, "--gap-us")) {
-            gap_us = strtol(v, &end, 10);
-            if (errno || *end || gap_us < 0 || gap_us > 1000000)
-                goto bad;
-        } else if (!strcmp(a, "--set")) {
-            if (nsets == WL_MAX_SETS) {
-                fprintf(stderr, "te-bench: at most %d --set\n", WL_MAX_SETS);
-                return 2;
-            }
-            const char *dot = strchr(v, '.'), *eq = strchr(v, '=');
-            if (!dot || !eq || eq < dot) {
-                fprintf(stderr, "te-bench: --set %s: want section.key=value\n",
-                        v);
-                return 2;
-            }
-            sets[nsets++] = argv[i + 1];
-        } else {
-            fprintf(stderr, "te-bench: waitlat takes --iters, --size, "
-                    "--gap-us, --set; not %s\n", a);
-            return 2;
-        }
-        continue;
-    bad:
-        fprintf(stderr, "te-bench: bad value \"%s\" for %s (--iters 1.."
-                "1000000, --size 0..64 MiB, --gap-us 0..1000000)\n", v, a);
+    struct tb_alone_args args = {.iters = 2000, .gap_us = 200, .len = 8};
+    if (tb_alone_parse(argc, argv, "waitlat",
+                       TB_ARG_ITERS | TB_ARG_SIZE | TB_ARG_GAP | TB_ARG_SET,
+                       &args))
         return 2;
-    }
+    int iters = (int)args.iters;
+    long gap_us = args.gap_us;
+    unsigned long long len = args.len;
+    const char *const *sets = args.sets;
+    int nsets = args.nsets;
     struct wl_pair p[2];
     memset(p, 0, sizeof(p));
     struct tb_samples us[2]; /* [0]: waiter_progress off, [1]: on */
