@@ -211,3 +211,18 @@ if(TARGET fi-raw-bench)
   set_tests_properties(efa_fi_raw_bench_smoke PROPERTIES TIMEOUT 60
     LABELS efa PASS_REGULAR_EXPRESSION "\"mode\": \"stream\".*\"gbps\"")
 endif()
+
+# The shm guard's count of watched deaths (what a post to a guarded peer
+# looks at instead of reading its pidfd: plugins/efa/efa_post.c), with the
+# guard compiled in and a hand-made region: libfabric is not needed, so it
+# runs in every build. Forked child: tsan-twoproc pass.
+if(TARGET test_efa_shm_guard_deaths_twoproc)
+  target_sources(test_efa_shm_guard_deaths_twoproc PRIVATE
+    ${PROJECT_SOURCE_DIR}/plugins/efa/efa_shm_guard.c)
+  target_include_directories(test_efa_shm_guard_deaths_twoproc PRIVATE
+    ${PROJECT_SOURCE_DIR}/plugins/efa)
+  target_link_libraries(test_efa_shm_guard_deaths_twoproc PRIVATE
+    te-plugin-common)
+  set_tests_properties(test_efa_shm_guard_deaths_twoproc PROPERTIES
+    LABELS efa TIMEOUT 60)
+endif()

@@ -187,6 +187,8 @@ struct efa_peer {
     uint32_t pid;
     uint64_t stall_since_ns; /* first -FI_EAGAIN with nothing in flight */
     uint64_t pidfd_read_ns;  /* last pidfd check before a post */
+    bool guarded;            /* its pidfd is watched by the shm guard */
+    uint64_t deaths_seen;    /* efa_shm_guard_deaths() at that check */
     struct efa_local *local; /* an endpoint of this process, or NULL */
     uint32_t auth;           /* its efa_auth_rec index + 1, 0 without auth */
     int down_status;         /* why it is down (-EACCES: refused) */

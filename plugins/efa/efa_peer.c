@@ -174,9 +174,13 @@ static void watch(efa_nic *nic, struct efa_peer *p,
     p->monitored = 1;
     /* shm: a peer killed holding its region's lock would freeze us inside
      * the provider (efa_shm_guard.h). Its endpoint name is its region's. */
-    if (efa_shm_guarded(nic))
-        efa_shm_guard_watch(nic, &nic->ctx->host, nic->name, p->raw,
-                            p->raw_len, a->pid, fd);
+    p->guarded = false;
+    if (efa_shm_guarded(nic)) {
+        p->deaths_seen = efa_shm_guard_deaths(); /* before: none missed */
+        p->guarded = efa_shm_guard_watch(nic, &nic->ctx->host, nic->name,
+                                         p->raw, p->raw_len, a->pid,
+                                         fd) == 0;
+    }
 }
 
 int efa_peer_add(te_plugin_nic *nic, const void *addr, size_t len,

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -61,6 +62,14 @@ static struct {
     pthread_t thread;
     bool told_unknown;
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .wake_fd = -1};
+
+/* Watched processes seen dead (efa_shm_guard_deaths). */
+static _Atomic uint64_t deaths;
+
+uint64_t efa_shm_guard_deaths(void)
+{
+    return atomic_load_explicit(&deaths, memory_order_acquire);
+}
 
 static volatile int *lock_of(struct efa_guard_watch *w)
 {
@@ -164,6 +173,7 @@ static void *guard_main(void *arg)
         for (size_t i = 1; r > 0 && i < n; i++)
             if (fds[i].revents) {
                 who[i]->dead = true;
+                atomic_fetch_add_explicit(&deaths, 1, memory_order_release);
                 /* It may have died in our region's lock too. */
                 for (struct efa_guard_watch *o = G.list; o; o = o->next)
                     if (o->own && o->owner == who[i]->owner)

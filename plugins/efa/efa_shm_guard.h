@@ -51,6 +51,12 @@ int efa_shm_guard_watch(const void *owner, const struct te_plugin_host *host,
                         const char *nic, const void *raw, size_t raw_len,
                         uint32_t pid, int pidfd);
 
+/* How many watched processes the guard has seen die, ever: it polls their
+ * pidfds, so this moves as soon as one becomes readable. A poster that
+ * read a guarded peer's pidfd when this had some value need not read it
+ * again (a system call) until the value moves (efa_post.c). */
+uint64_t efa_shm_guard_deaths(void);
+
 /* The NIC `owner`'s own region, named by its endpoint name raw: a peer killed while it
  * queued a command to us dies holding OUR lock, and our own progress then
  * spins. After a watched peer of `owner` died, the guard reads this lock
