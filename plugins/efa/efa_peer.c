@@ -157,6 +157,7 @@ static void watch(efa_nic *nic, struct efa_peer *p,
                   const struct efa_wire_addr *a)
 {
     p->pidfd = -1;
+    p->guarded = false;
     if (!nic->ctx->cfg.watch_peers || a->pid == (uint32_t)getpid() ||
         !efa_proc_running(nic->ctx->host_id, a->host_id, a->pid,
                           a->start_time))
@@ -174,7 +175,6 @@ static void watch(efa_nic *nic, struct efa_peer *p,
     p->monitored = 1;
     /* shm: a peer killed holding its region's lock would freeze us inside
      * the provider (efa_shm_guard.h). Its endpoint name is its region's. */
-    p->guarded = false;
     if (efa_shm_guarded(nic)) {
         p->deaths_seen = efa_shm_guard_deaths(); /* before: none missed */
         p->guarded = efa_shm_guard_watch(nic, &nic->ctx->host, nic->name,
