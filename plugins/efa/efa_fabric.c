@@ -278,6 +278,9 @@ int efa_decide_paths(efa_ctx *ctx)
     /* Imm-only writes as injects where the probe saw one arrive: no
      * provider completion to produce, read and match per barrier/imm. */
     p->inject_zero = p->inject && r->inject_zero == 1;
+    /* Small messages likewise, where the probe saw injected ones arrive
+     * intact: no provider completion per SEND (a ping-pong's half). */
+    p->inject_send = p->inject && r->inject_send == 1;
 
     p->native_rma = classify_rma(ctx, i, p->rma, sizeof(p->rma));
     if (!p->native_rma && ctx->cfg.require_native_rma) {
@@ -304,14 +307,15 @@ int efa_decide_paths(efa_ctx *ctx)
         snprintf(inj, sizeof(inj), "off");
     snprintf(p->summary, sizeof(p->summary),
              "provider=%s api=%u.%u rma=%s write=fi_writemsg+REMOTE_CQ_DATA "
-             "completion=%s imm0=%s read=%s send=fi_sendmsg "
+             "completion=%s imm0=%s read=%s send=%s "
              "inject=%s keys=%s mr_mode=%s rx_cq_data=%s source=%s hmem=%s "
              "progress=%s",
              prov, FI_MAJOR(fi_version()), FI_MINOR(fi_version()),
              p->native_rma ? "native" : "EMULATED",
              efa_completion_name(r->completion),
              p->inject_zero ? "zero-length-inject" : "zero-length-write",
-             r->read == 1 ? "fi_readmsg" : "unsupported", inj,
+             r->read == 1 ? "fi_readmsg" : "unsupported",
+             p->inject_send ? "fi_inject+fi_sendmsg" : "fi_sendmsg", inj,
              p->key_check ? "checked-at-initiator"
              : (mode & FI_MR_PROV_KEY) ? "provider" : "counter",
              mm, (i->mode & FI_RX_CQ_DATA) ? "yes" : "no",

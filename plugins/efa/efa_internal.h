@@ -94,6 +94,7 @@ struct efa_paths {
     bool inject;              /* small writes use fi_inject_write[data] */
     size_t inject_max;
     bool inject_zero;         /* imm-only writes too (probe: inject_zero) */
+    bool inject_send;         /* small SENDs use fi_inject (probe) */
     bool key_check;           /* keys carry a check the initiator verifies */
     bool remote_cq_data_cap;  /* FI_REMOTE_CQ_DATA accepted as a capability */
     bool source;              /* FI_SOURCE: completions name the sender */
@@ -236,6 +237,7 @@ struct te_plugin_nic {
     bool use_inject;
     size_t inject_max;
     bool inject_zero;        /* zero-length WriteImm as an inject */
+    bool inject_send;        /* SENDs up to inject_max as fi_inject */
     bool rx_cq_data;
     bool source;
     bool prov_errno_is_errno; /* tcp family: prov_errno holds the cause */

@@ -189,6 +189,7 @@ int efa_nic_open(te_plugin_ctx *ctx, int idx,
     nic->use_inject = ctx->paths.inject;
     nic->inject_max = ctx->paths.inject_max;
     nic->inject_zero = ctx->paths.inject_zero;
+    nic->inject_send = ctx->paths.inject_send;
     nic->rx_cq_data = (i->mode & FI_RX_CQ_DATA) != 0;
     nic->source = ctx->paths.source && ctx->probe.source == 1;
     const char *prov = i->fabric_attr->prov_name;

@@ -7,7 +7,9 @@
  *         the probe saw a zero-length inject deliver its immediate. A
  *         zero-length write without a key goes to the peer's landing region
  *         (EFA needs a valid key even then).
- *  READ   fi_readmsg.   SEND fi_sendmsg.   RECV fi_recvmsg (FI_ADDR_UNSPEC).
+ *  READ   fi_readmsg.   SEND fi_sendmsg, or fi_inject up to inject_size
+ *         where the probe saw injected messages arrive intact (LOCAL entry
+ *         produced here).   RECV fi_recvmsg (FI_ADDR_UNSPEC).
  * Each provider operation holds a slot whose fi_context2 is the op context,
  * so a completion finds its op in O(1) and is reported exactly once.
  */
@@ -198,6 +200,24 @@ static void check_alive(efa_nic *nic, struct efa_peer *p)
 static int post_to(efa_nic *nic, const struct te_plugin_op *op,
                    struct efa_peer *p);
 
+/* After an inject (no provider completion will come): 1 = consumed, its
+ * LOCAL entry produced here; 0 = no room now (-FI_EAGAIN, retried). */
+static int injected(efa_nic *nic, const struct te_plugin_op *op,
+                    struct efa_peer *p, ssize_t rc, const char *call)
+{
+    if (rc == -FI_EAGAIN) {
+        if (!stalled(nic, p))
+            return 0;
+        complete_now(nic, op, -ECONNRESET, op->peer);
+        return 1;
+    }
+    p->stall_since_ns = 0;
+    if (rc)
+        efa_err(nic, "%s: %s", call, fi_strerror((int)-rc));
+    complete_now(nic, op, rc ? efa_errno((int)rc) : 0, op->peer);
+    return 1;
+}
+
 /* 1 = consumed (posted or completed here), 0 = no room now, <0 = invalid. */
 static int post_one(efa_nic *nic, const struct te_plugin_op *op)
 {
@@ -286,18 +306,18 @@ static int post_to(efa_nic *nic, const struct te_plugin_op *op,
                                                rkey)
                          : fi_inject_write(nic->ep, op->local_addr, op->len,
                                            p->fi_addr, raddr, rkey);
-        if (rc == -FI_EAGAIN) {
-            if (!stalled(nic, p))
-                return 0;
-            complete_now(nic, op, -ECONNRESET, op->peer);
-            return 1;
-        }
-        p->stall_since_ns = 0;
-        if (rc)
-            efa_err(nic, "fi_inject_write%s: %s",
-                    (op->flags & TE_POP_F_IMM) ? "data" : "", fi_strerror(-rc));
-        complete_now(nic, op, rc ? efa_errno((int)rc) : 0, op->peer);
-        return 1;
+        return injected(nic, op, p, rc, (op->flags & TE_POP_F_IMM)
+                                            ? "fi_inject_writedata"
+                                            : "fi_inject_write");
+    }
+    if (op->kind == TE_POP_SEND && nic->inject_send &&
+        op->len <= nic->inject_max) {
+        /* The bytes are the provider's when the call returns: the LOCAL
+         * completion is ours to produce, as for an injected write. */
+        return injected(nic, op, p,
+                        fi_inject(nic->ep, op->local_addr, op->len,
+                                  p->fi_addr),
+                        "fi_inject (send)");
     }
     struct efa_slot *s = efa_slot_alloc(nic);
     if (!s)

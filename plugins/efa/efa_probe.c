@@ -64,6 +64,7 @@ struct seen {
     int status;      /* its status: 0 or -FI_ error */
     int data;        /* B reported remote CQ data equal to `want` */
     int other_data;  /* B reported some other remote CQ data */
+    int recvs;       /* B's receives completed (messages arrived) */
     fi_addr_t src;   /* source B saw with the data */
 };
 
@@ -278,6 +279,8 @@ static void drain(struct pair *p, struct probe_ep *e, void *ctx,
             } else if (ctx && ce[i].op_context == ctx) {
                 s->done = 1;
                 s->status = 0;
+            } else if (ce[i].flags & FI_RECV) {
+                s->recvs++;
             }
         }
     }
@@ -415,6 +418,30 @@ static void probe_read(struct pair *p, struct efa_probe_result *r,
              s.status);
 }
 
+/* Progress both sides until `posted` arrivals (B's remote CQ data other
+ * than an awaited one, or B's receives when `recvs`), or long_ms passed:
+ * how many arrived. */
+static int arrivals(struct pair *p, int posted, int recvs, uint32_t long_ms)
+{
+    int arrived = 0;
+    uint64_t deadline = now_ms() + long_ms;
+    while (arrived < posted && now_ms() <= deadline) {
+        struct seen s = {0};
+        drain(p, &p->a, NULL, 0, &s);
+        drain(p, &p->b, NULL, 0, &s);
+        arrived += recvs ? s.recvs : s.other_data;
+    }
+    return arrived;
+}
+
+static int bytes_wrong(const uint8_t *got, const uint8_t *want, int n)
+{
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        bad += got[i] != want[i];
+    return bad;
+}
+
 /* fi_inject_writedata: the source is clobbered right after each call,
  * which inject semantics allow; the target must still see the old bytes. */
 static void probe_inject(struct pair *p, const struct fi_info *info,
@@ -441,13 +468,7 @@ static void probe_inject(struct pair *p, const struct fi_info *info,
             break;
         posted++;
     }
-    uint64_t deadline = now_ms() + long_ms;
-    while (arrived < posted && now_ms() <= deadline) {
-        struct seen s = {0};
-        drain(p, &p->a, NULL, 0, &s);
-        drain(p, &p->b, NULL, 0, &s);
-        arrived += s.other_data;
-    }
+    arrived = arrivals(p, posted, 0, long_ms);
     int good = posted == N && arrived == N &&
                memcmp(p->b.buf + 1024, want, N * SZ) == 0;
     r->inject_data = good;
@@ -458,7 +479,7 @@ static void probe_inject(struct pair *p, const struct fi_info *info,
             p->a.ep, p->a.buf + 1024, 0, PROBE_IMM + 0x180, p->b_at_a,
             p->b.base + 128, p->b.key));
         int got = 0;
-        deadline = now_ms() + long_ms;
+        uint64_t deadline = now_ms() + long_ms;
         while (rc == 0 && !got && now_ms() <= deadline) {
             struct seen s = {0};
             drain(p, &p->a, NULL, PROBE_IMM + 0x180, &s);
@@ -470,13 +491,55 @@ static void probe_inject(struct pair *p, const struct fi_info *info,
             note(r, "zero-length fi_inject_writedata: %s",
                  rc ? fi_strerror((int)-rc) : "immediate never arrived");
     }
-    if (!good) {
-        int bad = 0;
-        for (int i = 0; i < N * SZ; i++)
-            bad += p->b.buf[1024 + i] != want[i];
+    if (!good)
         note(r, "fi_inject_writedata: %d of %d posted, %d arrived, %d of %d "
-             "bytes wrong", posted, N, arrived, bad, N * SZ);
+             "bytes wrong", posted, N, arrived,
+             bytes_wrong(p->b.buf + 1024, want, N * SZ), N * SZ);
+}
+
+/* fi_inject of small messages (what SENDs up to inject_size use): B posts
+ * N receives, A injects N messages clobbering each source right after the
+ * call; every message must arrive with the old bytes. */
+static void probe_inject_send(struct pair *p, const struct fi_info *info,
+                              struct efa_probe_result *r, uint32_t long_ms)
+{
+    enum { N = 16, SZ = 8, AT = 2048 };
+    if (info->tx_attr->inject_size < SZ || !(info->caps & FI_MSG)) {
+        r->inject_send = -1;
+        return;
     }
+    uint8_t want[N * SZ];
+    for (int i = 0; i < N * SZ; i++)
+        want[i] = (uint8_t)(i * 29 + 3);
+    memset(p->b.buf + AT, 0, N * SZ);
+    int posted = 0, recvs = 0, arrived = 0;
+    for (int i = 0; i < N; i++) {
+        ssize_t rc = POST_RETRY(p, long_ms, fi_recv(
+            p->b.ep, p->b.buf + AT + i * SZ, SZ, p->b.desc, FI_ADDR_UNSPEC,
+            &p->ctx[i % 8]));
+        if (rc)
+            break;
+        recvs++;
+    }
+    for (int i = 0; i < recvs; i++) {
+        uint8_t *src = p->a.buf + AT + i * SZ;
+        memcpy(src, want + i * SZ, SZ);
+        ssize_t rc = POST_RETRY(p, long_ms, fi_inject(p->a.ep, src, SZ,
+                                                      p->b_at_a));
+        memset(src, 0xee, SZ);
+        if (rc)
+            break;
+        posted++;
+    }
+    arrived = arrivals(p, posted, 1, long_ms);
+    /* One receive per message, in order on one pair of endpoints. */
+    int good = posted == N && arrived == N &&
+               memcmp(p->b.buf + AT, want, N * SZ) == 0;
+    r->inject_send = good;
+    if (!good)
+        note(r, "fi_inject (messages): %d of %d receives posted, %d of %d "
+             "sent, %d arrived, %d of %d bytes wrong", recvs, N, posted, N,
+             arrived, bytes_wrong(p->b.buf + AT, want, N * SZ), N * SZ);
 }
 
 static void probe_emulated(struct pair *p, const struct fi_info *info,
@@ -560,7 +623,7 @@ int efa_probe_run(const struct fi_info *info, uint32_t timeout_ms,
 {
     memset(r, 0, sizeof(*r));
     r->imm_write = r->imm_zero = r->read = r->inject_data = r->source = -1;
-    r->inject_zero = -1;
+    r->inject_zero = r->inject_send = -1;
     for (int i = 0; i < 4; i++)
         r->zero[i] = r->key_error[i] = -1;
     r->emulated_write = -1;
@@ -592,7 +655,9 @@ int efa_probe_run(const struct fi_info *info, uint32_t timeout_ms,
         return -EIO;
     probe_read(&p, r, long_ms);
     probe_inject(&p, info, r, long_ms);
-    if (!r->inject_data || !p.open) {
+    if (r->inject_data && p.open)
+        probe_inject_send(&p, info, r, long_ms);
+    if (!r->inject_data || r->inject_send == 0 || !p.open) {
         pair_close(&p);
     }
 

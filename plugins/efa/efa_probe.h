@@ -25,6 +25,8 @@ struct efa_probe_result {
     int read;          /* 8-byte fi_read returns the remote bytes */
     int inject_data;   /* fi_inject_writedata: bytes right after clobbering */
     int inject_zero;   /* zero-length fi_inject_writedata: data delivered */
+    int inject_send;   /* fi_inject of 8-byte messages: bytes after
+                        * clobbering, each received once */
     int source;        /* remote CQ entries name the sender (FI_SOURCE) */
     int zero[4];       /* per enum efa_completion: zero-length write done */
     int key_error[4];  /* per level: a forged-key write completes in error */

@@ -57,9 +57,11 @@ static void probe(const char *prov, const char *node, int completion,
     fi_freeinfo(info);
     ck_assert_msg(rc == 0, "%s: probe: %s", prov, err);
     printf("%s: completion %s, key errors %s, inject %d, zero-length "
-           "inject %d; notes: %s\n", prov, efa_completion_name(r->completion),
+           "inject %d, inject send %d; notes: %s\n", prov,
+           efa_completion_name(r->completion),
            r->key_errors_reported ? "reported" : "NOT reported",
-           r->inject_data, r->inject_zero, r->notes[0] ? r->notes : "none");
+           r->inject_data, r->inject_zero, r->inject_send,
+           r->notes[0] ? r->notes : "none");
 }
 
 /* Quirk: shm (and tcp;ofi_rxm) refuse FI_REMOTE_CQ_DATA as a capability
@@ -101,6 +103,10 @@ START_TEST(shm_quirks)
         ck_assert_int_ne(r.inject_zero, -1);
     if (is_1_17() && r.inject_data == 1)
         ck_assert_int_eq(r.inject_zero, 1);
+    /* Injected messages (small SENDs) likewise: measured whenever inject
+     * works (the probe's pair has FI_MSG), and intact on shm. */
+    if (r.inject_data == 1)
+        ck_assert_int_eq(r.inject_send, 1);
     if (is_1_17()) {
         /* Quirk: a forged key is never reported to the initiator. */
         ck_assert_int_eq(r.key_error[EFA_COMPL_TRANSMIT], 0);
