@@ -200,12 +200,21 @@ static uint64_t waiter_turns_of(te_test_pair *x, int on)
 START_TEST(waiter_progresses_a_sleeping_group)
 {
     te_test_pair x;
-    uint64_t turns = waiter_turns_of(&x, 1);
     /* The worker blocks after every turn (idle_spin_us = 0): the waiter
-     * finds it asleep with the doorbell rung in most rounds. */
-    ck_assert_msg(turns > 0, "te_imm_wait never ran a turn in %d rounds",
-                  ROUNDS / 2);
-    te_test_pair_close(&x);
+     * finds it asleep with the doorbell rung in most rounds. Whether it
+     * does is a race with the woken worker that the threads' placement
+     * decides for a whole pair: under emulation (qemu-aarch64) 1 pair in
+     * 16 lost every round, 200 or 2000 of them. New engines (new threads)
+     * draw again: up to 4 pairs. */
+    uint64_t turns = 0;
+    int pairs = 0;
+    while (!turns && pairs < 4) {
+        turns = waiter_turns_of(&x, 1);
+        te_test_pair_close(&x);
+        pairs++;
+    }
+    ck_assert_msg(turns > 0, "te_imm_wait never ran a turn in %d rounds of "
+                  "each of %d engine pairs", ROUNDS / 2, pairs);
     ck_assert_uint_eq(waiter_turns_of(&x, 0), 0);
     te_test_pair_close(&x);
 }
