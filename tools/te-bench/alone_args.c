@@ -11,7 +11,7 @@ static const struct {
     const char *name, *range;
     long long lo, hi;
 } opts[] = {
-    {TB_ARG_ITERS, "--iters", "1..100000000", 1, 100000000},
+    {TB_ARG_ITERS, "--iters", NULL, 1, 0}, /* 1..the test's iters_max */
     {TB_ARG_SIZE, "--size", "0..67108864 bytes", 0, 64ll << 20},
     {TB_ARG_GAP, "--gap-us", "0..1000000", 0, 1000000},
     {TB_ARG_REPS, "--reps", "1..64", 1, 64},
@@ -27,7 +27,7 @@ static void usage(const char *test, unsigned allowed)
     fprintf(stderr, "\n");
 }
 
-static int set_value(struct tb_alone_args *a, unsigned bit, long long v)
+static void set_value(struct tb_alone_args *a, unsigned bit, long long v)
 {
     switch (bit) {
     case TB_ARG_ITERS: a->iters = (long)v; break;
@@ -35,7 +35,6 @@ static int set_value(struct tb_alone_args *a, unsigned bit, long long v)
     case TB_ARG_GAP: a->gap_us = (long)v; break;
     case TB_ARG_REPS: a->reps = (int)v; break;
     }
-    return 0;
 }
 
 int tb_alone_parse(int argc, char **argv, const char *test, unsigned allowed,
@@ -73,12 +72,17 @@ int tb_alone_parse(int argc, char **argv, const char *test, unsigned allowed,
             a->sets[a->nsets++] = v;
             continue;
         }
+        long long hi = opts[k].bit == TB_ARG_ITERS ? a->iters_max : opts[k].hi;
         char *end = NULL;
         errno = 0;
         long long n = strtoll(v, &end, 0);
-        if (errno || end == v || *end || n < opts[k].lo || n > opts[k].hi) {
-            fprintf(stderr, "te-bench: bad value \"%s\" for %s (%s)\n", v,
-                    name, opts[k].range);
+        if (errno || end == v || *end || n < opts[k].lo || n > hi) {
+            if (opts[k].range)
+                fprintf(stderr, "te-bench: bad value \"%s\" for %s (%s)\n",
+                        v, name, opts[k].range);
+            else
+                fprintf(stderr, "te-bench: bad value \"%s\" for %s (%lld..%lld)"
+                        "\n", v, name, opts[k].lo, hi);
             return 2;
         }
         set_value(a, opts[k].bit, n);

@@ -9,7 +9,7 @@
 #define TB_ALONE_MAX_SETS 16
 
 enum {
-    TB_ARG_ITERS = 1,  /* --iters N (1..100000000) */
+    TB_ARG_ITERS = 1,  /* --iters N (1..iters_max) */
     TB_ARG_SIZE = 2,   /* --size BYTES (0..64 MiB) */
     TB_ARG_GAP = 4,    /* --gap-us US (0..1000000) */
     TB_ARG_REPS = 8,   /* --reps N (1..64) */
@@ -18,6 +18,7 @@ enum {
 
 struct tb_alone_args {
     long iters;
+    long iters_max;    /* the test's bound on --iters */
     unsigned long long len;
     long gap_us;
     int reps;

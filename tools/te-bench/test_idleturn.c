@@ -74,7 +74,8 @@ static int open_pair(const struct tb_alone_args *a, te_engine **e,
 
 int tb_idleturn_main(int argc, char **argv)
 {
-    struct tb_alone_args args = {.iters = 1000000, .reps = 5};
+    struct tb_alone_args args = {.iters = 1000000, .iters_max = 100000000,
+                                 .reps = 5};
     if (tb_alone_parse(argc, argv, "idleturn",
                        TB_ARG_ITERS | TB_ARG_REPS | TB_ARG_SET, &args))
         return 2;

@@ -107,7 +107,8 @@ static int wl_sample(struct wl_pair *p, size_t len, struct tb_samples *us)
 
 int tb_waitlat_main(int argc, char **argv)
 {
-    struct tb_alone_args args = {.iters = 2000, .gap_us = 200, .len = 8};
+    struct tb_alone_args args = {.iters = 2000, .iters_max = 1000000,
+                                 .gap_us = 200, .len = 8};
     if (tb_alone_parse(argc, argv, "waitlat",
                        TB_ARG_ITERS | TB_ARG_SIZE | TB_ARG_GAP | TB_ARG_SET,
                        &args))
