@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
               libssl-dev libjansson4 libjansson-dev libcurl4-openssl-dev
               libfabric1 libfabric-dev libibverbs1 librdmacm1 libnl-3-200
               libnl-route-3-200 libnuma1 libpsm2-2 libpsm-infinipath1
-              libatomic1"
+              libatomic1 libucx0 libucx-dev"
         # libcurl4 and the libraries it needs, libc and gcc's left out.
         CURL=$(apt-cache depends --recurse --no-recommends --no-suggests \
                --no-conflicts --no-breaks --no-replaces --no-enhances \
@@ -90,6 +90,9 @@ if [ -d gpu-debs ] && ls gpu-debs/*.deb > /dev/null 2>&1; then
     # Debian's pkg-config is a link to pkgconf; libpkgconf3 is in ARCHLIB.
     command -v pkg-config > /dev/null || ln -sf pkgconf "$SYSROOT/usr/bin/pkg-config"
     echo "deps: unpacked $(ls gpu-debs/*.deb | wc -l) .deb files into $SYSROOT"
+    # UCX (te-bench's peer reference, ucx-raw-bench) loads its transports
+    # from a directory compiled in as /usr/lib/...: point it at the sysroot.
+    [ -d "$ARCHLIB/ucx" ] && export UCX_MODULE_DIR=$ARCHLIB/ucx
 fi
 # The image's python3 (the one with torch) may lack cffi: Debian's cffi
 # source (python-cffi_*.orig.tar.gz, apt-get source python-cffi) and
@@ -187,6 +190,19 @@ for r in 1 2 3; do
     say "### gpuflag run $r"
     "$BIN"/tools/te-bench/te-bench --test gpuflag --iters $IT_F 2>&1 | tee -a "$RES" || FAILED=1
 done
+
+# The MoE proxy's added latency (docs/moe.md, "GPU path"): a kernel's
+# WriteImm through the proxy ring vs the same write from a CPU thread and
+# the bus round trip alone, thread and caller progress.
+if [ -x "$BIN/apps/moe/te-moe-proxy-bench" ]; then
+    PIT=2000; [ $QUICK = 1 ] && PIT=500
+    for prog in thread caller; do
+        say ""
+        say "## te-moe-proxy-bench, engine.progress=$prog"
+        TE_ENGINE_PROGRESS=$prog timeout 120 "$BIN"/apps/moe/te-moe-proxy-bench \
+            --iters $PIT --reps 3 2>&1 | tee -a "$RES" || FAILED=1
+    done
+fi
 
 # efa over libfabric shm with CUDA memory, where the plugin was built.
 if [ -e "$BIN/plugins/libte-plugin-efa.so" ]; then
