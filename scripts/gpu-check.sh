@@ -79,6 +79,9 @@ if [ -d gpu-debs ] && ls gpu-debs/*.deb > /dev/null 2>&1; then
     HAVE_SONAMES=$(ldconfig -p | awk 'NR > 1 { print $1 }')
     for f in "$ARCHLIB"/lib*.so.*; do
         soname=$(basename "$f" | sed -E 's/(\.so\.[0-9]+).*/\1/')
+        # UCX's libraries go together: an image with its own libuct but
+        # no libucp crashed Debian's libucp in uct_tl_register.
+        case $soname in libuc[mpst].so.*) ln -sf "$f" "$RTLIB/$soname"; continue ;; esac
         echo "$HAVE_SONAMES" | grep -qxF "$soname" || ln -sf "$f" "$RTLIB/$soname"
     done
     echo "deps: from the debs at run time: $(ls "$RTLIB" | tr '\n' ' ')"

@@ -161,6 +161,53 @@ static std::vector<double> device_us(const long long *dcyc, const unsigned long 
     return us;
 }
 
+// Caller mode: progress the initiator and the target until the imm is
+// banked at the target, then take it (bounded by WAIT_MS).
+static int wait_both(te_engine *a, te_engine *b)
+{
+    double end = now_us() + WAIT_MS * 1000.0;
+    uint64_t banked = 0;
+    while (now_us() < end) {
+        te_progress(a, -1, 0);
+        te_progress(b, -1, 0);
+        int rc = te_imm_poll(b, IMM_CPU, &banked, NULL);
+        if (rc < 0)
+            return rc;
+        if (banked >= 1)
+            return te_imm_wait(b, IMM_CPU, 1, WAIT_MS);
+    }
+    return -ETIMEDOUT;
+}
+
+// The proxy round trip seen from a CPU thread spinning on the two rings:
+// when the proxy has submitted write i (a's ring->consumed passes i) and
+// when b's watch stored flag i. flag - taken is the engine's share on the
+// CPU; the kernel's round trip minus it is the bus crossings, the proxy's
+// detection of the entry and te_submit.
+struct monitor_arg {
+    const te_moe_ring *ra;
+    const volatile uint32_t *flags;
+    uint32_t iters;
+    double *taken, *flagged;
+};
+
+static void *monitor_main(void *arg)
+{
+    struct monitor_arg *m = (struct monitor_arg *)arg;
+    double end = now_us() + 30e6;
+    for (uint32_t i = 0; i < m->iters; i++) {
+        while (__atomic_load_n(&m->ra->consumed, __ATOMIC_ACQUIRE) < (uint64_t)i + 1)
+            if (__atomic_load_n(&m->ra->error, __ATOMIC_ACQUIRE) || now_us() > end)
+                return NULL;
+        m->taken[i] = now_us();
+        while (__atomic_load_n(&m->flags[i], __ATOMIC_ACQUIRE) == 0)
+            if (now_us() > end)
+                return NULL;
+        m->flagged[i] = now_us();
+    }
+    return NULL;
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: te-moe-proxy-bench [--iters N (1..100000, default 2000)] "
@@ -285,11 +332,11 @@ int main(int argc, char **argv)
             double t0 = now_us();
             int64_t id = te_submit(a, &r);
             TE((int)(id < 0 ? id : 0));
-            TE(te_imm_wait(b, IMM_CPU, 1, WAIT_MS));
+            if (caller) // both engines progressed by this thread (efa's initiator posts in its turn)
+                TE(wait_both(a, b));
+            else
+                TE(te_imm_wait(b, IMM_CPU, 1, WAIT_MS));
             c[i] = now_us() - t0;
-            if (caller)
-                while (te_progress(a, -1, 0) > 0)
-                    ;
         }
         stats(c, &p50, &p99);
         med[1][rep] = p50;
@@ -314,10 +361,16 @@ int main(int argc, char **argv)
             TE(te_moe_proxy_watch(pb, IMM_PROXY + (uint32_t)i, 1, (uint32_t)i, 1, 60000));
         const volatile uint32_t *dflags = (const volatile uint32_t *)(
             (uint8_t *)drb + ((uint8_t *)te_moe_ring_flags((te_moe_ring *)rb) - (uint8_t *)rb));
+        std::vector<double> taken(iters, 0.0), flagged(iters, 0.0);
+        struct monitor_arg ma = {(const te_moe_ring *)ra, te_moe_ring_flags((te_moe_ring *)rb),
+                                 (uint32_t)iters, taken.data(), flagged.data()};
+        pthread_t mon;
+        pthread_create(&mon, NULL, monitor_main, &ma);
         proxy_kernel<<<1, 1>>>((te_moe_ring *)dra, dflags, (uint32_t)iters, (uint64_t)bytes,
                                timeout_cycles, dcyc, dspan, dstatus);
         CU(cudaGetLastError());
         CU(cudaDeviceSynchronize());
+        pthread_join(mon, NULL);
         CU(cudaMemcpy(&st, dstatus, sizeof(int), cudaMemcpyDeviceToHost));
         if (st) {
             fprintf(stderr, "te-moe-proxy-bench: proxy kernel %s: %s\n",
@@ -328,6 +381,23 @@ int main(int argc, char **argv)
         stats(p, &p50, &p99);
         med[2][rep] = p50;
         printf("%4ld %-6s %9.2f %9.2f\n", rep + 1, "proxy", p50, p99);
+        // The CPU's view of the same round trips (0 where the monitor missed one).
+        std::vector<double> eng, loop;
+        for (long i = 0; i < iters; i++) {
+            if (taken[i] > 0 && flagged[i] > 0)
+                eng.push_back(flagged[i] - taken[i]);
+            if (i + 1 < iters && flagged[i] > 0 && taken[i + 1] > 0)
+                loop.push_back(taken[i + 1] - flagged[i]);
+        }
+        if (eng.size() > 1 && loop.size() > 1) {
+            double e50, e99, l50, l99;
+            stats(eng, &e50, &e99);
+            stats(loop, &l50, &l99);
+            printf("%4ld %-6s %9.2f %9.2f   (CPU view: submitted -> flag stored)\n", rep + 1,
+                   "p.eng", e50, e99);
+            printf("%4ld %-6s %9.2f %9.2f   (CPU view: flag stored -> next entry submitted)\n",
+                   rep + 1, "p.loop", l50, l99);
+        }
         te_moe_proxy_destroy(pa);
         te_moe_proxy_destroy(pb);
         cudaFreeHost(ra), cudaFreeHost(rb);
