@@ -11,6 +11,10 @@
 //          (te_moe_proxy_watch), the kernel sees the flag: the GPU path.
 // proxy - cpu is what the proxy and the GPU's bus crossings add to the
 // engine; proxy - cpu - floor what the proxy adds beyond the crossings.
+// The proxy row is run with three producers (PRODUCE_* below: bus reads of
+// the ring's `consumed` per post or only when full, narrow or wide stores)
+// and a CPU thread's view of each round trip (.eng: submitted -> flag
+// stored; .loop: flag stored -> the next entry submitted).
 // Engine settings come from the environment (TE_ENGINE_PROGRESS=caller,
 // TE_PLUGIN=efa, TE_EFA_PROVIDER=shm, ...). Exits 77 without a device.
 #include <cuda_runtime.h>
@@ -69,28 +73,44 @@ __global__ void floor_kernel(volatile uint32_t *ping, const volatile uint32_t *p
 
 // One write at a time through the ring (the producer protocol of
 // te_moe_gpu_post), then a spin on its own flag.
+// Producer variants: PRODUCE_PLAIN reads `consumed` (a bus read) before
+// every post and writes the entry with 8-byte stores, as te_moe_gpu_post
+// did before; PRODUCE_CACHED reads it only when its last value shows no
+// room; PRODUCE_WIDE also writes the entry with 16-byte stores.
+enum { PRODUCE_PLAIN = 0, PRODUCE_CACHED = 1, PRODUCE_WIDE = 3 };
+
 __global__ void proxy_kernel(te_moe_ring *ring, const volatile uint32_t *flags, uint32_t iters,
-                             uint64_t len, long long timeout_cycles, long long *cyc,
-                             unsigned long long *span, int *status)
+                             uint64_t len, int produce, long long timeout_cycles,
+                             long long *cyc, unsigned long long *span, int *status)
 {
     te_moe_ring_entry *ents = (te_moe_ring_entry *)(ring + 1);
     uint32_t n = ring->entries;
     unsigned long long g0 = global_ns();
     long long c0 = clock64();
+    uint64_t consumed = 0;
     *status = 0;
     for (uint32_t i = 0; i < iters; i++) {
         long long t0 = clock64();
-        while ((uint64_t)i - *(volatile uint64_t *)&ring->consumed >= n)
-            if (*(volatile int32_t *)&ring->error || clock64() - t0 > timeout_cycles) {
-                *status = -1;
-                return;
-            }
+        if (!(produce & PRODUCE_CACHED) || (uint64_t)i - consumed >= n)
+            while ((uint64_t)i - (consumed = *(volatile uint64_t *)&ring->consumed) >= n)
+                if (*(volatile int32_t *)&ring->error || clock64() - t0 > timeout_cycles) {
+                    *status = -1;
+                    return;
+                }
         te_moe_ring_entry *slot = &ents[i & (n - 1)];
-        uint64_t *w = (uint64_t *)slot;
-        for (int j = 1; j < 8; j++)
-            w[j] = 0;
-        ((uint32_t *)slot)[2] = IMM_PROXY + i; // imm
-        slot->len = len;
+        if (produce == PRODUCE_WIDE) { // bytes 8..63 in four stores, target, then seq
+            uint4 *w = (uint4 *)slot;
+            w[1] = make_uint4(0, 0, (uint32_t)len, (uint32_t)(len >> 32));
+            w[2] = make_uint4(0, 0, 0, 0);
+            w[3] = make_uint4(0, 0, 0, 0);
+            ((uint2 *)slot)[1] = make_uint2(IMM_PROXY + i, 0);
+        } else {
+            uint64_t *w = (uint64_t *)slot;
+            for (int j = 1; j < 8; j++)
+                w[j] = 0;
+            ((uint32_t *)slot)[2] = IMM_PROXY + i; // imm
+            slot->len = len;
+        }
         ((volatile uint32_t *)slot)[1] = 0; // target 0
         __threadfence_system();
         ((volatile uint32_t *)slot)[0] = i + 1;
@@ -208,6 +228,71 @@ static void *monitor_main(void *arg)
     return NULL;
 }
 
+// One proxy round of `iters` writes with fresh rings (a proxy's ring
+// starts at 0); prints its rows, returns its p50.
+static double proxy_round(te_engine *a, te_engine *b, te_peer peer, te_mr *smr,
+                          const te_mr_desc *dd, uint32_t iters, uint64_t bytes, int produce,
+                          const char *name, int rep, long long timeout_cycles, long long *dcyc,
+                          unsigned long long *dspan, int *dstatus)
+{
+    double p50, p99;
+    int st;
+    size_t rbytes = te_moe_ring_bytes(RING_ENTRIES, 1), wbytes = te_moe_ring_bytes(1, iters);
+    void *ra, *rb, *dra, *drb;
+    CU(cudaHostAlloc(&ra, rbytes, cudaHostAllocMapped));
+    CU(cudaHostAlloc(&rb, wbytes, cudaHostAllocMapped));
+    CU(cudaHostGetDevicePointer(&dra, ra, 0));
+    CU(cudaHostGetDevicePointer(&drb, rb, 0));
+    te_moe_proxy *pa, *pb;
+    TE(te_moe_proxy_create(a, ra, RING_ENTRIES, 1, &pa));
+    TE(te_moe_proxy_create(b, rb, 1, iters, &pb));
+    TE(te_moe_proxy_target(pa, 0, peer, smr, dd));
+    for (uint32_t i = 0; i < iters; i++)
+        TE(te_moe_proxy_watch(pb, IMM_PROXY + i, 1, i, 1, 60000));
+    const volatile uint32_t *dflags = (const volatile uint32_t *)(
+        (uint8_t *)drb + ((uint8_t *)te_moe_ring_flags((te_moe_ring *)rb) - (uint8_t *)rb));
+    std::vector<double> taken(iters, 0.0), flagged(iters, 0.0);
+    struct monitor_arg ma = {(const te_moe_ring *)ra, te_moe_ring_flags((te_moe_ring *)rb),
+                             iters, taken.data(), flagged.data()};
+    pthread_t mon;
+    pthread_create(&mon, NULL, monitor_main, &ma);
+    proxy_kernel<<<1, 1>>>((te_moe_ring *)dra, dflags, iters, bytes, produce, timeout_cycles,
+                           dcyc, dspan, dstatus);
+    CU(cudaGetLastError());
+    CU(cudaDeviceSynchronize());
+    pthread_join(mon, NULL);
+    CU(cudaMemcpy(&st, dstatus, sizeof(int), cudaMemcpyDeviceToHost));
+    if (st) {
+        fprintf(stderr, "te-moe-proxy-bench: proxy kernel %s: %s\n",
+                st == -2 ? "saw a failed flag" : "timed out", te_moe_proxy_error(pa));
+        exit(1);
+    }
+    std::vector<double> p = device_us(dcyc, dspan, iters);
+    stats(p, &p50, &p99);
+    printf("%4d %-7s %9.2f %9.2f\n", rep, name, p50, p99);
+    // The CPU's view of the same round trips (0 where the monitor missed one).
+    std::vector<double> eng, loop;
+    for (uint32_t i = 0; i < iters; i++) {
+        if (taken[i] > 0 && flagged[i] > 0)
+            eng.push_back(flagged[i] - taken[i]);
+        if (i + 1 < iters && flagged[i] > 0 && taken[i + 1] > 0)
+            loop.push_back(taken[i + 1] - flagged[i]);
+    }
+    if (eng.size() > 1 && loop.size() > 1) {
+        double e50, e99, l50, l99;
+        stats(eng, &e50, &e99);
+        stats(loop, &l50, &l99);
+        printf("%4d %-7s %9.2f %9.2f   (CPU view: submitted -> flag stored)\n", rep, "  .eng",
+               e50, e99);
+        printf("%4d %-7s %9.2f %9.2f   (CPU view: flag stored -> next entry submitted)\n", rep,
+               "  .loop", l50, l99);
+    }
+    te_moe_proxy_destroy(pa);
+    te_moe_proxy_destroy(pb);
+    cudaFreeHost(ra), cudaFreeHost(rb);
+    return p50;
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: te-moe-proxy-bench [--iters N (1..100000, default 2000)] "
@@ -291,8 +376,8 @@ int main(int argc, char **argv)
     printf("# te-moe-proxy-bench: %ld-byte WriteImm round trips, %s memory, plugin %s, "
            "progress %s, %ld samples per row\n", bytes, cuda_mem ? "cuda" : "host",
            te_engine_plugin_name(a), caller ? "caller" : "thread", iters);
-    printf("%4s %-6s %9s %9s\n", "rep", "path", "p50_us", "p99_us");
-    double med[3][50];
+    printf("%4s %-7s %9s %9s\n", "rep", "path", "p50_us", "p99_us");
+    double med[5][50];
     for (long rep = 0; rep < reps; rep++) {
         double p50, p99;
         int st;
@@ -315,7 +400,7 @@ int main(int argc, char **argv)
         std::vector<double> f = device_us(dcyc, dspan, (uint32_t)iters);
         stats(f, &p50, &p99);
         med[0][rep] = p50;
-        printf("%4ld %-6s %9.2f %9.2f\n", rep + 1, "floor", p50, p99);
+        printf("%4ld %-7s %9.2f %9.2f\n", rep + 1, "floor", p50, p99);
 
         // cpu: the engine alone
         std::vector<double> c(iters);
@@ -340,78 +425,29 @@ int main(int argc, char **argv)
         }
         stats(c, &p50, &p99);
         med[1][rep] = p50;
-        printf("%4ld %-6s %9.2f %9.2f\n", rep + 1, "cpu", p50, p99);
+        printf("%4ld %-7s %9.2f %9.2f\n", rep + 1, "cpu", p50, p99);
         if (caller) // the initiator's completions of this rep, before the proxies progress it
             for (int k = 0; k < 1000 && te_progress(a, -1, 0) >= 0; k++)
                 ;
 
-        // proxy: fresh rings per repetition (a proxy's ring starts at 0)
-        size_t rbytes = te_moe_ring_bytes(RING_ENTRIES, 1), wbytes =
-            te_moe_ring_bytes(1, (uint32_t)iters);
-        void *ra, *rb, *dra, *drb;
-        CU(cudaHostAlloc(&ra, rbytes, cudaHostAllocMapped));
-        CU(cudaHostAlloc(&rb, wbytes, cudaHostAllocMapped));
-        CU(cudaHostGetDevicePointer(&dra, ra, 0));
-        CU(cudaHostGetDevicePointer(&drb, rb, 0));
-        te_moe_proxy *pa, *pb;
-        TE(te_moe_proxy_create(a, ra, RING_ENTRIES, 1, &pa));
-        TE(te_moe_proxy_create(b, rb, 1, (uint32_t)iters, &pb));
-        TE(te_moe_proxy_target(pa, 0, peer, smr, &dd));
-        for (long i = 0; i < iters; i++)
-            TE(te_moe_proxy_watch(pb, IMM_PROXY + (uint32_t)i, 1, (uint32_t)i, 1, 60000));
-        const volatile uint32_t *dflags = (const volatile uint32_t *)(
-            (uint8_t *)drb + ((uint8_t *)te_moe_ring_flags((te_moe_ring *)rb) - (uint8_t *)rb));
-        std::vector<double> taken(iters, 0.0), flagged(iters, 0.0);
-        struct monitor_arg ma = {(const te_moe_ring *)ra, te_moe_ring_flags((te_moe_ring *)rb),
-                                 (uint32_t)iters, taken.data(), flagged.data()};
-        pthread_t mon;
-        pthread_create(&mon, NULL, monitor_main, &ma);
-        proxy_kernel<<<1, 1>>>((te_moe_ring *)dra, dflags, (uint32_t)iters, (uint64_t)bytes,
-                               timeout_cycles, dcyc, dspan, dstatus);
-        CU(cudaGetLastError());
-        CU(cudaDeviceSynchronize());
-        pthread_join(mon, NULL);
-        CU(cudaMemcpy(&st, dstatus, sizeof(int), cudaMemcpyDeviceToHost));
-        if (st) {
-            fprintf(stderr, "te-moe-proxy-bench: proxy kernel %s: %s\n",
-                    st == -2 ? "saw a failed flag" : "timed out", te_moe_proxy_error(pa));
-            return 1;
-        }
-        std::vector<double> p = device_us(dcyc, dspan, (uint32_t)iters);
-        stats(p, &p50, &p99);
-        med[2][rep] = p50;
-        printf("%4ld %-6s %9.2f %9.2f\n", rep + 1, "proxy", p50, p99);
-        // The CPU's view of the same round trips (0 where the monitor missed one).
-        std::vector<double> eng, loop;
-        for (long i = 0; i < iters; i++) {
-            if (taken[i] > 0 && flagged[i] > 0)
-                eng.push_back(flagged[i] - taken[i]);
-            if (i + 1 < iters && flagged[i] > 0 && taken[i + 1] > 0)
-                loop.push_back(taken[i + 1] - flagged[i]);
-        }
-        if (eng.size() > 1 && loop.size() > 1) {
-            double e50, e99, l50, l99;
-            stats(eng, &e50, &e99);
-            stats(loop, &l50, &l99);
-            printf("%4ld %-6s %9.2f %9.2f   (CPU view: submitted -> flag stored)\n", rep + 1,
-                   "p.eng", e50, e99);
-            printf("%4ld %-6s %9.2f %9.2f   (CPU view: flag stored -> next entry submitted)\n",
-                   rep + 1, "p.loop", l50, l99);
-        }
-        te_moe_proxy_destroy(pa);
-        te_moe_proxy_destroy(pb);
-        cudaFreeHost(ra), cudaFreeHost(rb);
+        static const struct { int produce; const char *name; } var[] = {
+            {PRODUCE_PLAIN, "proxy"}, {PRODUCE_CACHED, "proxy.c"}, {PRODUCE_WIDE, "proxy.w"}};
+        for (int v = 0; v < 3; v++)
+            med[2 + v][rep] = proxy_round(a, b, peer, smr, &dd, (uint32_t)iters, (uint64_t)bytes,
+                                          var[v].produce, var[v].name, (int)rep + 1,
+                                          timeout_cycles, dcyc, dspan, dstatus);
         fflush(stdout);
     }
-    double m[3];
-    for (int k = 0; k < 3; k++) {
+    double m[5];
+    for (int k = 0; k < 5; k++) {
         std::vector<double> v(med[k], med[k] + reps);
         double unused;
         stats(v, &m[k], &unused);
     }
-    printf("# medians of the reps' p50: floor %.2f us, cpu %.2f us, proxy %.2f us; "
-           "proxy - cpu = %.2f us, proxy - cpu - floor = %.2f us\n", m[0], m[1], m[2],
-           m[2] - m[1], m[2] - m[1] - m[0]);
+    printf("# medians of the reps' p50: floor %.2f us, cpu %.2f us, proxy %.2f / .c %.2f / "
+           ".w %.2f us; proxy - cpu = %.2f us, proxy - cpu - floor = %.2f us (.w: %.2f, %.2f)\n",
+           m[0], m[1], m[2], m[3], m[4], m[2] - m[1], m[2] - m[1] - m[0], m[4] - m[1],
+           m[4] - m[1] - m[0]);
     te_mr_dereg(a, smr);
     te_mr_dereg(b, dmr);
     te_engine_destroy(a);
