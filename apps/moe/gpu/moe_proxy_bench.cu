@@ -100,8 +100,8 @@ __global__ void proxy_kernel(te_moe_ring *ring, const volatile uint32_t *flags, 
         te_moe_ring_entry *slot = &ents[i & (n - 1)];
         if (produce == PRODUCE_WIDE) { // bytes 8..63 in four stores, target, then seq
             uint4 *w = (uint4 *)slot;
-            w[1] = make_uint4(0, 0, (uint32_t)len, (uint32_t)(len >> 32));
-            w[2] = make_uint4(0, 0, 0, 0);
+            w[1] = make_uint4(0, 0, 0, 0); // src_off, dst_off
+            w[2] = make_uint4((uint32_t)len, (uint32_t)(len >> 32), 0, 0);
             w[3] = make_uint4(0, 0, 0, 0);
             ((uint2 *)slot)[1] = make_uint2(IMM_PROXY + i, 0);
         } else {
