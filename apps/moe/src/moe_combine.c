@@ -38,10 +38,7 @@ static void weigh_rows(te_moe_rank *r, const te_moe_expert_out *y, uint32_t s,
     const te_moe_config *c = &r->c;
     uint32_t base = r->rank * r->local;
     for (uint32_t k = 0; k < r->b.got[s]; k++, crow += r->crow_bytes) {
-        const struct moe_row_meta *m =
-            (const struct moe_row_meta *)(r->mem + r->off_rd + s * r->dslot +
-                                          sizeof(struct moe_head) +
-                                          k * r->row_bytes);
+        const struct moe_row_meta *m = moe_row_meta_at(r, s, k);
         const uint32_t *pos = r->pos + ((size_t)s * c->max_tokens + k) * c->topk;
         float *acc = (float *)(crow + 16);
         memcpy(crow, &m->token, 4);

@@ -24,12 +24,21 @@ struct batch_in {
     const float *weights;
     uint32_t tokens;
     size_t elem;
+    int inplace; /* x is the registered input (te_moe_rank_input) */
 };
 
+size_t moe_span_off(const te_moe_rank *r)
+{
+    return sizeof(struct moe_head) +
+           (size_t)r->c.max_tokens * sizeof(struct moe_row_meta);
+}
+
 /* Stage `count` rows for destination d at `row`, continuing the scan of
- * the tokens at *cursor (rows go in token order). */
+ * the tokens at *cursor (rows go in token order). stride: bytes per row
+ * (row_bytes: meta then token; a meta's 64 alone: metas of a span). */
 static void stage_rows(te_moe_rank *r, const struct batch_in *in, uint32_t d,
-                       uint32_t *cursor, uint32_t count, uint8_t *row)
+                       uint32_t *cursor, uint32_t count, uint8_t *row,
+                       size_t stride)
 {
     const te_moe_config *c = &r->c;
     uint64_t t0 = moe_now_ns();
@@ -46,13 +55,40 @@ static void stage_rows(te_moe_rank *r, const struct batch_in *in, uint32_t d,
         if (!m.nexp)
             continue;
         memcpy(row, &m, sizeof(m));
-        memcpy(row + sizeof(m),
-               (const uint8_t *)in->x + (size_t)t * c->hidden * in->elem,
-               c->hidden * in->elem);
-        row += r->row_bytes;
+        if (stride > sizeof(m))
+            memcpy(row + sizeof(m),
+                   (const uint8_t *)in->x + (size_t)t * c->hidden * in->elem,
+                   c->hidden * in->elem);
+        row += stride;
         count--;
     }
     r->b.pack_ns += moe_now_ns() - t0;
+}
+
+/* In place (te_moe_rank_input): d gets at least 3/4 of the tokens, so
+ * all of them go in one write straight from x (the others ride along
+ * unread) and only the metas are staged: head + metas in the first write,
+ * the tokens in the second, at moe_span_off() of our slot at d. */
+static int span_to(te_moe_rank *r, const struct batch_in *in, uint32_t d,
+                   uint64_t deadline)
+{
+    uint32_t rows = r->b.n[d], cursor = 0;
+    size_t src = r->off_sd + d * r->dslot;
+    size_t dst = r->off_rd + r->rank * r->dslot;
+    size_t H = sizeof(struct moe_head), tok = r->c.hidden * in->elem;
+    int rc = moe_put_mr(r, r->in_mr, d, 0, dst + moe_span_off(r),
+                        (size_t)in->tokens * tok, MOE_PH_REST, deadline, 0);
+    struct moe_head *h = (struct moe_head *)(r->mem + src);
+    memset(h, 0, H);
+    h->rows = rows | MOE_ROWS_SPAN;
+    h->batch = r->b.batch;
+    stage_rows(r, in, d, &cursor, rows, r->mem + src + H,
+               sizeof(struct moe_row_meta));
+    if (!rc)
+        rc = moe_put(r, d, src, dst, H + rows * sizeof(struct moe_row_meta),
+                     MOE_PH_HEAD, deadline, 0);
+    r->st.rows_sent += rows;
+    return rc;
 }
 
 /* Dispatch to remote d: head + the first P rows into our private buffer at
@@ -63,6 +99,8 @@ static int dispatch_to(te_moe_rank *r, const struct batch_in *in, uint32_t d,
 {
     const te_moe_config *c = &r->c;
     uint32_t rows = r->b.n[d];
+    if (in->inplace && rows && (uint64_t)rows * 4 >= (uint64_t)in->tokens * 3)
+        return span_to(r, in, d, deadline);
     uint32_t P = c->naive ? 0 : c->private_rows;
     size_t src = r->off_sd + d * r->dslot;
     size_t dst = r->off_rd + r->rank * r->dslot; /* our slot at d */
@@ -72,13 +110,13 @@ static int dispatch_to(te_moe_rank *r, const struct batch_in *in, uint32_t d,
     h->rows = rows;
     h->batch = r->b.batch;
     uint32_t cursor = 0, first = rows < P ? rows : P;
-    stage_rows(r, in, d, &cursor, first, r->mem + src + H);
+    stage_rows(r, in, d, &cursor, first, r->mem + src + H, r->row_bytes);
     int rc = moe_put(r, d, src, dst, H + first * r->row_bytes, MOE_PH_HEAD,
                      deadline, 0);
     uint32_t step = c->naive ? 1 : rows - first;
     for (uint32_t at = first; !rc && at < rows; at += step) {
         size_t off = H + at * r->row_bytes;
-        stage_rows(r, in, d, &cursor, step, r->mem + src + off);
+        stage_rows(r, in, d, &cursor, step, r->mem + src + off, r->row_bytes);
         rc = moe_put(r, d, src + off, dst + off, step * r->row_bytes,
                      MOE_PH_REST, deadline, 0);
     }
@@ -111,7 +149,7 @@ static int send_rows(te_moe_rank *r, const struct batch_in *in)
     sh->batch = r->b.batch;
     uint32_t cursor = 0;
     stage_rows(r, in, r->rank, &cursor, r->b.n[r->rank],
-               self + sizeof(struct moe_head));
+               self + sizeof(struct moe_head), r->row_bytes);
     return 0;
 }
 
@@ -158,8 +196,10 @@ int te_moe_dispatch_start(te_moe_rank *r, uint64_t batch, uint32_t tokens,
         moe_tell_peers(r, rc, 1);
         return moe_end_batch(r, rc);
     }
-    struct batch_in in = {x, experts, weights, tokens,
-                          r->c.dtype == TE_MOE_BF16 ? 2 : 4};
+    size_t elem = r->c.dtype == TE_MOE_BF16 ? 2 : 4;
+    struct batch_in in = {x, experts, weights, tokens, elem,
+                          r->in_mr && !r->c.naive && x == r->in_base &&
+                              (size_t)tokens * r->c.hidden * elem <= r->in_bytes};
     if ((rc = send_rows(r, &in))) {
         moe_tell_peers(r, rc, 1);
         return moe_end_batch(r, rc);
@@ -183,23 +223,38 @@ static int receive_rows(te_moe_rank *r)
             (const struct moe_head *)(r->mem + r->off_rd + s * r->dslot);
         if ((rc = moe_check_head(r, h, s, c->max_tokens, "dispatch")))
             return rc;
-        r->b.got[s] = h->rows;
-        uint32_t rest = h->rows > P ? h->rows - P : 0;
+        uint32_t rows = h->rows & ~MOE_ROWS_SPAN;
+        r->b.span[s] = (h->rows & MOE_ROWS_SPAN) != 0;
+        r->b.got[s] = rows;
+        uint32_t rest = r->b.span[s] ? 1 : rows > P ? rows - P : 0;
         if (rest && (rc = moe_wait_imm(r, s, MOE_PH_REST, c->naive ? rest : 1,
                                        deadline, "dispatch rest")))
             return rc;
-        r->st.rows_received += h->rows;
+        r->st.rows_received += rows;
     }
     r->b.got[r->rank] = r->b.n[r->rank];
+    r->b.span[r->rank] = 0;
     return 0;
 }
 
-static const struct moe_row_meta *row_meta(const te_moe_rank *r, uint32_t s,
+const struct moe_row_meta *moe_row_meta_at(const te_moe_rank *r, uint32_t s,
                                            uint32_t k)
 {
+    size_t stride = r->b.span[s] ? sizeof(struct moe_row_meta) : r->row_bytes;
     return (const struct moe_row_meta *)(r->mem + r->off_rd + s * r->dslot +
-                                         sizeof(struct moe_head) +
-                                         k * r->row_bytes);
+                                         sizeof(struct moe_head) + k * stride);
+}
+
+/* Its token: after the meta, or in the span at the token's index (checked
+ * against max_tokens by count_rows: inside the slot). */
+static const uint8_t *row_token(const te_moe_rank *r, uint32_t s,
+                                const struct moe_row_meta *m)
+{
+    if (!r->b.span[s])
+        return (const uint8_t *)(m + 1);
+    size_t tok = r->row_bytes - sizeof(struct moe_row_meta);
+    return r->mem + r->off_rd + s * r->dslot + moe_span_off(r) +
+           (size_t)m->token * tok;
 }
 
 /* Rows per local expert, checked against the capacity (and the metas
@@ -210,7 +265,7 @@ static int count_rows(te_moe_rank *r, const te_moe_recv *recv)
     uint32_t base = r->rank * r->local, count[TE_MOE_MAX_EXPERTS] = {0};
     for (uint32_t s = 0; s < c->ranks; s++)
         for (uint32_t k = 0; k < r->b.got[s]; k++) {
-            const struct moe_row_meta *m = row_meta(r, s, k);
+            const struct moe_row_meta *m = moe_row_meta_at(r, s, k);
             if (m->nexp > c->topk || m->token >= c->max_tokens)
                 return moe_fail(-EPROTO, "rank %u: row %u from rank %u is "
                                 "corrupt", r->rank, k, s);
@@ -241,15 +296,15 @@ static void lay_out(te_moe_rank *r, const te_moe_recv *recv)
     memset(recv->count, 0, r->local * sizeof(uint32_t));
     for (uint32_t s = 0; s < c->ranks; s++)
         for (uint32_t k = 0; k < r->b.got[s]; k++) {
-            const struct moe_row_meta *m = row_meta(r, s, k);
+            const struct moe_row_meta *m = moe_row_meta_at(r, s, k);
             uint32_t *pos = r->pos + ((size_t)s * c->max_tokens + k) * c->topk;
             for (uint32_t j = 0; j < m->nexp; j++) {
                 uint32_t l = m->experts[j] - base, i = recv->count[l]++;
                 size_t at = (size_t)l * recv->capacity + i;
                 if (recv->x)
-                    memcpy((uint8_t *)recv->x + at * tok, m + 1, tok);
+                    memcpy((uint8_t *)recv->x + at * tok, row_token(r, s, m), tok);
                 else
-                    recv->rows[at] = m + 1; /* index mode: in place */
+                    recv->rows[at] = row_token(r, s, m); /* index mode: in place */
                 if (recv->src)
                     recv->src[at] = (te_moe_src){s, m->token, m->slots[j],
                                                  m->weights[j]};

@@ -34,6 +34,11 @@ struct moe_head {
 };
 _Static_assert(sizeof(struct moe_head) == 64, "head is 64 bytes");
 #define MOE_WHY_MAX 96
+/* In a dispatch head's rows: the rows' tokens came in one write straight
+ * from the source's registered input (te_moe_rank_input): the slot holds
+ * the metas alone, then at MOE_SPAN_OFF the source's tokens in token order
+ * (docs/moe.md "In-place input"). */
+#define MOE_ROWS_SPAN 0x80000000u
 
 /* A peer rank: its engine peer and the descriptor of its registration. */
 struct moe_peer {
@@ -54,6 +59,7 @@ struct moe_batch {
     uint32_t n[TE_MOE_MAX_RANKS];   /* rows we send to each rank */
     uint32_t got[TE_MOE_MAX_RANKS]; /* rows each rank sent us */
     uint64_t combined; /* peers whose combine write of this batch is in */
+    uint8_t span[TE_MOE_MAX_RANKS]; /* sources whose rows came as a span */
 };
 
 /* A rank (moe_rank.c: setup; moe_dispatch.c, moe_combine.c: the batch;
@@ -73,6 +79,10 @@ struct te_moe_rank {
     size_t mem_len;
     size_t off_sd, off_rd, off_sc, off_rc;
     te_mr *mr;
+    /* The caller's input registered by te_moe_rank_input (or NULL). */
+    te_mr *in_mr;
+    const uint8_t *in_base;
+    size_t in_bytes;
     te_imm_space *space;
     struct moe_peer peers[TE_MOE_MAX_RANKS];
     te_moe_stats st;
@@ -119,6 +129,16 @@ int moe_wait_inflight(te_moe_rank *r, uint64_t deadline, uint64_t *left);
  * counted in the stats; retried while the submit queue is full. */
 int moe_put(te_moe_rank *r, uint32_t d, size_t loff, size_t roff, size_t len,
             uint32_t phase, uint64_t deadline, int combine);
+/* The same from another local registration (the caller's input). */
+int moe_put_mr(te_moe_rank *r, te_mr *local, uint32_t d, size_t loff,
+               size_t roff, size_t len, uint32_t phase, uint64_t deadline,
+               int combine);
+/* Offset in a dispatch slot where a span's tokens start. */
+size_t moe_span_off(const te_moe_rank *r);
+/* Row k of source s in our receive slot: its meta (rows, or the metas of
+ * a span: r->b.span[s]). */
+const struct moe_row_meta *moe_row_meta_at(const te_moe_rank *r, uint32_t s,
+                                           uint32_t k);
 /* Wait for `count` arrivals of (batch, peer, phase). */
 int moe_wait_imm(te_moe_rank *r, uint32_t peer, uint32_t phase,
                  uint64_t count, uint64_t deadline, const char *what);

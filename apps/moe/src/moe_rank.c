@@ -277,6 +277,36 @@ int te_moe_rank_disconnect(te_moe_rank *r)
     return first;
 }
 
+int te_moe_rank_input(te_moe_rank *r, const void *x, size_t bytes)
+{
+    if (!r || (!x) != (bytes == 0))
+        return moe_fail(-EINVAL, "te_moe_rank_input: %s", !r ? "rank is NULL"
+                        : x ? "bytes is 0" : "x is NULL with bytes");
+    if (r->b.state != MOE_IDLE)
+        return moe_fail(-EBUSY, "rank %u: te_moe_rank_input during batch %"
+                        PRIu64, r->rank, r->b.batch);
+    /* Writes of an ended batch that could not be confirmed may still read
+     * the old buffer: keep it registered until they have ended. */
+    int rc = moe_check_usable(r);
+    if (rc)
+        return rc;
+    te_mr *mr = NULL;
+    if (x && (rc = te_mr_reg(r->e, 0, (void *)x, bytes, TE_MR_LOCAL,
+                             TE_MEM_HOST, &mr)))
+        return moe_fail(rc, "rank %u: registering the input (%zu bytes): %s",
+                        r->rank, bytes, te_last_error());
+    if (r->in_mr && (rc = te_mr_dereg(r->e, r->in_mr))) {
+        if (mr)
+            te_mr_dereg(r->e, mr);
+        return moe_fail(rc, "rank %u: deregistering the previous input: %s",
+                        r->rank, te_last_error());
+    }
+    r->in_mr = mr;
+    r->in_base = x;
+    r->in_bytes = bytes;
+    return 0;
+}
+
 void te_moe_rank_free(te_moe_rank *r)
 {
     if (!r)
@@ -294,6 +324,8 @@ void te_moe_rank_free(te_moe_rank *r)
         return;
     }
     te_imm_space_destroy(r->space);
+    if (r->in_mr)
+        te_mr_dereg(r->e, r->in_mr); /* the caller's memory: nothing to free */
     int rc = te_mr_dereg(r->e, r->mr);
     if (rc)
         /* Still registered: a peer may still write into it. */

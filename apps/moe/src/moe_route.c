@@ -22,15 +22,18 @@ int te_moe_route_random(const te_moe_config *c, uint32_t tokens,
                         uint64_t seed, uint32_t skew, uint16_t *experts,
                         float *weights)
 {
+    /* skew: experts of rank 0 only (a hot rank), or all */
+    uint32_t span = skew ? c->experts / c->ranks : c->experts;
+    if (span < c->topk) /* no top-k of distinct experts: it never ended */
+        return moe_fail(-EINVAL, "te_moe_route_random: top-%u of %u experts%s",
+                        c->topk, span, skew ? " (skew: rank 0's alone)" : "");
     for (uint32_t t = 0; t < tokens; t++) {
         float sum = 0;
         for (uint32_t j = 0; j < c->topk; j++) {
             uint32_t e;
             for (uint64_t n = 0;; n++) {
                 uint64_t r = mix(seed ^ ((uint64_t)t << 20) ^ (j << 8) ^ (n << 40));
-                /* skew: experts of rank 0 only (a hot rank), or all */
-                uint32_t span = skew ? c->experts / c->ranks : c->experts;
-                e = (uint32_t)(r % (span ? span : 1));
+                e = (uint32_t)(r % span);
                 int dup = 0;
                 for (uint32_t q = 0; q < j; q++)
                     dup |= experts[t * c->topk + q] == e;

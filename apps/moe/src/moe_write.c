@@ -82,8 +82,8 @@ static int64_t submit_counted(te_moe_rank *r, const te_request *q)
     return id;
 }
 
-static int64_t put(te_moe_rank *r, uint32_t d, size_t loff, size_t roff,
-                   size_t len, uint32_t imm, uint64_t deadline)
+static int64_t put(te_moe_rank *r, te_mr *local, uint32_t d, size_t loff,
+                   size_t roff, size_t len, uint32_t imm, uint64_t deadline)
 {
     te_request q;
     te_request_init(&q, TE_OP_WRITE);
@@ -96,7 +96,7 @@ static int64_t put(te_moe_rank *r, uint32_t d, size_t loff, size_t roff,
      * buffers are free; the batch bounds its own waits. */
     q.timeout_ms = -1;
     q.u.xfer.peer = r->peers[d].peer;
-    q.u.xfer.local = r->mr;
+    q.u.xfer.local = local;
     q.u.xfer.local_off = loff;
     q.u.xfer.remote = &r->peers[d].desc;
     q.u.xfer.remote_off = roff;
@@ -118,8 +118,15 @@ static int64_t put(te_moe_rank *r, uint32_t d, size_t loff, size_t roff,
 int moe_put(te_moe_rank *r, uint32_t d, size_t loff, size_t roff, size_t len,
             uint32_t phase, uint64_t deadline, int combine)
 {
+    return moe_put_mr(r, r->mr, d, loff, roff, len, phase, deadline, combine);
+}
+
+int moe_put_mr(te_moe_rank *r, te_mr *local, uint32_t d, size_t loff,
+               size_t roff, size_t len, uint32_t phase, uint64_t deadline,
+               int combine)
+{
     uint64_t t0 = moe_now_ns();
-    int64_t id = put(r, d, loff, roff, len,
+    int64_t id = put(r, local, d, loff, roff, len,
                      moe_imm_of(r, r->b.batch, r->rank, phase), deadline);
     r->b.post_ns += moe_now_ns() - t0;
     if (id < 0)
@@ -162,9 +169,10 @@ int moe_check_head(te_moe_rank *r, const struct moe_head *h, uint32_t s,
                         " (%s): %.*s", r->rank, s, h->batch, what,
                         MOE_WHY_MAX,
                         (const char *)h + offsetof(struct moe_head, why));
-    if (h->rows > max_rows)
+    uint32_t rows = h->rows & ~MOE_ROWS_SPAN;
+    if (rows > max_rows)
         return moe_fail(-EPROTO, "rank %u: rank %u sent %u %s rows (max %u)",
-                        r->rank, s, h->rows, what, max_rows);
+                        r->rank, s, rows, what, max_rows);
     return 0;
 }
 

@@ -7,7 +7,7 @@ set(MOE_CLI ${CMAKE_CURRENT_SOURCE_DIR}/tests/cli_check.sh)
 set(MOE_HELP_OPTS -e "--ranks R .*\\[8\\]" -e "--experts E .*\\[256\\]"
     -e "--topk K .*\\[8\\]" -e "--hidden H .*\\[7168\\]" -e "--tokens T"
     -e "--private P" -e "--batches B .*\\[run: 3, bench: 20\\]"
-    -e "--repeat N" -e "--bf16 .*\\[fp32\\]" -e "--skew" -e "--timeout-ms MS .*\\[5000\\]"
+    -e "--repeat N" -e "--bf16 .*\\[fp32\\]" -e "--skew" -e "--inplace" -e "--timeout-ms MS .*\\[5000\\]"
     -e "--set S.K=V" -e "-h, --help")
 add_test(NAME moe_cli_help COMMAND ${MOE_CLI} zero ${MOE_HELP_OPTS}
          -e "^  run  " -e "^  bench  " -- $<TARGET_FILE:te-moe-tool> --help)
@@ -38,13 +38,27 @@ add_test(NAME moe_cli_bad_shape COMMAND ${MOE_CLI} nonzero
          -e "experts 12 \\(a multiple of ranks" -e "te-moe run: FAILED"
          -- $<TARGET_FILE:te-moe-tool> run --ranks 8 --experts 12 --hidden 64
             --tokens 8)
+# --skew with fewer experts on rank 0 than top-k: refused (it looped
+# forever drawing distinct experts before).
+add_test(NAME moe_cli_skew_topk COMMAND ${MOE_CLI} nonzero
+         -e "--skew routes to rank 0's 4 experts: fewer than --topk 8"
+         -- $<TARGET_FILE:te-moe-tool> run --ranks 8 --experts 32 --topk 8 --skew
+            --hidden 64 --tokens 8)
+# In place (te_moe_rank_input): every value equal to the reference, and
+# the two writes of a span per peer (dispatch 2..2 with all tokens routed
+# everywhere at top-8 of 8 experts on 2 ranks).
+add_test(NAME moe_run_inplace COMMAND ${MOE_CLI} zero
+         -e "batch 2: ok, 0 values differ" -e "dispatch 2\\.\\.2, combine 1\\.\\.1"
+         -e "te-moe run: OK"
+         -- $<TARGET_FILE:te-moe-tool> run --ranks 2 --experts 8 --topk 8
+            --hidden 64 --tokens 40 --inplace)
 add_test(NAME moe_cli_unknown_command COMMAND ${MOE_CLI} nonzero
          -e "unknown command \"frob\"" -e "usage: te-moe run\\|bench"
          -- $<TARGET_FILE:te-moe-tool> frob)
 set_tests_properties(moe_cli_help moe_cli_run_help moe_cli_bench_help
   moe_cli_bad_number moe_cli_number_out_of_range moe_cli_bad_option
   moe_cli_missing_value moe_cli_bad_set moe_cli_unknown_key moe_cli_bad_shape
-  moe_cli_unknown_command PROPERTIES LABELS moe TIMEOUT 60
+  moe_cli_skew_topk moe_run_inplace moe_cli_unknown_command PROPERTIES LABELS moe TIMEOUT 60
   ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR}"
   PASS_REGULAR_EXPRESSION "cli_check: ok")
 

@@ -600,6 +600,109 @@ START_TEST(index_mode_equals_reference)
 }
 END_TEST
 
+/* In place (te_moe_rank_input): run batches with every rank's x
+ * registered; results equal the reference, at most 2 dispatch writes per
+ * peer, and a source's rows came as a span exactly where the receiver got
+ * at least 3/4 of its tokens (white box: the receiver's b.span). */
+static void run_inplace(te_moe_config c, uint32_t skew, int empty_rank,
+                        int index)
+{
+    struct moe_job j;
+    ck_assert_int_eq(moe_job_open(&j, &c, NULL), 0);
+    j.inplace = 1;
+    j.index = index;
+    for (uint32_t b = 0; b < 2; b++) {
+        uint32_t tok[TE_MOE_MAX_RANKS];
+        for (uint32_t i = 0; i < c.ranks; i++)
+            tok[i] = (int)i == empty_rank ? 0 : c.max_tokens - (i * 5 + b) % 9;
+        moe_job_inputs(&j, tok, 300 + b, skew);
+        int rc = moe_job_batch(&j, b);
+        ck_assert_msg(rc == 0, "R=%u k=%u batch %u: %s", c.ranks, c.topk, b,
+                      j.why[0]);
+        ck_assert_uint_eq(moe_job_check(&j), 0);
+        for (uint32_t i = 0; i < c.ranks; i++) {
+            te_moe_stats st;
+            te_moe_rank_stats(j.r[i], &st);
+            for (uint32_t d = 0; d < c.ranks; d++) {
+                if (d == i)
+                    continue;
+                ck_assert_uint_le(st.dispatch_writes[d], 2);
+                ck_assert_uint_eq(st.combine_writes[d], 1);
+                /* Rows i sent to d: the tokens with an expert on d. */
+                uint32_t n = 0, per = c.experts / c.ranks;
+                for (uint32_t t = 0; t < j.tokens[i]; t++) {
+                    int hit = 0;
+                    for (uint32_t q = 0; q < c.topk; q++)
+                        hit |= j.experts[i][t * c.topk + q] / per == d;
+                    n += (uint32_t)hit;
+                }
+                int want = n && (uint64_t)n * 4 >= (uint64_t)j.tokens[i] * 3;
+                ck_assert_msg(j.r[d]->b.span[i] == want, "R=%u k=%u: rank %u "
+                              "from %u: span %d, %u of %u tokens", c.ranks,
+                              c.topk, d, i, j.r[d]->b.span[i], n, j.tokens[i]);
+                if (want)
+                    ck_assert_uint_eq(st.dispatch_writes[d], 2);
+            }
+        }
+    }
+    moe_job_close(&j);
+}
+
+START_TEST(inplace_input_equals_reference)
+{
+    static const uint32_t R[] = {2, 4, 8};
+    static const uint32_t K[] = {1, 2, 8};
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < 3; k++)
+            run_inplace(cfg(R[r], K[k], R[r] * 4 < 8 ? 8 : R[r] * 4, 6), 0, -1,
+                        0);
+    run_inplace(cfg(4, 2, 16, 6), 1, -1, 0); /* skewed: spans to rank 0 */
+    run_inplace(cfg(4, 8, 32, 6), 1, 2, 1);  /* ... rank 2 empty, index mode */
+    te_moe_config c = cfg(2, 8, 8, 6);
+    c.dtype = TE_MOE_BF16;
+    run_inplace(c, 0, -1, 0);
+}
+END_TEST
+
+/* te_moe_rank_input's refusals; an x that is not the registered buffer
+ * (or does not fit in it) is staged as before. */
+START_TEST(inplace_input_refusals_and_fallback)
+{
+    te_moe_config c = cfg(2, 8, 8, 6);
+    struct moe_job j;
+    ck_assert_int_eq(moe_job_open(&j, &c, NULL), 0);
+    float *buf = calloc(c.max_tokens * c.hidden, sizeof(float));
+    ck_assert_int_eq(te_moe_rank_input(j.r[0], NULL, 64), -EINVAL);
+    ck_assert_int_eq(te_moe_rank_input(j.r[0], buf, 0), -EINVAL);
+    ck_assert_int_eq(te_moe_rank_input(NULL, buf, 64), -EINVAL);
+    /* Registered, but the batch's x is another buffer: staged rows. */
+    ck_assert_int_eq(te_moe_rank_input(j.r[0], buf, c.max_tokens * c.hidden * 4), 0);
+    ck_assert_int_eq(te_moe_rank_input(j.r[1], buf, 4 * c.hidden), 0); /* 4 tokens */
+    uint32_t tok[2] = {20, 20};
+    moe_job_inputs(&j, tok, 9, 0);
+    ck_assert_int_eq(moe_job_batch(&j, 0), 0);
+    ck_assert_uint_eq(moe_job_check(&j), 0);
+    ck_assert_int_eq(j.r[1]->b.span[0], 0);
+    ck_assert_int_eq(j.r[0]->b.span[1], 0);
+    /* x is the registered buffer but 20 tokens do not fit in 4: staged. */
+    ck_assert_int_eq(te_moe_rank_input(j.r[1], j.x[1], 4 * c.hidden * 4), 0);
+    ck_assert_int_eq(moe_job_batch(&j, 1), 0);
+    ck_assert_uint_eq(moe_job_check(&j), 0);
+    ck_assert_int_eq(j.r[0]->b.span[1], 0);
+    /* Now it fits: a span. */
+    ck_assert_int_eq(te_moe_rank_input(j.r[1], j.x[1], 20 * c.hidden * 4), 0);
+    ck_assert_int_eq(moe_job_batch(&j, 2), 0);
+    ck_assert_uint_eq(moe_job_check(&j), 0);
+    ck_assert_int_eq(j.r[0]->b.span[1], 1);
+    /* Not between the split calls. */
+    ck_assert_int_eq(te_moe_dispatch_start(j.r[0], 3, 0, NULL, NULL, NULL), 0);
+    ck_assert_int_eq(te_moe_rank_input(j.r[0], NULL, 0), -EBUSY);
+    ck_assert_ptr_nonnull(strstr(te_moe_last_error(), "during batch 3"));
+    moe_job_close(&j); /* frees the ranks: their registrations go */
+    free(buf);
+}
+END_TEST
+
 /* The head rank 0 wrote into rank 1's receive slot for it. */
 static uint64_t head_batch_at(const te_moe_rank *r1)
 {
@@ -685,6 +788,8 @@ int main(void)
     tcase_add_test(t, split_calls_and_their_misuse);
     tcase_add_test(t, early_failure_waits_for_the_slower_peer);
     tcase_add_test(t, index_mode_equals_reference);
+    tcase_add_test(t, inplace_input_equals_reference);
+    tcase_add_test(t, inplace_input_refusals_and_fallback);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -48,7 +48,7 @@ struct side {
 
 /* s zeroed by the caller (so side_close works after any failure). */
 static int side_open(struct side *s, te_moe_config c, int naive,
-                     uint32_t batches, const char *const *sets)
+                     uint32_t batches, const char *const *sets, int inplace)
 {
     s->naive = naive;
     c.naive = (uint32_t)naive;
@@ -63,6 +63,7 @@ static int side_open(struct side *s, te_moe_config c, int naive,
      * read the rows where they arrived, as the library's own experts did
      * before the split; layout_us is then the indexing alone. */
     s->j.index = 1;
+    s->j.inplace = inplace && !naive;
     uint32_t tok[TE_MOE_MAX_RANKS];
     for (uint32_t i = 0; i < c.ranks; i++)
         tok[i] = c.max_tokens;
@@ -143,13 +144,13 @@ static void side_close(struct side *s)
  * loaded machine, measuring one after the other compares two different
  * loads. */
 static int measure(const te_moe_config *c, uint32_t batches,
-                   const char *const *sets, struct measured *p,
+                   const char *const *sets, int inplace, struct measured *p,
                    struct measured *n)
 {
     struct side s[2];
     memset(s, 0, sizeof(s));
-    int rc = side_open(&s[0], *c, 0, batches, sets) ||
-             side_open(&s[1], *c, 1, batches, sets);
+    int rc = side_open(&s[0], *c, 0, batches, sets, inplace) ||
+             side_open(&s[1], *c, 1, batches, sets, inplace);
     for (uint32_t b = 0; !rc && b < batches + WARMUP; b++)
         rc = side_batch(&s[b % 2], b) || side_batch(&s[(b + 1) % 2], b);
     if (!rc) {
@@ -162,9 +163,10 @@ static int measure(const te_moe_config *c, uint32_t batches,
 }
 
 static void print_one(const te_moe_config *c, uint32_t batches, uint32_t rep,
-                      const struct measured *p, const struct measured *n)
+                      int inplace, const struct measured *p,
+                      const struct measured *n)
 {
-    printf("{\"repeat\": %u, \"transport\": \"%s\", \"ranks\": %u, \"experts\": %u, \"topk\": %u, "
+    printf("{\"repeat\": %u, \"inplace\": %s, \"transport\": \"%s\", \"ranks\": %u, \"experts\": %u, \"topk\": %u, "
            "\"hidden\": %u, \"tokens\": %u, \"private_rows\": %u, "
            "\"dtype\": \"%s\", \"batches\": %u, "
            "\"dispatch_p50_us\": %.1f, \"dispatch_p99_us\": %.1f, "
@@ -179,7 +181,7 @@ static void print_one(const te_moe_config *c, uint32_t batches, uint32_t rep,
            "\"naive_pack_p50_us\": %.1f, \"naive_post_p50_us\": %.1f, "
            "\"naive_combine_p50_us\": %.1f, \"naive_dispatch_writes_per_peer\": %.2f, "
            "\"dispatch_vs_naive\": %.3f, \"arrival_vs_naive\": %.3f}\n",
-           rep, p->transport, c->ranks, c->experts, c->topk, c->hidden, c->max_tokens,
+           rep, inplace ? "true" : "false", p->transport, c->ranks, c->experts, c->topk, c->hidden, c->max_tokens,
            c->private_rows, c->dtype == TE_MOE_BF16 ? "bf16" : "fp32", batches,
            p->dispatch[0], p->dispatch[1], p->pack, p->post, p->combine[0],
            p->combine[1], p->experts, p->arrival, p->layout, n->arrival,
@@ -194,7 +196,7 @@ static void print_one(const te_moe_config *c, uint32_t batches, uint32_t rep,
 static double median(double *v, uint32_t n) { return pct(v, n, 50); }
 
 int moe_bench(const te_moe_config *c, uint32_t batches, uint32_t repeat,
-              const char *const *settings)
+              const char *const *settings, int inplace)
 {
     double *pd = calloc(repeat, sizeof(double));
     double *nd = calloc(repeat, sizeof(double));
@@ -204,10 +206,10 @@ int moe_bench(const te_moe_config *c, uint32_t batches, uint32_t repeat,
     int rc = !pd || !nd || !ratio || !pc || !aratio;
     for (uint32_t r = 0; r < repeat && !rc; r++) {
         struct measured p, n;
-        rc = measure(c, batches, settings, &p, &n);
+        rc = measure(c, batches, settings, inplace, &p, &n);
         if (rc)
             break;
-        print_one(c, batches, r + 1, &p, &n);
+        print_one(c, batches, r + 1, inplace, &p, &n);
         pd[r] = p.dispatch[0];
         nd[r] = n.dispatch[0];
         pc[r] = p.combine[0];

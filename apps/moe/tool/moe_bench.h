@@ -12,9 +12,11 @@
  * rank sending c->max_tokens tokens. Prints one
  * JSON object per repeat and, with repeat > 1, one with the medians.
  * settings: engine settings ("section.key=value", NULL-terminated).
+ * inplace: the protocol's ranks register their x (te_moe_rank_input); the
+ * naive exchange stages its rows as always.
  * Returns 0, or 1 with the reason on stderr.
  */
 int moe_bench(const te_moe_config *c, uint32_t batches, uint32_t repeat,
-              const char *const *settings);
+              const char *const *settings, int inplace);
 
 #endif

@@ -72,11 +72,18 @@ void moe_job_inputs(struct moe_job *j, const uint32_t *tokens, uint64_t seed,
     for (uint32_t i = 0; i < c->ranks; i++) {
         uint32_t t = tokens[i];
         j->tokens[i] = t;
-        free(j->x[i]);
         free(j->experts[i]);
         free(j->weights[i]);
         free(j->out[i]);
-        j->x[i] = malloc((size_t)(t ? t : 1) * c->hidden * elem);
+        if (!j->inplace || !j->x[i]) {
+            free(j->x[i]);
+            size_t n = j->inplace ? c->max_tokens : (t ? t : 1);
+            j->x[i] = malloc(n * c->hidden * elem);
+            if (j->inplace && j->x[i] &&
+                te_moe_rank_input(j->r[i], j->x[i], n * c->hidden * elem))
+                fprintf(stderr, "moe job: rank %u: input: %s\n", i,
+                        te_moe_last_error());
+        }
         j->experts[i] = malloc((size_t)(t ? t : 1) * c->topk * 2);
         j->weights[i] = malloc((size_t)(t ? t : 1) * c->topk * 4);
         j->out[i] = malloc((size_t)(t ? t : 1) * c->hidden * 4);

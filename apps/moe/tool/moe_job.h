@@ -23,6 +23,10 @@ struct moe_job {
     struct moe_ref_bufs bufs[TE_MOE_MAX_RANKS];
     uint32_t capacity;
     int index; /* te_moe_recv index mode: the experts read rows in place */
+    /* In-place input (te_moe_rank_input): set before the first
+     * moe_job_inputs; every rank's x is then one buffer of max_tokens
+     * tokens, registered once and refilled per batch. */
+    int inplace;
     int rc[TE_MOE_MAX_RANKS];
     char why[TE_MOE_MAX_RANKS][256];
 };

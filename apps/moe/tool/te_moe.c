@@ -61,6 +61,9 @@ static const char help_text[] =
     "  --repeat N       bench: measurements of protocol + naive, 1..100 [1]\n"
     "  --bf16           bf16 tokens [fp32]\n"
     "  --skew           route every token to rank 0's experts (a hot rank)\n"
+    "  --inplace        the ranks register their x (te_moe_rank_input):\n"
+    "                   tokens for a rank that gets >= 3/4 of them go in one\n"
+    "                   write straight from x (bench: the protocol only)\n"
     "                   [uniform random top-k]\n"
     "  --timeout-ms MS  deadline of every phase of a batch, 1..3600000 [5000]\n"
     "  --set S.K=V      engine setting for every rank, repeatable (at most\n"
@@ -113,7 +116,7 @@ static int parse_set(const char *s)
 }
 
 static int run(const te_moe_config *c, uint32_t batches, uint32_t skew,
-               const char *const *sets)
+               const char *const *sets, int inplace)
 {
     struct moe_job j;
     if (moe_job_open(&j, c, sets)) {
@@ -121,6 +124,7 @@ static int run(const te_moe_config *c, uint32_t batches, uint32_t skew,
         printf("te-moe run: FAILED\n");
         return 1;
     }
+    j.inplace = inplace;
     char what[256];
     moe_job_describe(&j, what, sizeof(what));
     printf("te-moe run: %u ranks, %u experts, top-%u, hidden %u %s, up to %u "
@@ -177,7 +181,7 @@ int main(int argc, char **argv)
                        .dtype = TE_MOE_FP32, .max_tokens = 128,
                        .timeout_ms = 5000};
     uint32_t batches = 0, skew = 0, repeat = 1, timeout = 5000;
-    int have_private = 0, have_repeat = 0;
+    int have_private = 0, have_repeat = 0, inplace = 0;
     const char *sets[MAX_SETS + 1] = {0};
     int nsets = 0;
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
@@ -198,6 +202,7 @@ int main(int argc, char **argv)
         {"hidden", 1, 0, 'H'}, {"tokens", 1, 0, 't'}, {"private", 1, 0, 'p'},
         {"batches", 1, 0, 'b'}, {"repeat", 1, 0, 'n'}, {"bf16", 0, 0, 'B'},
         {"skew", 0, 0, 's'}, {"set", 1, 0, 'S'}, {"timeout-ms", 1, 0, 'T'},
+        {"inplace", 0, 0, 'I'},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int o, bad = 0;
     optind = 2;
@@ -220,6 +225,7 @@ int main(int argc, char **argv)
             break;
         case 'B': c.dtype = TE_MOE_BF16; break;
         case 's': skew = 1; break;
+        case 'I': inplace = 1; break;
         case 'S':
             if (nsets == MAX_SETS) {
                 fprintf(stderr, "te-moe: --set: more than %d settings\n",
@@ -262,6 +268,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "(te-moe %s --help lists the options)\n", cmd);
         return 2;
     }
+    if (skew && c.topk > c.experts / c.ranks) {
+        fprintf(stderr, "te-moe %s: --skew routes to rank 0's %u experts: "
+                "fewer than --topk %u\n", cmd, c.experts / c.ranks, c.topk);
+        return 2;
+    }
     if (check_memory(&c))
         return 2;
     c.timeout_ms = (int32_t)timeout;
@@ -273,6 +284,6 @@ int main(int argc, char **argv)
     if (!batches)
         batches = bench ? 20 : 3;
     if (bench)
-        return moe_bench(&c, batches, repeat, sets);
-    return run(&c, batches, skew, sets);
+        return moe_bench(&c, batches, repeat, sets, inplace);
+    return run(&c, batches, skew, sets, inplace);
 }

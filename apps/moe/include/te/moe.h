@@ -94,7 +94,9 @@ TE_API int te_moe_rank_connect(te_moe_rank *r, uint32_t peer, const void *blob,
 /**
  * Routing of a batch on this rank: for token t, experts[t*k + j] and
  * weights[t*k + j] (j < k, distinct experts). The application (or
- * te_moe_route_random) decides.
+ * te_moe_route_random) decides. te_moe_route_random: seeded, uniform over
+ * all experts, or with skew != 0 over rank 0's alone (a hot rank); 0, or
+ * -EINVAL when that set holds fewer than k experts (nothing written).
  */
 TE_API int te_moe_route_random(const te_moe_config *c, uint32_t tokens,
                                uint64_t seed, uint32_t skew, uint16_t *experts,
@@ -147,10 +149,26 @@ typedef struct te_moe_expert_out {
 } te_moe_expert_out;
 
 /**
+ * Register the caller's token buffer (host memory, `bytes` long) with the
+ * rank's engine, once, for in-place dispatch (docs/moe.md "In-place
+ * input"): a later dispatch whose x is this buffer's start sends its
+ * tokens to every rank that gets at least 3/4 of them straight from x, in
+ * one write (the row metas go in the other), instead of copying each row
+ * into the rank's staging first. x must then stay unchanged until the
+ * batch ends (te_moe_combine_wait returns, or a call of the batch fails);
+ * other x (and the naive protocol) are staged as before. x NULL (bytes 0)
+ * drops the registration. -EBUSY while a batch is in progress or writes
+ * of an earlier one may still read the old buffer; -EINVAL a NULL x with
+ * bytes, or bytes 0 with an x; an engine error (te_mr_reg) as its -errno.
+ */
+TE_API int te_moe_rank_input(te_moe_rank *r, const void *x, size_t bytes);
+
+/**
  * Start dispatching batch `batch`: `tokens` tokens (fp32: tokens * hidden
  * floats; bf16: uint16) with their routing are staged and their writes
  * submitted; returns without waiting for the peers' rows. x, experts and
- * weights may be reused once it returns (they are staged). Every rank of
+ * weights may be reused once it returns (they are staged), except an x
+ * registered with te_moe_rank_input(), read in place until the batch ends. Every rank of
  * the job calls it with the same batch number, consecutive from batch to
  * batch. Bad input (-E2BIG more tokens than max_tokens, -EINVAL an expert
  * out of range or chosen twice, a non-finite weight, -EALREADY a batch in
