@@ -148,8 +148,11 @@ static int send_rows(te_moe_rank *r, const struct batch_in *in)
     sh->rows = r->b.n[r->rank];
     sh->batch = r->b.batch;
     uint32_t cursor = 0;
+    if (in->inplace)
+        r->b.self_x = in->x; /* tokens read in place: metas alone */
     stage_rows(r, in, r->rank, &cursor, r->b.n[r->rank],
-               self + sizeof(struct moe_head), r->row_bytes);
+               self + sizeof(struct moe_head),
+               in->inplace ? sizeof(struct moe_row_meta) : r->row_bytes);
     return 0;
 }
 
@@ -233,7 +236,7 @@ static int receive_rows(te_moe_rank *r)
         r->st.rows_received += rows;
     }
     r->b.got[r->rank] = r->b.n[r->rank];
-    r->b.span[r->rank] = 0;
+    r->b.span[r->rank] = r->b.self_x != NULL;
     return 0;
 }
 
@@ -246,13 +249,16 @@ const struct moe_row_meta *moe_row_meta_at(const te_moe_rank *r, uint32_t s,
 }
 
 /* Its token: after the meta, or in the span at the token's index (checked
- * against max_tokens by count_rows: inside the slot). */
+ * against max_tokens by count_rows: inside the slot); our own rows' in
+ * place in x. */
 static const uint8_t *row_token(const te_moe_rank *r, uint32_t s,
                                 const struct moe_row_meta *m)
 {
     if (!r->b.span[s])
         return (const uint8_t *)(m + 1);
     size_t tok = r->row_bytes - sizeof(struct moe_row_meta);
+    if (s == r->rank)
+        return r->b.self_x + (size_t)m->token * tok;
     return r->mem + r->off_rd + s * r->dslot + moe_span_off(r) +
            (size_t)m->token * tok;
 }

@@ -60,6 +60,9 @@ struct moe_batch {
     uint32_t got[TE_MOE_MAX_RANKS]; /* rows each rank sent us */
     uint64_t combined; /* peers whose combine write of this batch is in */
     uint8_t span[TE_MOE_MAX_RANKS]; /* sources whose rows came as a span */
+    /* In place: our own rows' metas are staged alone and their tokens read
+     * from the caller's registered x (unchanged until the batch ends). */
+    const uint8_t *self_x;
 };
 
 /* A rank (moe_rank.c: setup; moe_dispatch.c, moe_combine.c: the batch;
