@@ -110,7 +110,7 @@ def plan(ranks):
             (lambda r: 0 if r == ranks - 1 else 8, None)]  # one rank empty
 
 
-def rank_main(rank, ranks, topk, conn):
+def rank_main(rank, ranks, topk, conn, inplace=False):
     import transferengine as te
     from transferengine.moe import MoeRank
     with te.Engine() as e, MoeRank(e, rank, ranks, ranks * EXPERTS_PER_RANK,
@@ -123,9 +123,17 @@ def rank_main(rank, ranks, topk, conn):
         conn.send("connected")
         conn.recv()  # every rank is connected to every other
         layer, dense = MoELayer(moe, topk), DenseMoE(ranks, topk)
+        # In place: the tokens live in one registered buffer, sent from
+        # there without staging (kept unchanged until combine returns).
+        buf = torch.empty(MAX_TOKENS, HIDDEN) if inplace else None
+        if inplace:
+            moe.register_input(buf)
         results = []
         for batch, (count, skew) in enumerate(plan(ranks)):
             x = tokens_of(rank, batch, count(rank))
+            if inplace:
+                buf[:x.shape[0]].copy_(x)
+                x = buf[:x.shape[0]]
             out = layer(batch, x, skew)
             ref = dense(x, skew)
             st = moe.stats()
@@ -136,18 +144,20 @@ def rank_main(rank, ranks, topk, conn):
                 "close": bool(torch.allclose(out, ref, rtol=RTOL, atol=ATOL)),
                 "max_diff": float((out - ref).abs().max()) if x.shape[0] else 0.0,
                 "dispatch_writes": [st["dispatch_writes"][d] for d in peers],
-                "combine_writes": [st["combine_writes"][d] for d in peers]})
+                "combine_writes": [st["combine_writes"][d] for d in peers],
+                "pack_us": st["pack_us"]})
         conn.send(results)
         conn.recv()  # stay until every rank is through
 
 
-def run(ranks, topk):
-    """Run the layer on `ranks` processes; the per-rank results."""
+def run(ranks, topk, inplace=False):
+    """Run the layer on `ranks` processes (inplace: tokens sent from a
+    registered buffer); the per-rank results."""
     ctx = mp.get_context("spawn")
     pipes, procs = [], []
     for r in range(ranks):
         a, b = ctx.Pipe()
-        p = ctx.Process(target=rank_main, args=(r, ranks, topk, b))
+        p = ctx.Process(target=rank_main, args=(r, ranks, topk, b, inplace))
         p.start()
         pipes.append(a)
         procs.append(p)
@@ -177,8 +187,9 @@ def run(ranks, topk):
 def main():
     ranks = int(sys.argv[1]) if len(sys.argv) > 1 else 2
     topk = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    inplace = len(sys.argv) > 3 and sys.argv[3] == "inplace"
     ok = True
-    for rank, res in enumerate(run(ranks, topk)):
+    for rank, res in enumerate(run(ranks, topk, inplace)):
         for b in res:
             good = (b["close"] and all(1 <= w <= 2 for w in b["dispatch_writes"])
                     and all(w == 1 for w in b["combine_writes"]))

@@ -33,6 +33,35 @@ def test_layer_equals_dense(ranks, topk):
     assert results[ranks - 1][2]["tokens"] == 0  # the empty rank ran
 
 
+@pytest.mark.parametrize("ranks,topk", [(2, 2), (4, 8)])
+def test_layer_in_place_equals_dense(ranks, topk):
+    """Tokens sent from a registered buffer (MoeRank.register_input):
+    bit-equal again; at R = 4 top-8 nearly every token goes to every rank,
+    so the uniform batch goes as spans (2 writes per peer) and the rank
+    stages no token (pack: the metas alone)."""
+    results = moe_layer.run(ranks, topk, inplace=True)
+    for rank, res in enumerate(results):
+        for b in res:
+            assert b["equal"], (rank, b)
+            assert all(1 <= w <= 2 for w in b["dispatch_writes"]), (rank, b)
+            assert all(w == 1 for w in b["combine_writes"]), (rank, b)
+        if ranks == 4:
+            assert res[0]["dispatch_writes"] == [2, 2, 2], (rank, res[0])
+
+
+def test_register_input_refusals():
+    import transferengine as te
+    from transferengine.moe import MoeRank
+    with te.Engine() as e, MoeRank(e, 0, 2, 8, 2, 16, 8) as m:
+        for bad in (torch.empty(8, 16, dtype=torch.bfloat16),
+                    torch.empty(16, 8).t(), torch.empty(0, 16)):
+            with pytest.raises(ValueError, match="contiguous CPU tensor"):
+                m.register_input(bad)
+        buf = torch.zeros(8, 16)
+        m.register_input(buf)
+        m.register_input(None)
+
+
 def _errors(fn):
     """(type name, message) of what fn raised, or None."""
     try:

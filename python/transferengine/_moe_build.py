@@ -58,6 +58,7 @@ int te_moe_rank_new(te_engine *e, const te_moe_config *c, uint32_t rank,
 int te_moe_rank_blob(te_moe_rank *r, void *buf, size_t *len);
 int te_moe_rank_connect(te_moe_rank *r, uint32_t peer, const void *blob,
                         size_t len);
+int te_moe_rank_input(te_moe_rank *r, const void *x, size_t bytes);
 int te_moe_dispatch_start(te_moe_rank *r, uint64_t batch, uint32_t tokens,
                           const void *x, const uint16_t *experts,
                           const float *weights);

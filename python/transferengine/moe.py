@@ -131,10 +131,33 @@ class MoeRank:
         return self._r
 
     # ------------------------------------------------------------ dispatch
+    def register_input(self, x) -> None:
+        """Register x (a CPU, contiguous tensor of the rank's dtype, e.g.
+        [max_tokens, hidden]) once for in-place dispatch: a dispatch whose
+        tokens are x[:T] sends them to a rank that gets at least 3/4 of
+        them straight from x, without staging (docs/moe.md "In-place
+        input"). x must then stay unchanged until combine_wait returns; the
+        rank keeps a reference to it. None drops the registration."""
+        if x is None:
+            _check(lib.te_moe_rank_input(self._live(), ffi.NULL, 0),
+                   "te_moe_rank_input")
+            self._input = None
+            return
+        if (x.device.type != "cpu" or not x.is_contiguous()
+                or x.dtype != self.dtype or x.numel() == 0):
+            raise ValueError(f"rank {self.rank}: the input must be a non-empty "
+                             f"contiguous CPU tensor of {self.dtype}, got "
+                             f"{x.dtype} {tuple(x.shape)} on {x.device}")
+        _check(lib.te_moe_rank_input(self._live(), _ptr(x, "void *"),
+                                     x.numel() * x.element_size()),
+               "te_moe_rank_input")
+        self._input = x
+
     def dispatch_start(self, batch, x, topk_ids, topk_weights) -> None:
         """Stage and write this rank's tokens x [T, hidden] (the rank's
         dtype) routed to topk_ids [T, k] (any integer dtype) with gate
-        weights topk_weights [T, k] (float32). Returns without waiting."""
+        weights topk_weights [T, k] (float32). Returns without waiting.
+        x[:T] of the tensor given to register_input() is sent in place."""
         T = x.shape[0] if x.dim() else 0
         ids = topk_ids.reshape(T, self.topk) if T else topk_ids
         bad = (ids < 0) | (ids >= self.experts) if T else None
