@@ -28,12 +28,31 @@ static te_moe_config cfg(uint32_t R, uint32_t k, uint32_t E, uint32_t P)
     return c;
 }
 
-/* Run `batches` batches and check results and write counts. */
-static void run(te_moe_config c, const char *const *sets, uint32_t skew,
-                int empty_rank, uint32_t batches)
+/* Whether i's rows reached d as a span (in place): i had an x registered
+ * and d got at least 3/4 of its tokens (white box: d's b.span). */
+static int want_span(const struct moe_job *j, uint32_t i, uint32_t d)
+{
+    const te_moe_config *c = &j->c;
+    uint32_t n = 0, per = c->experts / c->ranks;
+    for (uint32_t t = 0; t < j->tokens[i]; t++) {
+        int hit = 0;
+        for (uint32_t q = 0; q < c->topk; q++)
+            hit |= j->experts[i][t * c->topk + q] / per == d;
+        n += (uint32_t)hit;
+    }
+    return j->inplace && n && (uint64_t)n * 4 >= (uint64_t)j->tokens[i] * 3;
+}
+
+/* Run `batches` batches and check results and write counts; inplace:
+ * every rank's x registered (te_moe_rank_input), and its rows go as a
+ * span exactly where the receiver gets >= 3/4 of the tokens (2 writes). */
+static void run_mode(te_moe_config c, const char *const *sets, uint32_t skew,
+                     int empty_rank, uint32_t batches, int inplace, int index)
 {
     struct moe_job j;
     ck_assert_int_eq(moe_job_open(&j, &c, sets), 0);
+    j.inplace = inplace;
+    j.index = index;
     for (uint32_t b = 0; b < batches; b++) {
         uint32_t tok[TE_MOE_MAX_RANKS];
         for (uint32_t i = 0; i < c.ranks; i++)
@@ -52,10 +71,27 @@ static void run(te_moe_config c, const char *const *sets, uint32_t skew,
                 ck_assert_uint_le(st.dispatch_writes[d], 2);
                 ck_assert_uint_ge(st.dispatch_writes[d], 1);
                 ck_assert_uint_eq(st.combine_writes[d], 1);
+                int want = want_span(&j, i, d);
+                ck_assert_msg(j.r[d]->b.span[i] == want, "R=%u k=%u: rank %u "
+                              "from %u: span %d, want %d", c.ranks, c.topk, d,
+                              i, j.r[d]->b.span[i], want);
+                if (want)
+                    ck_assert_uint_eq(st.dispatch_writes[d], 2);
             }
         }
     }
     moe_job_close(&j);
+}
+
+static void run(te_moe_config c, const char *const *sets, uint32_t skew,
+                int empty_rank, uint32_t batches)
+{
+    run_mode(c, sets, skew, empty_rank, batches, 0, 0);
+}
+
+static void run_inplace(te_moe_config c, uint32_t skew, int empty_rank, int index)
+{
+    run_mode(c, NULL, skew, empty_rank, 2, 1, index);
 }
 
 START_TEST(matrix_of_ranks_and_topk)
@@ -599,54 +635,6 @@ START_TEST(index_mode_equals_reference)
     }
 }
 END_TEST
-
-/* In place (te_moe_rank_input): run batches with every rank's x
- * registered; results equal the reference, at most 2 dispatch writes per
- * peer, and a source's rows came as a span exactly where the receiver got
- * at least 3/4 of its tokens (white box: the receiver's b.span). */
-static void run_inplace(te_moe_config c, uint32_t skew, int empty_rank,
-                        int index)
-{
-    struct moe_job j;
-    ck_assert_int_eq(moe_job_open(&j, &c, NULL), 0);
-    j.inplace = 1;
-    j.index = index;
-    for (uint32_t b = 0; b < 2; b++) {
-        uint32_t tok[TE_MOE_MAX_RANKS];
-        for (uint32_t i = 0; i < c.ranks; i++)
-            tok[i] = (int)i == empty_rank ? 0 : c.max_tokens - (i * 5 + b) % 9;
-        moe_job_inputs(&j, tok, 300 + b, skew);
-        int rc = moe_job_batch(&j, b);
-        ck_assert_msg(rc == 0, "R=%u k=%u batch %u: %s", c.ranks, c.topk, b,
-                      j.why[0]);
-        ck_assert_uint_eq(moe_job_check(&j), 0);
-        for (uint32_t i = 0; i < c.ranks; i++) {
-            te_moe_stats st;
-            te_moe_rank_stats(j.r[i], &st);
-            for (uint32_t d = 0; d < c.ranks; d++) {
-                if (d == i)
-                    continue;
-                ck_assert_uint_le(st.dispatch_writes[d], 2);
-                ck_assert_uint_eq(st.combine_writes[d], 1);
-                /* Rows i sent to d: the tokens with an expert on d. */
-                uint32_t n = 0, per = c.experts / c.ranks;
-                for (uint32_t t = 0; t < j.tokens[i]; t++) {
-                    int hit = 0;
-                    for (uint32_t q = 0; q < c.topk; q++)
-                        hit |= j.experts[i][t * c.topk + q] / per == d;
-                    n += (uint32_t)hit;
-                }
-                int want = n && (uint64_t)n * 4 >= (uint64_t)j.tokens[i] * 3;
-                ck_assert_msg(j.r[d]->b.span[i] == want, "R=%u k=%u: rank %u "
-                              "from %u: span %d, %u of %u tokens", c.ranks,
-                              c.topk, d, i, j.r[d]->b.span[i], n, j.tokens[i]);
-                if (want)
-                    ck_assert_uint_eq(st.dispatch_writes[d], 2);
-            }
-        }
-    }
-    moe_job_close(&j);
-}
 
 START_TEST(inplace_input_equals_reference)
 {
