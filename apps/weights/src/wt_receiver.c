@@ -302,7 +302,8 @@ int te_wt_receiver_wait_trainers(te_wt_receiver *r, const char *dir,
     for (uint32_t t = 0; t < r->s->trainers; t++) {
         wt_endpoint ep;
         int left = (int)((deadline - wt_now()) * 1000);
-        int rc = wt_lookup(dir, "train", t, 2 * version, left > 0 ? left : 1, &ep);
+        int rc = wt_lookup_progress(dir, "train", t, 2 * version, left > 0 ? left : 1,
+                                    &ep, r->e);
         if (rc)
             return rc;
     }

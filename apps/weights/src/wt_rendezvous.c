@@ -8,6 +8,7 @@
  * descriptor parsed by te_desc_parse).
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,26 @@ int wt_publish(const char *dir, const char *role, uint32_t rank,
 int wt_lookup(const char *dir, const char *role, uint32_t rank,
               uint32_t min_version, int timeout_ms, wt_endpoint *out)
 {
+    return wt_lookup_progress(dir, role, rank, min_version, timeout_ms, out, NULL);
+}
+
+/* Between two looks: 2 ms, spent progressing e when it is caller-driven
+ * (unless another thread is progressing it, or this is one of its
+ * callbacks: then sleep). */
+static void lookup_pause(te_engine *e)
+{
+    if (e && te_engine_progress_mode(e) == TE_PROGRESS_CALLER) {
+        int rc = te_progress_wait(e, -1, 2);
+        if (rc != -EBUSY && rc != -EDEADLK)
+            return;
+    }
+    usleep(2000);
+}
+
+int wt_lookup_progress(const char *dir, const char *role, uint32_t rank,
+                       uint32_t min_version, int timeout_ms, wt_endpoint *out,
+                       te_engine *e)
+{
     char path[4096];
     snprintf(path, sizeof(path), "%s/%s-%u", dir, role, rank);
     double deadline = now_s() + timeout_ms / 1000.0;
@@ -106,6 +127,6 @@ int wt_lookup(const char *dir, const char *role, uint32_t rank,
         if (now_s() > deadline)
             return wt_fail(-ETIMEDOUT, "%s: %s after %d ms (is that rank running?)",
                            path, why, timeout_ms);
-        usleep(2000);
+        lookup_pause(e);
     }
 }

@@ -93,6 +93,13 @@ int wt_publish(const char *dir, const char *role, uint32_t rank,
 /* Wait (<= timeout_ms) for a record with ready_version >= min_version. */
 int wt_lookup(const char *dir, const char *role, uint32_t rank,
               uint32_t min_version, int timeout_ms, wt_endpoint *out);
+/* The same, progressing e while it waits when e is caller-driven: other
+ * ranks' reads of our memory, and our own writes, move only in our
+ * progress calls (a trainer waiting for another trainer that reads from
+ * it would otherwise wait for each other until the deadline). */
+int wt_lookup_progress(const char *dir, const char *role, uint32_t rank,
+                       uint32_t min_version, int timeout_ms, wt_endpoint *out,
+                       te_engine *e);
 /* index of each slice among its rank's slices (TE_WT_IMM's index). */
 uint32_t *wt_slice_index(const te_wt_sharding *sh);
 /* The WRITE request of slice k as a trainer submits it (for counts). */

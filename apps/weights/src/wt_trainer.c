@@ -427,7 +427,8 @@ static int wait_trainers(te_wt_trainer *t, const char *dir, uint32_t state,
         wt_endpoint ep;
         int left = (int)((deadline - wt_now()) * 1000);
         char why[256];
-        if (r != t->rank && wt_lookup(dir, "train", r, state, left > 0 ? left : 1, &ep)) {
+        if (r != t->rank &&
+            wt_lookup_progress(dir, "train", r, state, left > 0 ? left : 1, &ep, t->e)) {
             snprintf(why, sizeof(why), "%s", te_wt_last_error()); /* not in place */
             return wt_fail(-ETIMEDOUT, "trainer %u: trainer %u did not reach state %u "
                            "(%s)", t->rank, r, state, why);
@@ -510,7 +511,8 @@ int te_wt_trainer_push(te_wt_trainer *t, const char *dir, uint32_t version,
     for (uint32_t r = 0; r < R && !rc; r++) {
         wt_endpoint ep;
         int left = (int)((deadline - wt_now()) * 1000);
-        if ((rc = wt_lookup(dir, "infer", r, version, left > 0 ? left : 1, &ep)))
+        if ((rc = wt_lookup_progress(dir, "infer", r, version, left > 0 ? left : 1, &ep,
+                                     t->e)))
             break;
         if (ep.ready_version != version)
             rc = wt_fail(-ESTALE, "receiver %u moved on to version %u; version %u "
