@@ -36,8 +36,8 @@ _Static_assert(sizeof(struct moe_head) == 64, "head is 64 bytes");
 #define MOE_WHY_MAX 96
 /* In a dispatch head's rows: the rows' tokens came in one write straight
  * from the source's registered input (te_moe_rank_input): the slot holds
- * the metas alone, then at MOE_SPAN_OFF the source's tokens in token order
- * (docs/moe.md "In-place input"). */
+ * the metas alone, then at moe_span_off() the source's tokens in token
+ * order (docs/moe.md "In-place input"). */
 #define MOE_ROWS_SPAN 0x80000000u
 
 /* A peer rank: its engine peer and the descriptor of its registration. */

@@ -168,9 +168,9 @@ TE_API int te_moe_rank_input(te_moe_rank *r, const void *x, size_t bytes);
  * floats; bf16: uint16) with their routing are staged and their writes
  * submitted; returns without waiting for the peers' rows. x, experts and
  * weights may be reused once it returns (they are staged), except an x
- * registered with te_moe_rank_input(), read in place until the batch ends. Every rank of
- * the job calls it with the same batch number, consecutive from batch to
- * batch. Bad input (-E2BIG more tokens than max_tokens, -EINVAL an expert
+ * registered with te_moe_rank_input(), read in place until the batch
+ * ends. Every rank of the job calls it with the same batch number,
+ * consecutive from batch to batch. Bad input (-E2BIG more tokens than max_tokens, -EINVAL an expert
  * out of range or chosen twice, a non-finite weight, -EALREADY a batch in
  * progress) is refused before any row is written; the peers are then
  * sent a head saying so (not for -EALREADY), and fail the batch naming
