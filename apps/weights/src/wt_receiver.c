@@ -245,9 +245,7 @@ int te_wt_receiver_update(te_wt_receiver *r, const char *dir, uint32_t version,
         /* Nothing new: in caller mode the immediates are counted only
          * inside progress calls, so make one (blocking at most 1 ms) unless
          * another thread is progressing the engine. */
-        if (left == before &&
-            (te_engine_progress_mode(r->e) != TE_PROGRESS_CALLER ||
-             te_progress_wait(r->e, -1, 1) == -EBUSY))
+        if (left == before && !wt_progress_caller(r->e, 1))
             usleep(200);
     }
     /* This version's life ends, complete or not: its counters go, and any

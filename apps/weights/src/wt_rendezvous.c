@@ -72,19 +72,6 @@ int wt_lookup(const char *dir, const char *role, uint32_t rank,
     return wt_lookup_progress(dir, role, rank, min_version, timeout_ms, out, NULL);
 }
 
-/* Between two looks: 2 ms, spent progressing e when it is caller-driven
- * (unless another thread is progressing it, or this is one of its
- * callbacks: then sleep). */
-static void lookup_pause(te_engine *e)
-{
-    if (e && te_engine_progress_mode(e) == TE_PROGRESS_CALLER) {
-        int rc = te_progress_wait(e, -1, 2);
-        if (rc != -EBUSY && rc != -EDEADLK)
-            return;
-    }
-    usleep(2000);
-}
-
 int wt_lookup_progress(const char *dir, const char *role, uint32_t rank,
                        uint32_t min_version, int timeout_ms, wt_endpoint *out,
                        te_engine *e)
@@ -127,6 +114,7 @@ int wt_lookup_progress(const char *dir, const char *role, uint32_t rank,
         if (now_s() > deadline)
             return wt_fail(-ETIMEDOUT, "%s: %s after %d ms (is that rank running?)",
                            path, why, timeout_ms);
-        lookup_pause(e);
+        if (!wt_progress_caller(e, 2)) /* between two looks: 2 ms */
+            usleep(2000);
     }
 }

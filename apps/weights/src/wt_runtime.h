@@ -37,6 +37,12 @@ void wt_track_free(wt_track *k);
 uint64_t wt_track_user_data(const wt_track *k, int read, uint64_t index);
 /* The te_done_fn of every trainer request (arg: the tracker). */
 void wt_track_done(const te_completion *c, void *arg);
+/* A caller-driven engine (engine.progress = caller) moves only in its
+ * users' progress calls: 1 when e is one and this thread progressed it
+ * for up to ms (te_progress_wait); 0 when e has its own threads, another
+ * thread is progressing it, or this is one of its callbacks: then the
+ * caller waits its own way. */
+int wt_progress_caller(te_engine *e, int ms);
 /* Under mu: sleep until a completion or `until` (wt_now() seconds); in
  * caller mode, progress the engine meanwhile (at most 10 ms), unless
  * another thread is progressing it. */

@@ -99,15 +99,23 @@ void wt_track_done(const te_completion *c, void *arg)
     pthread_mutex_unlock(&k->mu);
 }
 
+int wt_progress_caller(te_engine *e, int ms)
+{
+    if (!e || te_engine_progress_mode(e) != TE_PROGRESS_CALLER)
+        return 0;
+    int rc = te_progress_wait(e, -1, ms);
+    return rc != -EBUSY && rc != -EDEADLK;
+}
+
 void wt_track_sleep(wt_track *k, double until)
 {
     if (te_engine_progress_mode(k->e) == TE_PROGRESS_CALLER) {
         double left = until - wt_now();
         int ms = left <= 0 ? 0 : left >= 0.010 ? 10 : (int)(left * 1000) + 1;
         pthread_mutex_unlock(&k->mu);
-        int rc = te_progress_wait(k->e, -1, ms);
+        int progressed = wt_progress_caller(k->e, ms);
         pthread_mutex_lock(&k->mu);
-        if (rc != -EBUSY && rc != -EDEADLK)
+        if (progressed)
             return;
         /* Another thread progresses it (or we are inside one of its
          * callbacks): its callbacks signal cv; wait a slice for them. */
