@@ -30,27 +30,28 @@ static int check_outputs(te_moe_rank *r, const te_moe_expert_out *y)
     return 0;
 }
 
-/* Per row of source s: its token, then sum over the row's local experts
- * (top-k order) of weight * y's row for it. */
-static void weigh_rows(te_moe_rank *r, const te_moe_expert_out *y, uint32_t s,
-                       uint8_t *crow)
+/* Per row of source s: its token (ours to write), then the sum over the
+ * row's local experts (top-k order) of weight * y's row for it (the
+ * memory backend's: y may be where the CPU does not reach). */
+static int weigh_rows(te_moe_rank *r, const te_moe_expert_out *y, uint32_t s,
+                      uint8_t *crow)
 {
     const te_moe_config *c = &r->c;
     uint32_t base = r->rank * r->local;
-    for (uint32_t k = 0; k < r->b.got[s]; k++, crow += r->crow_bytes) {
+    int rc = moe_wsum_room(r, r->b.got[s], r->b.got[s] * c->topk);
+    for (uint32_t k = 0; !rc && k < r->b.got[s]; k++, crow += r->crow_bytes) {
         const struct moe_row_meta *m = moe_row_meta_at(r, s, k);
         const uint32_t *pos = r->pos + ((size_t)s * c->max_tokens + k) * c->topk;
-        float *acc = (float *)(crow + 16);
         memcpy(crow, &m->token, 4);
-        memset(acc, 0, c->hidden * sizeof(float));
-        for (uint32_t j = 0; j < m->nexp; j++) {
-            const float *o = y->y + ((size_t)(m->experts[j] - base) *
-                                     r->b.capacity + pos[j]) * c->hidden;
-            float w = m->weights[j];
-            for (uint32_t h = 0; h < c->hidden; h++)
-                acc[h] += w * o[h];
-        }
+        moe_wsum_row(r, (float *)(crow + 16));
+        for (uint32_t j = 0; j < m->nexp; j++)
+            moe_wsum_term(r, y->y + ((size_t)(m->experts[j] - base) *
+                                     r->b.capacity + pos[j]) * c->hidden,
+                          m->weights[j]);
     }
+    if (!rc)
+        rc = moe_wsum_flush(r);
+    return rc ? rc : moe_mem_sync(r); /* the write reads them next */
 }
 
 /* Refusals with no batch of ours pending here: nobody waits for us. */
@@ -97,7 +98,10 @@ int te_moe_combine_start(te_moe_rank *r, uint64_t batch,
         memset(h, 0, sizeof(*h));
         h->rows = r->b.got[s];
         h->batch = batch;
-        weigh_rows(r, y, s, r->mem + stage + sizeof(*h));
+        if ((rc = weigh_rows(r, y, s, r->mem + stage + sizeof(*h)))) {
+            moe_tell_peers(r, rc, 1);
+            return moe_end_batch(r, rc);
+        }
         if (!mine && (rc = moe_put(r, s, stage,
                                    r->off_rc + r->rank * r->cslot,
                                    sizeof(*h) + r->b.got[s] * r->crow_bytes,
@@ -108,26 +112,59 @@ int te_moe_combine_start(te_moe_rank *r, uint64_t batch,
     return 0;
 }
 
-/* Sum the partial results in rank order (the reference's order). */
+/* Sum the partial results per token in rank order (the reference's
+ * order), through the memory backend: out may be where the CPU does not
+ * reach. The rows' tokens are checked first; then every token of the
+ * batch is one weighted sum (weights 1) of its ranks' partials, gathered
+ * in (rank, row) order. */
 static int sum_rows(te_moe_rank *r, float *out)
 {
     const te_moe_config *c = &r->c;
-    memset(out, 0, (size_t)r->b.tokens * c->hidden * sizeof(float));
+    uint32_t tokens = r->b.tokens, terms = 0;
+    for (uint32_t d = 0; d < c->ranks; d++)
+        terms += r->b.n[d];
+    int rc = moe_wsum_room(r, tokens, terms);
+    if (rc)
+        return rc;
+    struct moe_wsums *l = &r->ws;
+    uint32_t *first = l->first + l->n; /* rows n .. n + tokens */
+    memset(first, 0, ((size_t)tokens + 1) * sizeof(*first));
     for (uint32_t d = 0; d < c->ranks; d++)
         for (uint32_t k = 0; k < r->b.n[d]; k++) {
             const uint8_t *crow = r->mem + r->off_rc + d * r->cslot +
                                   sizeof(struct moe_head) + k * r->crow_bytes;
             uint32_t t;
             memcpy(&t, crow, 4);
-            if (t >= r->b.tokens)
+            if (t >= tokens)
                 return moe_fail(-EPROTO, "rank %u: combine row %u from rank "
                                 "%u names token %u", r->rank, k, d, t);
-            const float *p = (const float *)(crow + 16);
-            float *o = out + (size_t)t * c->hidden;
-            for (uint32_t e = 0; e < c->hidden; e++)
-                o[e] += p[e];
+            first[t + 1]++;
         }
-    return 0;
+    /* Terms per token -> where each token's terms start, then place them
+     * (first[t] counts up as token t's terms arrive, in rank order). */
+    first[0] = l->terms;
+    for (uint32_t t = 0; t < tokens; t++)
+        first[t + 1] += first[t];
+    for (uint32_t d = 0; d < c->ranks; d++)
+        for (uint32_t k = 0; k < r->b.n[d]; k++) {
+            const uint8_t *crow = r->mem + r->off_rc + d * r->cslot +
+                                  sizeof(struct moe_head) + k * r->crow_bytes;
+            uint32_t t;
+            memcpy(&t, crow, 4);
+            uint32_t at = first[t]++;
+            l->src[at] = (const float *)(crow + 16);
+            l->w[at] = 1.0f;
+        }
+    /* first[t] now ends token t: shift back to starts. */
+    for (uint32_t t = tokens; t > 0; t--)
+        first[t] = first[t - 1];
+    first[0] = l->terms;
+    for (uint32_t t = 0; t < tokens; t++)
+        l->dst[l->n + t] = out + (size_t)t * c->hidden;
+    l->n += tokens;
+    l->terms += terms;
+    rc = moe_wsum_flush(r);
+    return rc ? rc : moe_mem_sync(r);
 }
 
 int te_moe_combine_wait(te_moe_rank *r, float *out)

@@ -35,14 +35,19 @@ size_t moe_span_off(const te_moe_rank *r)
 
 /* Stage `count` rows for destination d at `row`, continuing the scan of
  * the tokens at *cursor (rows go in token order). stride: bytes per row
- * (row_bytes: meta then token; a meta's 64 alone: metas of a span). */
-static void stage_rows(te_moe_rank *r, const struct batch_in *in, uint32_t d,
-                       uint32_t *cursor, uint32_t count, uint8_t *row,
-                       size_t stride)
+ * (row_bytes: meta then token; a meta's 64 alone: metas of a span). The
+ * metas are ours to write; the tokens are copied by the memory backend
+ * (handed over here; synced before a write sends them). */
+static int stage_rows(te_moe_rank *r, const struct batch_in *in, uint32_t d,
+                      uint32_t *cursor, uint32_t count, uint8_t *row,
+                      size_t stride)
 {
     const te_moe_config *c = &r->c;
+    size_t tok = c->hidden * in->elem;
+    int copies = stride > sizeof(struct moe_row_meta);
     uint64_t t0 = moe_now_ns();
-    while (count && *cursor < in->tokens) {
+    int rc = copies ? moe_copy_room(r, count) : 0;
+    while (!rc && count && *cursor < in->tokens) {
         uint32_t t = (*cursor)++;
         const uint16_t *ex = in->experts + (size_t)t * c->topk;
         struct moe_row_meta m = {.token = t};
@@ -55,14 +60,29 @@ static void stage_rows(te_moe_rank *r, const struct batch_in *in, uint32_t d,
         if (!m.nexp)
             continue;
         memcpy(row, &m, sizeof(m));
-        if (stride > sizeof(m))
-            memcpy(row + sizeof(m),
-                   (const uint8_t *)in->x + (size_t)t * c->hidden * in->elem,
-                   c->hidden * in->elem);
+        if (copies)
+            moe_copy_add(r, row + sizeof(m), (const uint8_t *)in->x + t * tok);
         row += stride;
         count--;
     }
+    if (!rc && copies)
+        rc = moe_copy_flush(r, tok);
     r->b.pack_ns += moe_now_ns() - t0;
+    return rc;
+}
+
+/* Stage rows for a write: they are complete (the backend synced) when it
+ * returns 0. */
+static int stage_for_write(te_moe_rank *r, const struct batch_in *in,
+                           uint32_t d, uint32_t *cursor, uint32_t count,
+                           uint8_t *row)
+{
+    int rc = stage_rows(r, in, d, cursor, count, row, r->row_bytes);
+    uint64_t t0 = moe_now_ns();
+    if (!rc)
+        rc = moe_mem_sync(r);
+    r->b.pack_ns += moe_now_ns() - t0;
+    return rc;
 }
 
 /* In place (te_moe_rank_input): d gets at least 3/4 of the tokens, so
@@ -82,11 +102,13 @@ static int span_to(te_moe_rank *r, const struct batch_in *in, uint32_t d,
     memset(h, 0, H);
     h->rows = rows | MOE_ROWS_SPAN;
     h->batch = r->b.batch;
-    stage_rows(r, in, d, &cursor, rows, r->mem + src + H,
-               sizeof(struct moe_row_meta));
     if (!rc)
-        rc = moe_put(r, d, src, dst, H + rows * sizeof(struct moe_row_meta),
-                     MOE_PH_HEAD, deadline, 0);
+        rc = stage_rows(r, in, d, &cursor, rows, r->mem + src + H,
+                        sizeof(struct moe_row_meta));
+    if (!rc && !(rc = moe_put(r, d, src, dst,
+                              H + rows * sizeof(struct moe_row_meta),
+                              MOE_PH_HEAD, deadline, 0)))
+        r->b.headed |= 1ull << d;
     r->st.rows_sent += rows;
     return rc;
 }
@@ -110,15 +132,17 @@ static int dispatch_to(te_moe_rank *r, const struct batch_in *in, uint32_t d,
     h->rows = rows;
     h->batch = r->b.batch;
     uint32_t cursor = 0, first = rows < P ? rows : P;
-    stage_rows(r, in, d, &cursor, first, r->mem + src + H, r->row_bytes);
-    int rc = moe_put(r, d, src, dst, H + first * r->row_bytes, MOE_PH_HEAD,
-                     deadline, 0);
+    int rc = stage_for_write(r, in, d, &cursor, first, r->mem + src + H);
+    if (!rc && !(rc = moe_put(r, d, src, dst, H + first * r->row_bytes,
+                              MOE_PH_HEAD, deadline, 0)))
+        r->b.headed |= 1ull << d;
     uint32_t step = c->naive ? 1 : rows - first;
     for (uint32_t at = first; !rc && at < rows; at += step) {
         size_t off = H + at * r->row_bytes;
-        stage_rows(r, in, d, &cursor, step, r->mem + src + off, r->row_bytes);
-        rc = moe_put(r, d, src + off, dst + off, step * r->row_bytes,
-                     MOE_PH_REST, deadline, 0);
+        rc = stage_for_write(r, in, d, &cursor, step, r->mem + src + off);
+        if (!rc)
+            rc = moe_put(r, d, src + off, dst + off, step * r->row_bytes,
+                         MOE_PH_REST, deadline, 0);
     }
     r->st.rows_sent += rows;
     return rc;
@@ -150,10 +174,11 @@ static int send_rows(te_moe_rank *r, const struct batch_in *in)
     uint32_t cursor = 0;
     if (in->inplace)
         r->b.self_x = in->x; /* tokens read in place: metas alone */
-    stage_rows(r, in, r->rank, &cursor, r->b.n[r->rank],
-               self + sizeof(struct moe_head),
-               in->inplace ? sizeof(struct moe_row_meta) : r->row_bytes);
-    return 0;
+    /* Synced before returning: the caller may reuse a staged x then. */
+    int rc = stage_rows(r, in, r->rank, &cursor, r->b.n[r->rank],
+                        self + sizeof(struct moe_head),
+                        in->inplace ? sizeof(struct moe_row_meta) : r->row_bytes);
+    return rc ? rc : moe_mem_sync(r);
 }
 
 /* Problems with the rank itself (not this batch's input): refused without
@@ -204,6 +229,7 @@ int te_moe_dispatch_start(te_moe_rank *r, uint64_t batch, uint32_t tokens,
                           r->in_mr && !r->c.naive && x == r->in_base &&
                               (size_t)tokens * r->c.hidden * elem <= r->in_bytes};
     if ((rc = send_rows(r, &in))) {
+        moe_tell_peers(r, rc, 0); /* the peers our head has not reached */
         moe_tell_peers(r, rc, 1);
         return moe_end_batch(r, rc);
     }
@@ -292,13 +318,18 @@ static int count_rows(te_moe_rank *r, const te_moe_recv *recv)
 }
 
 /* Copy every row's token to each of its local experts (sources in rank
- * order, rows in token order), or point at it (index mode), and remember
- * where, for combine. */
-static void lay_out(te_moe_rank *r, const te_moe_recv *recv)
+ * order, rows in token order) through the memory backend, or point at it
+ * (index mode), and remember where, for combine. */
+static int lay_out(te_moe_rank *r, const te_moe_recv *recv)
 {
     const te_moe_config *c = &r->c;
     size_t tok = r->row_bytes - sizeof(struct moe_row_meta);
-    uint32_t base = r->rank * r->local;
+    uint32_t base = r->rank * r->local, rows = 0;
+    for (uint32_t s = 0; s < c->ranks; s++)
+        rows += r->b.got[s] * c->topk;
+    int rc = recv->x ? moe_copy_room(r, rows) : 0;
+    if (rc)
+        return rc;
     memset(recv->count, 0, r->local * sizeof(uint32_t));
     for (uint32_t s = 0; s < c->ranks; s++)
         for (uint32_t k = 0; k < r->b.got[s]; k++) {
@@ -308,7 +339,8 @@ static void lay_out(te_moe_rank *r, const te_moe_recv *recv)
                 uint32_t l = m->experts[j] - base, i = recv->count[l]++;
                 size_t at = (size_t)l * recv->capacity + i;
                 if (recv->x)
-                    memcpy((uint8_t *)recv->x + at * tok, row_token(r, s, m), tok);
+                    moe_copy_add(r, (uint8_t *)recv->x + at * tok,
+                                 row_token(r, s, m));
                 else
                     recv->rows[at] = row_token(r, s, m); /* index mode: in place */
                 if (recv->src)
@@ -317,6 +349,9 @@ static void lay_out(te_moe_rank *r, const te_moe_recv *recv)
                 pos[j] = i;
             }
         }
+    if (recv->x && !(rc = moe_copy_flush(r, tok)))
+        rc = moe_mem_sync(r);
+    return rc;
 }
 
 int te_moe_dispatch_wait(te_moe_rank *r, const te_moe_recv *recv)
@@ -340,7 +375,10 @@ int te_moe_dispatch_wait(te_moe_rank *r, const te_moe_recv *recv)
         moe_tell_peers(r, rc, 1);
         return moe_end_batch(r, rc);
     }
-    lay_out(r, recv);
+    if ((rc = lay_out(r, recv))) {
+        moe_tell_peers(r, rc, 1);
+        return moe_end_batch(r, rc);
+    }
     r->b.capacity = recv->capacity;
     r->b.state = MOE_DISPATCHED;
     r->b.t_dispatched = moe_now_ns();

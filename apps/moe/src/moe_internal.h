@@ -59,10 +59,28 @@ struct moe_batch {
     uint32_t n[TE_MOE_MAX_RANKS];   /* rows we send to each rank */
     uint32_t got[TE_MOE_MAX_RANKS]; /* rows each rank sent us */
     uint64_t combined; /* peers whose combine write of this batch is in */
+    uint64_t headed;   /* peers our dispatch head of this batch went to */
     uint8_t span[TE_MOE_MAX_RANKS]; /* sources whose rows came as a span */
     /* In place: our own rows' metas are staged alone and their tokens read
      * from the caller's registered x (unchanged until the batch ends). */
     const uint8_t *self_x;
+};
+
+/* Lists handed to the memory backend (moe_mem.c): entries accumulate
+ * until the backend's sync (the arrays must not change under it before
+ * then); `handed` entries were given to it already. */
+struct moe_copies {
+    void **dst;
+    const void **src;
+    uint32_t n, handed, cap;
+};
+struct moe_wsums {
+    float **dst;
+    uint32_t *first; /* cap + 1 */
+    const float **src;
+    float *w;
+    uint32_t n, handed, cap;  /* rows */
+    uint32_t terms, tcap;     /* terms */
 };
 
 /* A rank (moe_rank.c: setup; moe_dispatch.c, moe_combine.c: the batch;
@@ -108,6 +126,12 @@ struct te_moe_rank {
     uint32_t completed, failed; /* of this serial's writes */
     uint64_t inflight; /* writes of any serial whose callback has not run */
     char failed_why[96];
+    /* Who touches the caller's tensors (te_moe_rank_mem_ops; the
+     * built-in host copies unless set), whether it is attached to mem. */
+    te_moe_mem_ops ops;
+    int attached;
+    struct moe_copies cp;
+    struct moe_wsums ws;
     /* Set when a batch's writes could not be confirmed: their bytes may
      * still land, so no batch restages the buffers until inflight is 0. */
     int unconfirmed;
@@ -123,6 +147,38 @@ uint32_t moe_imm_of(const te_moe_rank *r, uint64_t batch, uint32_t src,
 /* Forget what is banked for batch `batch` (clear it before anyone can
  * write it: two batches ahead). */
 void moe_clear_batch_imms(te_moe_rank *r, uint64_t batch);
+
+/* moe_mem.c: the memory backend. The host copies (the default). */
+extern const te_moe_mem_ops moe_host_ops;
+/* Room for `rows` more copies (syncing first when the arrays must grow);
+ * 0 or -errno (te_moe_last_error() set). */
+int moe_copy_room(te_moe_rank *r, uint32_t rows);
+static inline void moe_copy_add(te_moe_rank *r, void *dst, const void *src)
+{
+    r->cp.dst[r->cp.n] = dst;
+    r->cp.src[r->cp.n++] = src;
+}
+/* Hand the copies added since the last hand-over to the backend. */
+int moe_copy_flush(te_moe_rank *r, size_t bytes);
+/* Room for `rows` more weighted sums of `terms` terms in all. */
+int moe_wsum_room(te_moe_rank *r, uint32_t rows, uint32_t terms);
+/* Begin a weighted sum into dst; its terms follow (moe_wsum_term). */
+static inline void moe_wsum_row(te_moe_rank *r, float *dst)
+{
+    r->ws.dst[r->ws.n++] = dst;
+    r->ws.first[r->ws.n] = r->ws.terms;
+}
+static inline void moe_wsum_term(te_moe_rank *r, const float *src, float w)
+{
+    r->ws.src[r->ws.terms] = src;
+    r->ws.w[r->ws.terms++] = w;
+    r->ws.first[r->ws.n] = r->ws.terms;
+}
+int moe_wsum_flush(te_moe_rank *r);
+/* The backend's sync: what was handed over is done; the lists restart. */
+int moe_mem_sync(te_moe_rank *r);
+/* Free the lists and detach the backend (te_moe_rank_free). */
+void moe_mem_free(te_moe_rank *r);
 
 /* moe_write.c */
 /* Wait until every write submitted by this rank has called back, at most
@@ -154,8 +210,9 @@ int moe_settle_owed(te_moe_rank *r);
 /* End the batch (rc: its result so far): wait for its writes, then IDLE. */
 int moe_end_batch(te_moe_rank *r, int rc);
 /* Write a failure head (status rc, the current te_moe_last_error()) to
- * every peer, as our dispatch head (combine = 0) or our combine head, so
- * they fail the batch at once instead of waiting for us. */
+ * every peer, as our dispatch head (combine = 0: to the peers our head has
+ * not gone to yet) or our combine head, so they fail the batch at once
+ * instead of waiting for us. */
 void moe_tell_peers(te_moe_rank *r, int rc, int combine);
 /* Check a head that arrived from s; 0 or -EPROTO naming s and its reason. */
 int moe_check_head(te_moe_rank *r, const struct moe_head *h, uint32_t s,

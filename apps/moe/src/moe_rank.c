@@ -130,6 +130,7 @@ int te_moe_rank_new(te_engine *e, const te_moe_config *c, uint32_t rank,
     if (!r->c.timeout_ms)
         r->c.timeout_ms = 5000;
     r->rank = rank;
+    r->ops = moe_host_ops;
     if (init_sync(r)) {
         free(r);
         return moe_fail(-ENOMEM, "te-moe: mutex/condition");
@@ -292,7 +293,7 @@ int te_moe_rank_input(te_moe_rank *r, const void *x, size_t bytes)
         return rc;
     te_mr *mr = NULL;
     if (x && (rc = te_mr_reg(r->e, 0, (void *)x, bytes, TE_MR_LOCAL,
-                             TE_MEM_HOST, &mr)))
+                             r->ops.mem, &mr)))
         return moe_fail(rc, "rank %u: registering the input (%zu bytes): %s",
                         r->rank, bytes, te_last_error());
     if (r->in_mr && (rc = te_mr_dereg(r->e, r->in_mr))) {
@@ -324,6 +325,7 @@ void te_moe_rank_free(te_moe_rank *r)
         return;
     }
     te_imm_space_destroy(r->space);
+    moe_mem_free(r);
     if (r->in_mr)
         te_mr_dereg(r->e, r->in_mr); /* the caller's memory: nothing to free */
     int rc = te_mr_dereg(r->e, r->mr);

@@ -185,6 +185,8 @@ void moe_tell_peers(te_moe_rank *r, int rc, int combine)
     uint64_t deadline = moe_now_ns() + r->b.phase_ns;
     for (uint32_t i = 1; i < r->c.ranks; i++) {
         uint32_t d = (r->rank + i) % r->c.ranks;
+        if (!combine && (r->b.headed >> d & 1))
+            continue;
         size_t stage = combine ? r->off_sc + d * r->cslot
                                : r->off_sd + d * r->dslot;
         size_t dst = combine ? r->off_rc + r->rank * r->cslot

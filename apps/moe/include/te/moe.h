@@ -149,7 +149,8 @@ typedef struct te_moe_expert_out {
 } te_moe_expert_out;
 
 /**
- * Register the caller's token buffer (host memory, `bytes` long) with the
+ * Register the caller's token buffer (`bytes` long, host memory or that of
+ * the memory backend: te_moe_rank_mem_ops) with the
  * rank's engine, once, for in-place dispatch (docs/moe.md "In-place
  * input"): a later dispatch whose x is this buffer's start sends its
  * tokens to every rank that gets at least 3/4 of them straight from x, in
@@ -162,6 +163,79 @@ typedef struct te_moe_expert_out {
  * bytes, or bytes 0 with an x; an engine error (te_mr_reg) as its -errno.
  */
 TE_API int te_moe_rank_input(te_moe_rank *r, const void *x, size_t bytes);
+
+/**
+ * Memory backends (docs/moe.md "Memory backends"): who touches the bytes
+ * of the caller's tensors. By default the library copies them itself
+ * (host memory). A backend (te_moe_gpu_mem_ops() in te/moe_gpu.h for
+ * CUDA device memory, or the application's own) takes every access to
+ * x (staged dispatch, our own rows in place), te_moe_recv.x, the expert
+ * outputs' y and combine's out, as lists of row copies and of weighted
+ * row sums that it may run asynchronously, in order; the library calls
+ * sync() before the engine reads what they wrote and before
+ * te_moe_dispatch_wait / te_moe_combine_wait return. Routing (experts,
+ * weights), te_moe_recv.count, .src and .rows stay host memory, read and
+ * written by the library. The lists' arrays belong to the library and
+ * stay valid until the next sync() returns.
+ */
+/** Row copies: dst[i] <- src[i], `bytes` bytes each, i < n. */
+typedef struct te_moe_copy_list {
+    uint32_t n;
+    size_t bytes;
+    void *const *dst;
+    const void *const *src;
+} te_moe_copy_list;
+
+/**
+ * Weighted row sums in fp32: for i < n and every h < hidden,
+ * dst[i][h] = ((0 + w[f0] * src[f0][h]) + w[f0+1] * src[f0+1][h]) + ...
+ * over f = first[i] .. first[i + 1] - 1, every product and sum rounded to
+ * fp32 in that order, no fused multiply-add (so any backend gets the CPU's
+ * bits); a row with no terms is zeros. first has n + 1 entries.
+ */
+typedef struct te_moe_wsum_list {
+    uint32_t n;
+    uint32_t hidden;
+    float *const *dst;
+    const uint32_t *first;
+    const float *const *src;
+    const float *w;
+} te_moe_wsum_list;
+
+#define TE_MOE_MEM_OPS_VERSION 1u
+
+/**
+ * A memory backend. Every function returns 0 or a negative errno (the
+ * batch then fails with it; te_moe_last_error() names the step). attach
+ * and detach may be NULL; copy, wsum and sync may not.
+ */
+typedef struct te_moe_mem_ops {
+    uint32_t version; /**< TE_MOE_MEM_OPS_VERSION */
+    uint32_t mem;     /**< TE_MEM_HOST or TE_MEM_CUDA: the kind of the
+                           caller's buffers (te_moe_rank_input registers x
+                           with it) */
+    void *ctx;        /**< passed to every function */
+    /** The rank's own buffers (host memory, len bytes): make them
+     *  reachable by copy and wsum (e.g. cudaHostRegister). Called by
+     *  te_moe_rank_mem_ops(). */
+    int (*attach)(void *ctx, void *area, size_t len);
+    /** Undo attach (te_moe_rank_mem_ops() replacing it, te_moe_rank_free). */
+    void (*detach)(void *ctx, void *area, size_t len);
+    int (*copy)(void *ctx, const te_moe_copy_list *l);
+    int (*wsum)(void *ctx, const te_moe_wsum_list *l);
+    /** Wait until every copy and wsum handed over so far is done. */
+    int (*sync)(void *ctx);
+} te_moe_mem_ops;
+
+/**
+ * Use `ops` (copied; ctx must outlive the rank or the next call) for the
+ * caller's tensors from the next batch on; NULL: the built-in host copies.
+ * Refused: -EINVAL a wrong version or a missing function, -EBUSY during a
+ * batch or while an input is registered (te_moe_rank_input: register it
+ * after choosing the backend, as its memory kind depends on it), or
+ * attach's error (the previous backend then stays).
+ */
+TE_API int te_moe_rank_mem_ops(te_moe_rank *r, const te_moe_mem_ops *ops);
 
 /**
  * Start dispatching batch `batch`: `tokens` tokens (fp32: tokens * hidden
