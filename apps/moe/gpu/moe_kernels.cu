@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "te/moe_gpu.h"
+#include "moe_gpu_internal.h"
 
 static __thread char gpu_err[256];
 
@@ -19,6 +19,14 @@ static int check(cudaError_t e, const char *what)
         return 0;
     snprintf(gpu_err, sizeof(gpu_err), "%s: %s", what, cudaGetErrorString(e));
     return -EIO;
+}
+
+int moe_gpu_check(cudaError_t e, const char *what) { return check(e, what); }
+
+int moe_gpu_fail(int rc, const char *msg)
+{
+    snprintf(gpu_err, sizeof(gpu_err), "%s", msg);
+    return rc;
 }
 
 extern "C" int te_moe_gpu_device_count(void)
@@ -175,6 +183,8 @@ static void preload_all(void)
     preload_rc = 0;
     for (size_t i = 0; i < sizeof(k) / sizeof(k[0]) && !preload_rc; i++)
         preload_rc = check(cudaFuncGetAttributes(&a, k[i]), "loading the kernels");
+    if (!preload_rc)
+        preload_rc = moe_gpu_mem_preload();
     if (preload_rc)
         memcpy(preload_err, gpu_err, sizeof(preload_err));
 }

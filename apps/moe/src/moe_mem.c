@@ -54,8 +54,9 @@ static int backend_failed(te_moe_rank *r, int rc, const char *step)
 {
     if (rc > 0 || rc == 0)
         rc = -EIO; /* a backend that says "failed" without an errno */
-    return moe_fail(rc, "rank %u: memory backend: %s failed (%d)", r->rank,
-                    step, rc);
+    const char *why = r->ops.why ? r->ops.why(r->ops.ctx) : NULL;
+    return moe_fail(rc, "rank %u: memory backend: %s failed (%d)%s%s", r->rank,
+                    step, rc, why && *why ? ": " : "", why && *why ? why : "");
 }
 
 int moe_mem_sync(te_moe_rank *r)
@@ -185,10 +186,13 @@ int te_moe_rank_mem_ops(te_moe_rank *r, const te_moe_mem_ops *ops)
     if (rc)
         return rc;
     const te_moe_mem_ops *next = ops ? ops : &moe_host_ops;
-    if (next->attach && (rc = next->attach(next->ctx, r->mem, r->mem_len)))
+    if (next->attach && (rc = next->attach(next->ctx, r->mem, r->mem_len))) {
+        const char *why = next->why ? next->why(next->ctx) : NULL;
         return moe_fail(rc < 0 ? rc : -EIO, "rank %u: memory backend: "
-                        "attaching the rank's %zu bytes failed (%d)", r->rank,
-                        r->mem_len, rc);
+                        "attaching the rank's %zu bytes failed (%d)%s%s",
+                        r->rank, r->mem_len, rc, why && *why ? ": " : "",
+                        why && *why ? why : "");
+    }
     if (r->attached && r->ops.detach)
         r->ops.detach(r->ops.ctx, r->mem, r->mem_len);
     r->ops = *next;

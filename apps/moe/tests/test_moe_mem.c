@@ -108,6 +108,12 @@ static int g_sync(void *ctx)
     return g->fail_step == 3 ? -EIO : 0;
 }
 
+static const char *g_why(void *ctx)
+{
+    struct guarded *g = ctx;
+    return g->fail_step || g->attach_rc ? "failed on purpose" : "";
+}
+
 static int g_attach(void *ctx, void *area, size_t len)
 {
     struct guarded *g = ctx;
@@ -131,7 +137,7 @@ static te_moe_mem_ops ops_of(struct guarded *g)
     return (te_moe_mem_ops){.version = TE_MOE_MEM_OPS_VERSION,
                             .mem = TE_MEM_HOST, .ctx = g, .attach = g_attach,
                             .detach = g_detach, .copy = g_copy, .wsum = g_wsum,
-                            .sync = g_sync};
+                            .sync = g_sync, .why = g_why};
 }
 
 struct setup {
@@ -331,7 +337,8 @@ START_TEST(failing_backend_fails_the_batch_everywhere)
         ck_assert_int_ne(run_batch(&s, 0, args), 0);
         ck_assert_int_eq(args[0].rc, -EIO);
         char want[64];
-        snprintf(want, sizeof(want), "memory backend: %s failed", step[f]);
+        snprintf(want, sizeof(want), "memory backend: %s failed (-5): failed "
+                 "on purpose", step[f]);
         ck_assert_msg(strstr(args[0].why, want), "step %s: %s", step[f],
                       args[0].why);
         ck_assert_int_ne(args[1].rc, 0);
@@ -366,7 +373,9 @@ START_TEST(bad_backends_and_changes_refused)
     struct guarded other = {.attach_rc = -ENOMEM};
     o = ops_of(&other);
     ck_assert_int_eq(te_moe_rank_mem_ops(r, &o), -ENOMEM);
-    ck_assert_ptr_nonnull(strstr(te_moe_last_error(), "attaching"));
+    ck_assert_msg(strstr(te_moe_last_error(), "attaching the rank's") &&
+                  strstr(te_moe_last_error(), "failed (-12): failed on purpose"),
+                  "%s", te_moe_last_error());
     ck_assert_int_eq(g->attached, 1);
     ck_assert_int_eq(other.attached, 0);
     /* with an input registered: refused until it is dropped */

@@ -225,6 +225,9 @@ typedef struct te_moe_mem_ops {
     int (*wsum)(void *ctx, const te_moe_wsum_list *l);
     /** Wait until every copy and wsum handed over so far is done. */
     int (*sync)(void *ctx);
+    /** Why the last call of this thread failed (may be NULL): quoted in
+     *  te_moe_last_error(). */
+    const char *(*why)(void *ctx);
 } te_moe_mem_ops;
 
 /**

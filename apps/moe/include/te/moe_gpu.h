@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+#include "te/moe.h"
 #include "te/moe_proxy.h"
 
 #ifdef __cplusplus
@@ -83,6 +84,31 @@ TE_API int te_moe_gpu_post(te_moe_ring *ring, unsigned long long *posted,
  *  timeout, -2 if the flag reads TE_MOE_FLAG_FAILED. */
 TE_API int te_moe_gpu_wait_flag(const volatile uint32_t *flag, uint32_t value,
                                 long long timeout_cycles, int *status, void *stream);
+
+/**
+ * A memory backend (te/moe.h te_moe_rank_mem_ops) for tensors in CUDA
+ * device memory of the current device: x (staged or registered with
+ * te_moe_rank_input, as TE_MEM_CUDA), te_moe_recv.x, the expert outputs
+ * and combine's out are device pointers; the row copies and weighted sums
+ * run as kernels on `stream` (a cudaStream_t, NULL = the default stream),
+ * and the library's syncs are cudaStreamSynchronize on it: when
+ * te_moe_dispatch_wait returns, recv.x is written; when
+ * te_moe_combine_wait returns, out is. Routing, recv.count, .src and
+ * .rows stay host memory. The rank's own buffers (host memory) are
+ * registered with cudaHostRegister when the backend is attached, and the
+ * kernels use them at their host addresses: the device must support that
+ * (cudaDevAttrCanUseHostPointerForRegisteredMem, as x86-64 and Grace hosts
+ * with current drivers do; te_moe_rank_mem_ops fails with -ENOTSUP
+ * otherwise); index mode's rows point there too, readable by kernels. One
+ * backend per rank. Fills *ops: 0, -ENODEV without a usable device, or
+ * -ENOMEM; te_moe_gpu_last_error() says why.
+ */
+TE_API int te_moe_gpu_mem_ops_new(void *stream, te_moe_mem_ops *ops);
+
+/** Free a backend of te_moe_gpu_mem_ops_new() once no rank uses it
+ *  (te_moe_rank_free, or another backend set): waits for its stream,
+ *  unregisters the rank's buffers if still attached. NULL is allowed. */
+TE_API void te_moe_gpu_mem_ops_free(te_moe_mem_ops *ops);
 
 #ifdef __cplusplus
 }

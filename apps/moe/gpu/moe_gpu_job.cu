@@ -1,0 +1,190 @@
+// See moe_gpu_job.h.
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe_gpu_job.h"
+
+static int cuda_fail(struct moe_gpu_job *g, cudaError_t e, const char *what)
+{
+    snprintf(g->why, sizeof(g->why), "%s: %s", what, cudaGetErrorString(e));
+    return -EIO;
+}
+
+int moe_gpu_job_open(struct moe_gpu_job *g, const te_moe_config *c,
+                     const char *const *settings, int device, int inplace,
+                     int index, uint32_t capacity)
+{
+    memset(g, 0, sizeof(*g));
+    g->device = device;
+    g->inplace = inplace;
+    g->capacity = capacity ? capacity : c->ranks * c->max_tokens;
+    int rc = moe_job_open(&g->j, c, settings);
+    if (rc) {
+        snprintf(g->why, sizeof(g->why), "opening the job: %d", rc);
+        return rc;
+    }
+    g->j.index = index;
+    size_t elem = c->dtype == TE_MOE_BF16 ? 2 : 4;
+    size_t L = c->experts / c->ranks, rows = L * g->capacity;
+    size_t xb = (size_t)c->max_tokens * c->hidden * elem;
+    for (uint32_t i = 0; i < c->ranks; i++) {
+        te_moe_rank *r = g->j.r[i];
+        g->j.bufs[i].index = index;
+        if (moe_ref_bufs_grow(c, &g->j.bufs[i], g->capacity)) {
+            snprintf(g->why, sizeof(g->why), "out of memory");
+            return -ENOMEM;
+        }
+        cudaError_t e = cudaSuccess;
+        if (device) {
+            e = cudaStreamCreateWithFlags((cudaStream_t *)&g->stream[i],
+                                          cudaStreamNonBlocking);
+            if (e == cudaSuccess)
+                e = cudaMalloc(&g->dx[i], xb);
+            if (e == cudaSuccess && !index)
+                e = cudaMalloc(&g->drecv[i], rows * c->hidden * elem);
+            if (e == cudaSuccess)
+                e = cudaMalloc((void **)&g->dy[i], rows * c->hidden * 4);
+            if (e == cudaSuccess)
+                e = cudaMalloc((void **)&g->dout[i], (size_t)c->max_tokens * c->hidden * 4);
+            if (e != cudaSuccess)
+                return cuda_fail(g, e, "device buffers");
+            if ((rc = te_moe_gpu_mem_ops_new(g->stream[i], &g->ops[i]))) {
+                snprintf(g->why, sizeof(g->why), "te_moe_gpu_mem_ops_new: %s",
+                         te_moe_gpu_last_error());
+                return rc;
+            }
+            if ((rc = te_moe_rank_mem_ops(r, &g->ops[i]))) {
+                snprintf(g->why, sizeof(g->why), "%s", te_moe_last_error());
+                return rc;
+            }
+        } else {
+            g->dx[i] = malloc(xb);
+            if (!g->dx[i])
+                return -ENOMEM;
+        }
+        if (inplace && (rc = te_moe_rank_input(r, g->dx[i], xb))) {
+            snprintf(g->why, sizeof(g->why), "%s", te_moe_last_error());
+            return rc;
+        }
+    }
+    return 0;
+}
+
+struct arg {
+    struct moe_gpu_job *g;
+    uint32_t i;
+    uint64_t b;
+    int rc;
+    char why[256];
+};
+
+static int rank_batch(struct arg *a)
+{
+    struct moe_gpu_job *g = a->g;
+    struct moe_job *j = &g->j;
+    const te_moe_config *c = &j->c;
+    uint32_t i = a->i, tokens = j->tokens[i], L = c->experts / c->ranks;
+    te_moe_rank *r = j->r[i];
+    struct moe_ref_bufs *bufs = &j->bufs[i];
+    size_t elem = c->dtype == TE_MOE_BF16 ? 2 : 4, tok = c->hidden * elem;
+    size_t rows = (size_t)L * g->capacity;
+    cudaStream_t s = (cudaStream_t)g->stream[i];
+    cudaError_t e = cudaSuccess;
+    if (g->device)
+        e = cudaMemcpy(g->dx[i], j->x[i], tokens * tok, cudaMemcpyHostToDevice);
+    else
+        memcpy(g->dx[i], j->x[i], tokens * tok);
+    if (e != cudaSuccess)
+        return -EIO;
+    te_moe_recv recv = bufs->recv;
+    if (g->device && !j->index)
+        recv.x = g->drecv[i];
+    int rc = te_moe_dispatch(r, a->b, tokens, g->dx[i], j->experts[i],
+                             j->weights[i], &recv);
+    if (rc)
+        return rc;
+    /* The caller's experts, on the host here (outside the timing). */
+    if (g->device && !j->index) {
+        for (uint32_t l = 0; l < L; l++)
+            if (recv.count[l] &&
+                cudaMemcpy((uint8_t *)bufs->recv.x + (size_t)l * g->capacity * tok,
+                           (uint8_t *)g->drecv[i] + (size_t)l * g->capacity * tok,
+                           recv.count[l] * tok, cudaMemcpyDeviceToHost) != cudaSuccess)
+                return -EIO;
+    }
+    moe_ref_run_experts(r, bufs);
+    const float *y = bufs->y;
+    if (g->device) {
+        if (cudaMemcpy(g->dy[i], bufs->y, rows * c->hidden * 4,
+                       cudaMemcpyHostToDevice) != cudaSuccess)
+            return -EIO;
+        y = g->dy[i];
+    }
+    te_moe_expert_out out = {y, TE_MOE_FP32, L, g->capacity, c->hidden};
+    float *o = g->device ? g->dout[i] : j->out[i];
+    if ((rc = te_moe_combine(r, a->b, &out, o)))
+        return rc;
+    te_moe_rank_stats(r, &g->st[i]); /* the batch's, dispatch included */
+    if (g->device && tokens &&
+        cudaMemcpyAsync(j->out[i], g->dout[i], (size_t)tokens * c->hidden * 4,
+                        cudaMemcpyDeviceToHost, s) == cudaSuccess)
+        e = cudaStreamSynchronize(s);
+    return e == cudaSuccess ? 0 : -EIO;
+}
+
+static void *run_rank(void *p)
+{
+    struct arg *a = (struct arg *)p;
+    a->rc = rank_batch(a);
+    snprintf(a->why, sizeof(a->why), "rank %u: %s", a->i,
+             a->rc ? te_moe_last_error() : "");
+    return NULL;
+}
+
+int moe_gpu_job_batch(struct moe_gpu_job *g, uint64_t b)
+{
+    pthread_t th[TE_MOE_MAX_RANKS];
+    struct arg args[TE_MOE_MAX_RANKS];
+    uint32_t R = g->j.c.ranks;
+    for (uint32_t i = 0; i < R; i++) {
+        args[i] = (struct arg){g, i, b, 0, ""};
+        pthread_create(&th[i], NULL, run_rank, &args[i]);
+    }
+    int rc = 0;
+    for (uint32_t i = 0; i < R; i++) {
+        pthread_join(th[i], NULL);
+        if (args[i].rc && !rc) {
+            rc = args[i].rc;
+            snprintf(g->why, sizeof(g->why), "%s", args[i].why);
+        }
+    }
+    return rc;
+}
+
+void moe_gpu_job_close(struct moe_gpu_job *g)
+{
+    for (uint32_t i = 0; i < g->j.c.ranks; i++) {
+        if (g->j.r[i])
+            te_moe_rank_disconnect(g->j.r[i]);
+    }
+    for (uint32_t i = 0; i < g->j.c.ranks; i++) {
+        te_moe_rank_free(g->j.r[i]); /* detaches the backend */
+        g->j.r[i] = NULL;
+        if (g->device) {
+            te_moe_gpu_mem_ops_free(&g->ops[i]);
+            cudaFree(g->dx[i]);
+            cudaFree(g->drecv[i]);
+            cudaFree(g->dy[i]);
+            cudaFree(g->dout[i]);
+            if (g->stream[i])
+                cudaStreamDestroy((cudaStream_t)g->stream[i]);
+        } else {
+            free(g->dx[i]);
+        }
+    }
+    moe_job_close(&g->j);
+}
