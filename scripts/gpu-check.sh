@@ -207,6 +207,21 @@ if [ -x "$BIN/apps/moe/te-moe-proxy-bench" ]; then
     done
 fi
 
+# te-moe's split calls on device tensors (te_moe_gpu_mem_ops) vs host
+# tensors in the same run, at the decode shape (issue 25's GPU report):
+# staged and in place, caller and thread progress.
+if [ -x "$BIN/apps/moe/te-moe-gpu-bench" ]; then
+    GB=20; [ $QUICK = 1 ] && GB=8
+    for prog in caller thread; do
+        for mode in "" --inplace; do
+            say ""
+            say "## te-moe-gpu-bench $mode, engine.progress=$prog"
+            timeout 300 "$BIN"/apps/moe/te-moe-gpu-bench --batches $GB $mode \
+                --set engine.progress=$prog 2>&1 | tee -a "$RES" || FAILED=1
+        done
+    done
+fi
+
 # efa over libfabric shm with CUDA memory, where the plugin was built.
 if [ -e "$BIN/plugins/libte-plugin-efa.so" ]; then
     say ""

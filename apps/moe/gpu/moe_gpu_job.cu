@@ -91,7 +91,6 @@ static int rank_batch(struct arg *a)
     te_moe_rank *r = j->r[i];
     struct moe_ref_bufs *bufs = &j->bufs[i];
     size_t elem = c->dtype == TE_MOE_BF16 ? 2 : 4, tok = c->hidden * elem;
-    size_t rows = (size_t)L * g->capacity;
     cudaStream_t s = (cudaStream_t)g->stream[i];
     cudaError_t e = cudaSuccess;
     if (g->device)
@@ -119,9 +118,15 @@ static int rank_batch(struct arg *a)
     moe_ref_run_experts(r, bufs);
     const float *y = bufs->y;
     if (g->device) {
-        if (cudaMemcpy(g->dy[i], bufs->y, rows * c->hidden * 4,
-                       cudaMemcpyHostToDevice) != cudaSuccess)
-            return -EIO;
+        /* Only the rows the experts wrote (combine reads no others). */
+        for (uint32_t l = 0; l < L; l++) {
+            size_t at = (size_t)l * g->capacity * c->hidden;
+            if (recv.count[l] &&
+                cudaMemcpy(g->dy[i] + at, bufs->y + at,
+                           (size_t)recv.count[l] * c->hidden * 4,
+                           cudaMemcpyHostToDevice) != cudaSuccess)
+                return -EIO;
+        }
         y = g->dy[i];
     }
     te_moe_expert_out out = {y, TE_MOE_FP32, L, g->capacity, c->hidden};

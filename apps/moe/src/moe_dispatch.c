@@ -61,7 +61,8 @@ static int stage_rows(te_moe_rank *r, const struct batch_in *in, uint32_t d,
             continue;
         memcpy(row, &m, sizeof(m));
         if (copies)
-            moe_copy_add(r, row + sizeof(m), (const uint8_t *)in->x + t * tok);
+            moe_copy_add(r, row + sizeof(m), (const uint8_t *)in->x + t * tok,
+                         tok);
         row += stride;
         count--;
     }
@@ -340,7 +341,7 @@ static int lay_out(te_moe_rank *r, const te_moe_recv *recv)
                 size_t at = (size_t)l * recv->capacity + i;
                 if (recv->x)
                     moe_copy_add(r, (uint8_t *)recv->x + at * tok,
-                                 row_token(r, s, m));
+                                 row_token(r, s, m), tok);
                 else
                     recv->rows[at] = row_token(r, s, m); /* index mode: in place */
                 if (recv->src)

@@ -111,7 +111,9 @@ typedef struct te_moe_src {
 } te_moe_src;
 
 /**
- * The caller's receive buffers (host memory; docs/moe.md "Layout"), for
+ * The caller's receive buffers (x in host memory, or where the memory
+ * backend reaches: te_moe_rank_mem_ops; the rest host memory; docs/moe.md
+ * "Calls and buffers"), for
  * the L = experts / ranks local experts of this rank, local expert l being
  * global expert rank * L + l. Row i of local expert l:
  *   x     + (l * capacity + i) * hidden elements (the config's dtype)
