@@ -145,3 +145,140 @@ def test_bad_input_told_to_the_other_rank():
         assert kind == "TEError" and "combined already" in msg, msg
         kind, msg = res[r]["undispatched"]
         assert kind == "TEError" and "not dispatched" in msg, msg
+
+
+def test_device_refused_without_gpu():
+    """device="cuda" needs a CUDA device (torch's and the library's): a
+    clear TEError naming the cause, nothing left open; other devices are
+    refused outright."""
+    import transferengine as te
+    from transferengine.moe import MoeRank
+    with te.Engine() as e:
+        with pytest.raises(ValueError, match="cpu or cuda"):
+            MoeRank(e, 0, 2, 8, 2, 16, 8, device="meta")
+        with MoeRank(e, 0, 2, 8, 2, 16, 8, device="cpu") as m:
+            assert m.device is None and m.expert_out.device.type == "cpu"
+        if torch.cuda.is_available():
+            pytest.skip("a CUDA device is present: test_moe_cuda_* cover it")
+        with pytest.raises(te.TEError, match="no CUDA device"):
+            MoeRank(e, 0, 2, 8, 2, 16, 8, device="cuda")
+
+
+def test_gpu_library_refusals_name_the_cause(monkeypatch):
+    """The backend's library is found beside libte-moe (or named by
+    TE_MOE_GPU_LIBRARY); missing, or without a usable device, it is a
+    TEError saying which."""
+    import transferengine as te
+    from transferengine import _moe_gpu
+    monkeypatch.setattr(_moe_gpu, "_lib", None)
+    monkeypatch.setenv("TE_MOE_GPU_LIBRARY", "/nonexistent/libte-moe-gpu.so")
+    with pytest.raises(te.TEError, match="libte-moe-gpu not found.*CUDA toolkit"):
+        _moe_gpu.load()
+    monkeypatch.delenv("TE_MOE_GPU_LIBRARY")
+    path = _moe_gpu._library_path()
+    assert path.endswith("libte-moe-gpu.so")
+    if torch.cuda.is_available():
+        return
+    # Built here (nvcc present): found beside libte-moe, then no device.
+    with pytest.raises(te.TEError, match="libte-moe-gpu not found|no CUDA device"):
+        _moe_gpu.load()
+
+
+def _elementwise_expert(x, e):
+    """An expert whose fp32 bits are the same on the CPU and on a GPU
+    (separate elementwise ops, each rounded: no GEMM, no fused op)."""
+    return (x.float() * float(e + 1)) + 0.5
+
+
+def _run_in_threads(device, R=2, topk=2, E=8, H=64, T=24, batches=2,
+                    dtype=torch.float32, inplace=False):
+    """R ranks on R engines of this process, one thread each; per batch the
+    result of every rank on the CPU."""
+    import threading
+    import transferengine as te
+    from transferengine.moe import MoeRank
+    gen = torch.Generator().manual_seed(11)
+    inputs = []
+    for _ in range(batches):
+        per = []
+        for _ in range(R):
+            x = torch.randn(T, H, generator=gen).to(dtype)
+            ids = torch.stack([torch.randperm(E, generator=gen)[:topk]
+                               for _ in range(T)])
+            w = torch.softmax(torch.randn(T, topk, generator=gen), dim=1)
+            per.append((x, ids, w))
+        inputs.append(per)
+    engines = [te.Engine() for _ in range(R)]
+    ranks = [MoeRank(engines[i], i, R, E, topk, H, T, dtype=dtype,
+                     device=device) for i in range(R)]
+    outs = [[None] * batches for _ in range(R)]
+    errors = []
+    try:
+        blobs = [r.blob() for r in ranks]
+        for i, r in enumerate(ranks):
+            for j in range(R):
+                if j != i:
+                    r.connect(j, blobs[j])
+
+        def body(i):
+            try:
+                m = ranks[i]
+                buf = None
+                if inplace:
+                    buf = torch.zeros(T, H, dtype=dtype,
+                                      device=device or "cpu")
+                    m.register_input(buf)
+                for b in range(batches):
+                    x, ids, w = inputs[b][i]
+                    if inplace:
+                        buf.copy_(x)
+                        x = buf
+                    got = m.dispatch(b, x, ids, w)
+                    for l in range(m.local_experts):
+                        n = got.counts[l]
+                        m.expert_out[l, :n] = _elementwise_expert(
+                            got.x[l, :n], i * m.local_experts + l)
+                    outs[i][b] = m.combine(b, m.expert_out).cpu()
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append((i, exc))
+
+        threads = [threading.Thread(target=body, args=(i,)) for i in range(R)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        for r in ranks:
+            r.close()
+        for e in engines:
+            e.close()
+    assert not errors, errors
+    return outs
+
+
+def test_threads_harness_on_host():
+    """The harness of the CUDA tests, on host tensors: R = 2 and 4, in
+    place too; bit-equal between the runs (the same inputs)."""
+    a = _run_in_threads(None)
+    b = _run_in_threads(None, inplace=True)
+    c = _run_in_threads(None, R=4, topk=8, E=16)
+    for x, y in zip(a, b):
+        for p, q in zip(x, y):
+            assert torch.equal(p, q)
+    assert all(o is not None for res in c for o in res)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("R,topk,E,dtype,inplace", [
+    (2, 2, 8, torch.float32, False), (4, 8, 16, torch.float32, False),
+    (2, 2, 8, torch.bfloat16, False), (2, 2, 8, torch.float32, True),
+    (4, 8, 16, torch.float32, True)])
+def test_moe_cuda_tensors_equal_host(R, topk, E, dtype, inplace):
+    """MoeRank(device="cuda"): got.x, expert_out and the result are CUDA
+    tensors moved by libte-moe-gpu (no host copy of x or the outputs); the
+    results equal the host run's bit for bit."""
+    host = _run_in_threads(None, R, topk, E, dtype=dtype, inplace=inplace)
+    dev = _run_in_threads("cuda", R, topk, E, dtype=dtype, inplace=inplace)
+    for i in range(R):
+        for b in range(len(host[i])):
+            assert torch.equal(host[i][b], dev[i][b]), (i, b)

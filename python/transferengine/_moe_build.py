@@ -53,12 +53,21 @@ typedef struct te_moe_stats {
     double layout_us;
 } te_moe_stats;
 
+#define TE_MOE_MEM_OPS_VERSION ...
+typedef struct te_moe_mem_ops {
+    uint32_t version;
+    uint32_t mem;
+    void *ctx;
+    ...;
+} te_moe_mem_ops;
+
 int te_moe_rank_new(te_engine *e, const te_moe_config *c, uint32_t rank,
                     te_moe_rank **out);
 int te_moe_rank_blob(te_moe_rank *r, void *buf, size_t *len);
 int te_moe_rank_connect(te_moe_rank *r, uint32_t peer, const void *blob,
                         size_t len);
 int te_moe_rank_input(te_moe_rank *r, const void *x, size_t bytes);
+int te_moe_rank_mem_ops(te_moe_rank *r, const te_moe_mem_ops *ops);
 int te_moe_dispatch_start(te_moe_rank *r, uint64_t batch, uint32_t tokens,
                           const void *x, const uint16_t *experts,
                           const float *weights);

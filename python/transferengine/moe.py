@@ -22,9 +22,15 @@ are the same calls in halves, to overlap other work with the transfers.
 The receive buffers (``x``, sources, counts) and ``expert_out`` are
 allocated once per rank, ``capacity`` rows per local expert (default
 ``ranks * max_tokens``, which cannot overflow; smaller is refused when a
-batch brings more rows, before anything is written). CPU path: host
-tensors; a CUDA tensor handed to dispatch or combine is copied to the host
-(the GPU path, apps/moe/gpu, is not wired to Python).
+batch brings more rows, before anything is written). By default the
+tensors are host tensors (a CUDA tensor handed to dispatch or combine is
+copied to the host). With ``device="cuda"`` (or ``"cuda:N"``) they live on
+that device: ``got.x``, ``expert_out`` and combine's result are CUDA
+tensors, x and the expert outputs are read where they are (no host copy),
+through libte-moe-gpu's memory backend on the stream that was current at
+construction (produce x and expert_out on it, or synchronize); routing
+(ids, weights), counts and sources stay on the host (docs/moe.md, "Memory
+backends").
 
 Bad input raises before anything is written, and the other ranks are told
 (they raise too, naming this rank): expert ids out of range (ValueError),
@@ -78,9 +84,22 @@ class MoeRank:
 
     def __init__(self, engine, rank, ranks, experts, topk, hidden, max_tokens,
                  *, dtype=torch.float32, private_rows=None, capacity=None,
-                 timeout_ms=5000):
+                 timeout_ms=5000, device=None):
         if dtype not in _DTYPES:
             raise ValueError(f"dtype {dtype}: float32 or bfloat16")
+        device = torch.device(device) if device is not None else None
+        if device is not None and device.type == "cpu":
+            device = None
+        if device is not None and device.type != "cuda":
+            raise ValueError(f"device {device}: cpu or cuda")
+        if device is not None and not torch.cuda.is_available():
+            raise TEError(19, "no CUDA device: torch.cuda.is_available() is "
+                          "False", "MoeRank(device=cuda)")
+        if device is not None and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        #: where the tensors live: None (host) or the CUDA device
+        self.device = device
+        self._backend = None
         self.rank, self.ranks, self.experts, self.topk = rank, ranks, experts, topk
         self.hidden, self.max_tokens, self.dtype = hidden, max_tokens, dtype
         self.local_experts = experts // ranks if ranks else 0
@@ -96,13 +115,17 @@ class MoeRank:
         _check(lib.te_moe_rank_new(e, c, rank, out), "te_moe_rank_new")
         self._r = out[0]
         self._engine = engine  # outlives the rank
+        if device is not None:
+            self._attach_device(device)
         self.capacity = capacity or ranks * max_tokens
         L, cap = self.local_experts, self.capacity
-        self._x = torch.empty((L, cap, hidden), dtype=dtype)
+        where = device or "cpu"
+        self._x = torch.empty((L, cap, hidden), dtype=dtype, device=where)
         self._src = torch.zeros((L, cap, 4), dtype=torch.int32)
         self._count = torch.zeros(L, dtype=torch.int32)
         #: [L, capacity, hidden] fp32: where the experts may write for combine
-        self.expert_out = torch.zeros((L, cap, hidden), dtype=torch.float32)
+        self.expert_out = torch.zeros((L, cap, hidden), dtype=torch.float32,
+                                      device=where)
         self._recv = ffi.new("te_moe_recv *")
         self._recv.x = _ptr(self._x, "void *")
         self._recv.src = _ptr(self._src, "te_moe_src *")
@@ -112,6 +135,29 @@ class MoeRank:
         self._out = None
 
     # ------------------------------------------------------------ setup
+    def _attach_device(self, device):
+        """libte-moe-gpu's backend on the current stream of device."""
+        from ._moe_gpu import DeviceBackend
+        self._ops = ffi.new("te_moe_mem_ops *")
+        try:
+            with torch.cuda.device(device):
+                self.stream = torch.cuda.current_stream(device)
+                self._backend = DeviceBackend(
+                    int(ffi.cast("uintptr_t", self._ops)),
+                    self.stream.cuda_stream)
+            _check(lib.te_moe_rank_mem_ops(self._r, self._ops),
+                   "te_moe_rank_mem_ops")
+        except BaseException:
+            self.close()
+            raise
+
+    def _here(self, t, dtype=None):
+        """t on this rank's tensors' device (no copy if it is there)."""
+        t = t.detach()
+        if dtype is not None and t.dtype != dtype:
+            t = t.to(dtype)
+        return t.to(self.device or "cpu").contiguous()
+
     def blob(self) -> bytes:
         """What the other ranks need to connect to this one."""
         n = ffi.new("size_t *", 8192)
@@ -132,8 +178,9 @@ class MoeRank:
 
     # ------------------------------------------------------------ dispatch
     def register_input(self, x) -> None:
-        """Register x (a CPU, contiguous tensor of the rank's dtype, e.g.
-        [max_tokens, hidden]) once for in-place dispatch: a dispatch whose
+        """Register x (a contiguous tensor of the rank's dtype on the rank's
+        device, e.g. [max_tokens, hidden]) once for in-place dispatch: a
+        dispatch whose
         tokens are x[:T] sends them to a rank that gets at least 3/4 of
         them straight from x, without staging (docs/moe.md "In-place
         input"). x must then stay unchanged until combine_wait returns; the
@@ -143,10 +190,12 @@ class MoeRank:
                    "te_moe_rank_input")
             self._input = None
             return
-        if (x.device.type != "cpu" or not x.is_contiguous()
+        want = self.device or torch.device("cpu")
+        if (x.device != want or not x.is_contiguous()
                 or x.dtype != self.dtype or x.numel() == 0):
+            where = "CPU" if self.device is None else str(self.device)
             raise ValueError(f"rank {self.rank}: the input must be a non-empty "
-                             f"contiguous CPU tensor of {self.dtype}, got "
+                             f"contiguous {where} tensor of {self.dtype}, got "
                              f"{x.dtype} {tuple(x.shape)} on {x.device}")
         _check(lib.te_moe_rank_input(self._live(), _ptr(x, "void *"),
                                      x.numel() * x.element_size()),
@@ -175,7 +224,7 @@ class MoeRank:
             raise ValueError(f"rank {self.rank}: tokens are {x.dtype} "
                              f"{tuple(x.shape)}, the layer takes {self.dtype} "
                              f"[T, {self.hidden}]")
-        x = x.detach().to("cpu").contiguous()
+        x = self._here(x)
         # uint16 bits (torch has no uint16): 0..65535 through int32 -> int16.
         ids16 = ids.to("cpu", torch.int32).to(torch.int16).contiguous()
         w = topk_weights.detach().to("cpu", torch.float32).reshape(
@@ -207,7 +256,7 @@ class MoeRank:
         y = expert_out.detach()
         dtype = lib.TE_MOE_FP32 if y.dtype == torch.float32 else 0
         shape = tuple(y.shape) if y.dim() == 3 else (0, 0, 0)
-        y = y.to("cpu").contiguous()
+        y = self._here(y)
         out = ffi.new("te_moe_expert_out *")
         out.y = _ptr(y, "float *")
         out.dtype = dtype
@@ -223,7 +272,8 @@ class MoeRank:
     def combine_wait(self) -> torch.Tensor:
         """Wait for every rank's partial results: [T, hidden] float32, per
         token the gate-weighted sum of its experts' outputs."""
-        out = torch.empty((self._tokens, self.hidden), dtype=torch.float32)
+        out = torch.empty((self._tokens, self.hidden), dtype=torch.float32,
+                          device=self.device or "cpu")
         _check(lib.te_moe_combine_wait(self._live(), _ptr(out, "float *")),
                "te_moe_combine_wait")
         return out
@@ -256,7 +306,10 @@ class MoeRank:
             return
         r, self._r = self._r, None
         lib.te_moe_rank_disconnect(r)
-        lib.te_moe_rank_free(r)
+        lib.te_moe_rank_free(r)  # detaches the backend first
+        if self._backend is not None:
+            self._backend.free()
+            self._backend = None
 
     def __enter__(self):
         return self
