@@ -20,6 +20,7 @@
 
 struct gpu_mem {
     cudaStream_t stream;
+    int device;     // the stream's: the calls may come from any thread
     uint8_t *host;  // pinned staging of the lists
     uint8_t *dev;   // its device mirror
     size_t cap, used;
@@ -69,6 +70,24 @@ __global__ void wsum_rows_kernel(float *const *dst, const uint32_t *first,
     }
 }
 
+// Run on the backend's device, and give the calling thread its own back
+// (a library call must not change the caller's current device).
+struct on_device {
+    int prev, ok;
+    explicit on_device(const struct gpu_mem *g) : prev(-1), ok(1)
+    {
+        if (cudaGetDevice(&prev) == cudaSuccess && prev != g->device)
+            ok = cudaSetDevice(g->device) == cudaSuccess;
+        else
+            prev = -1;
+    }
+    ~on_device()
+    {
+        if (prev >= 0)
+            cudaSetDevice(prev);
+    }
+};
+
 int moe_gpu_mem_preload(void)
 {
     cudaFuncAttributes a;
@@ -82,6 +101,9 @@ int moe_gpu_mem_preload(void)
 static int mem_sync(void *ctx)
 {
     struct gpu_mem *g = (struct gpu_mem *)ctx;
+    on_device here(g);
+    if (!here.ok)
+        return fail(g, cudaErrorInvalidDevice, "cudaSetDevice (the stream's device)");
     cudaError_t e = cudaStreamSynchronize(g->stream);
     g->used = 0;
     return e == cudaSuccess ? 0 : fail(g, e, "cudaStreamSynchronize");
@@ -138,6 +160,9 @@ static unsigned grid_of(uint32_t n) { return n < 4096 ? n : 4096; }
 static int mem_copy(void *ctx, const te_moe_copy_list *l)
 {
     struct gpu_mem *g = (struct gpu_mem *)ctx;
+    on_device here(g);
+    if (!here.ok)
+        return fail(g, cudaErrorInvalidDevice, "cudaSetDevice (the stream's device)");
     g->why[0] = 0;
     if (!l->n)
         return 0;
@@ -161,6 +186,9 @@ static int mem_copy(void *ctx, const te_moe_copy_list *l)
 static int mem_wsum(void *ctx, const te_moe_wsum_list *l)
 {
     struct gpu_mem *g = (struct gpu_mem *)ctx;
+    on_device here(g);
+    if (!here.ok)
+        return fail(g, cudaErrorInvalidDevice, "cudaSetDevice (the stream's device)");
     g->why[0] = 0;
     if (!l->n)
         return 0;
@@ -189,17 +217,17 @@ static int mem_wsum(void *ctx, const te_moe_wsum_list *l)
 static int mem_attach(void *ctx, void *area, size_t len)
 {
     struct gpu_mem *g = (struct gpu_mem *)ctx;
+    on_device here(g);
     g->why[0] = 0;
     if (g->area) {
         snprintf(g->why, sizeof(g->why), "this backend serves one rank (attached "
                  "already)");
         return -EBUSY;
     }
-    int dev = 0, direct = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&direct, cudaDevAttrCanUseHostPointerForRegisteredMem,
-                                   dev);
+    int dev = g->device, direct = 0;
+    cudaError_t e = here.ok ? cudaDeviceGetAttribute(
+                                  &direct, cudaDevAttrCanUseHostPointerForRegisteredMem, dev)
+                            : cudaErrorInvalidDevice;
     if (e != cudaSuccess)
         return fail(g, e, "cudaDeviceGetAttribute");
     if (!direct) {
@@ -225,6 +253,7 @@ static int mem_attach(void *ctx, void *area, size_t len)
 static void mem_detach(void *ctx, void *area, size_t len)
 {
     struct gpu_mem *g = (struct gpu_mem *)ctx;
+    on_device here(g);
     (void)len;
     if (area != g->area)
         return;
@@ -248,6 +277,19 @@ extern "C" int te_moe_gpu_mem_ops_new(void *stream, te_moe_mem_ops *ops)
     if (!g)
         return moe_gpu_fail(-ENOMEM, "te_moe_gpu_mem_ops_new: out of memory");
     g->stream = (cudaStream_t)stream;
+    // The stream's device is the current one when the stream is NULL (the
+    // default stream of the current device) and otherwise its own.
+    cudaError_t e = cudaGetDevice(&g->device);
+    if (e == cudaSuccess && stream) {
+        int dev = -1;
+        e = cudaStreamGetDevice((cudaStream_t)stream, &dev);
+        if (e == cudaSuccess)
+            g->device = dev;
+    }
+    if (e != cudaSuccess) {
+        free(g);
+        return moe_gpu_check(e, "te_moe_gpu_mem_ops_new: the stream's device");
+    }
     ops->version = TE_MOE_MEM_OPS_VERSION;
     ops->mem = TE_MEM_CUDA;
     ops->ctx = g;
@@ -267,6 +309,7 @@ extern "C" void te_moe_gpu_mem_ops_free(te_moe_mem_ops *ops)
     struct gpu_mem *g = (struct gpu_mem *)ops->ctx;
     if (g->area)
         mem_detach(g, g->area, g->area_len);
+    on_device here(g);
     cudaStreamSynchronize(g->stream);
     cudaFreeHost(g->host);
     cudaFree(g->dev);
