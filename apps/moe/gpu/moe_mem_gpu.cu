@@ -157,6 +157,15 @@ static int ship(struct gpu_mem *g, size_t from)
 
 static unsigned grid_of(uint32_t n) { return n < 4096 ? n : 4096; }
 
+// The kernels loaded and `bytes` of room in the arena for a list.
+static int prepare(struct gpu_mem *g, size_t bytes)
+{
+    int rc = te_moe_gpu_preload();
+    if (rc)
+        snprintf(g->why, sizeof(g->why), "%s", te_moe_gpu_last_error());
+    return rc ? rc : room(g, bytes);
+}
+
 static int mem_copy(void *ctx, const te_moe_copy_list *l)
 {
     struct gpu_mem *g = (struct gpu_mem *)ctx;
@@ -167,12 +176,9 @@ static int mem_copy(void *ctx, const te_moe_copy_list *l)
     if (!l->n)
         return 0;
     size_t ptrs = (size_t)l->n * sizeof(void *);
-    int rc = te_moe_gpu_preload();
-    if (rc || (rc = room(g, 2 * up16(ptrs)))) {
-        if (rc && !g->why[0])
-            snprintf(g->why, sizeof(g->why), "%s", te_moe_gpu_last_error());
+    int rc = prepare(g, 2 * up16(ptrs));
+    if (rc)
         return rc;
-    }
     size_t from = g->used;
     void *const *dst = (void *const *)put(g, l->dst, ptrs);
     const void *const *src = (const void *const *)put(g, l->src, ptrs);
@@ -195,12 +201,9 @@ static int mem_wsum(void *ctx, const te_moe_wsum_list *l)
     uint32_t base = l->first[0], terms = l->first[l->n] - base;
     size_t dsz = (size_t)l->n * sizeof(float *), fsz = ((size_t)l->n + 1) * 4,
            ssz = (size_t)terms * sizeof(float *), wsz = (size_t)terms * 4;
-    int rc = te_moe_gpu_preload();
-    if (rc || (rc = room(g, up16(dsz) + up16(fsz) + up16(ssz) + up16(wsz)))) {
-        if (rc && !g->why[0])
-            snprintf(g->why, sizeof(g->why), "%s", te_moe_gpu_last_error());
+    int rc = prepare(g, up16(dsz) + up16(fsz) + up16(ssz) + up16(wsz));
+    if (rc)
         return rc;
-    }
     size_t from = g->used;
     float *const *dst = (float *const *)put(g, l->dst, dsz);
     const uint32_t *first = (const uint32_t *)put(g, l->first, fsz);

@@ -112,6 +112,17 @@ int te_moe_combine_start(te_moe_rank *r, uint64_t batch,
     return 0;
 }
 
+/* Row k of rank d's partial results in our combine receive slot, and the
+ * token it names. */
+static const uint8_t *crow_at(const te_moe_rank *r, uint32_t d, uint32_t k,
+                              uint32_t *token)
+{
+    const uint8_t *crow = r->mem + r->off_rc + d * r->cslot +
+                          sizeof(struct moe_head) + k * r->crow_bytes;
+    memcpy(token, crow, 4);
+    return crow;
+}
+
 /* Sum the partial results per token in rank order (the reference's
  * order), through the memory backend: out may be where the CPU does not
  * reach. The rows' tokens are checked first; then every token of the
@@ -131,10 +142,8 @@ static int sum_rows(te_moe_rank *r, float *out)
     memset(first, 0, ((size_t)tokens + 1) * sizeof(*first));
     for (uint32_t d = 0; d < c->ranks; d++)
         for (uint32_t k = 0; k < r->b.n[d]; k++) {
-            const uint8_t *crow = r->mem + r->off_rc + d * r->cslot +
-                                  sizeof(struct moe_head) + k * r->crow_bytes;
             uint32_t t;
-            memcpy(&t, crow, 4);
+            crow_at(r, d, k, &t);
             if (t >= tokens)
                 return moe_fail(-EPROTO, "rank %u: combine row %u from rank "
                                 "%u names token %u", r->rank, k, d, t);
@@ -147,10 +156,8 @@ static int sum_rows(te_moe_rank *r, float *out)
         first[t + 1] += first[t];
     for (uint32_t d = 0; d < c->ranks; d++)
         for (uint32_t k = 0; k < r->b.n[d]; k++) {
-            const uint8_t *crow = r->mem + r->off_rc + d * r->cslot +
-                                  sizeof(struct moe_head) + k * r->crow_bytes;
             uint32_t t;
-            memcpy(&t, crow, 4);
+            const uint8_t *crow = crow_at(r, d, k, &t);
             uint32_t at = first[t]++;
             l->src[at] = (const float *)(crow + 16);
             l->w[at] = 1.0f;
