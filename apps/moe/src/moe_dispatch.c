@@ -114,14 +114,46 @@ static int span_to(te_moe_rank *r, const struct batch_in *in, uint32_t d,
     return rc;
 }
 
+/* The naive exchange from a registered x (the baseline without staging):
+ * the head with every row's meta first (the counts before the rows, as
+ * naive), then one write per row of its token straight from x into the
+ * span area (the receiver's layout of a span). */
+static int naive_span_to(te_moe_rank *r, const struct batch_in *in, uint32_t d,
+                         uint64_t deadline)
+{
+    uint32_t rows = r->b.n[d], cursor = 0;
+    size_t src = r->off_sd + d * r->dslot;
+    size_t dst = r->off_rd + r->rank * r->dslot;
+    size_t H = sizeof(struct moe_head), tok = r->c.hidden * in->elem;
+    struct moe_head *h = (struct moe_head *)(r->mem + src);
+    memset(h, 0, H);
+    h->rows = rows | MOE_ROWS_SPAN;
+    h->batch = r->b.batch;
+    int rc = stage_rows(r, in, d, &cursor, rows, r->mem + src + H,
+                        sizeof(struct moe_row_meta));
+    if (!rc && !(rc = moe_put(r, d, src, dst,
+                              H + rows * sizeof(struct moe_row_meta),
+                              MOE_PH_HEAD, deadline, 0)))
+        r->b.headed |= 1ull << d;
+    const struct moe_row_meta *m = (const struct moe_row_meta *)(r->mem + src + H);
+    for (uint32_t k = 0; !rc && k < rows; k++)
+        rc = moe_put_mr(r, r->in_mr, d, m[k].token * tok,
+                        dst + moe_span_off(r) + m[k].token * tok, tok,
+                        MOE_PH_REST, deadline, 0);
+    r->st.rows_sent += rows;
+    return rc;
+}
+
 /* Dispatch to remote d: head + the first P rows into our private buffer at
  * d, then the rest in one write (naive: the head alone, then one write per
- * row). */
+ * row; from a registered x, naive_span_to). */
 static int dispatch_to(te_moe_rank *r, const struct batch_in *in, uint32_t d,
                        uint64_t deadline)
 {
     const te_moe_config *c = &r->c;
     uint32_t rows = r->b.n[d];
+    if (in->inplace && rows && c->naive)
+        return naive_span_to(r, in, d, deadline);
     if (in->inplace && rows && (uint64_t)rows * 4 >= (uint64_t)in->tokens * 3)
         return span_to(r, in, d, deadline);
     uint32_t P = c->naive ? 0 : c->private_rows;
@@ -227,7 +259,7 @@ int te_moe_dispatch_start(te_moe_rank *r, uint64_t batch, uint32_t tokens,
     }
     size_t elem = r->c.dtype == TE_MOE_BF16 ? 2 : 4;
     struct batch_in in = {x, experts, weights, tokens, elem,
-                          r->in_mr && !r->c.naive && x == r->in_base &&
+                          r->in_mr && x == r->in_base &&
                               (size_t)tokens * r->c.hidden * elem <= r->in_bytes};
     if ((rc = send_rows(r, &in))) {
         moe_tell_peers(r, rc, 0); /* the peers our head has not reached */
@@ -256,7 +288,9 @@ static int receive_rows(te_moe_rank *r)
         uint32_t rows = h->rows & ~MOE_ROWS_SPAN;
         r->b.span[s] = (h->rows & MOE_ROWS_SPAN) != 0;
         r->b.got[s] = rows;
-        uint32_t rest = r->b.span[s] ? 1 : rows > P ? rows - P : 0;
+        /* A span: its tokens in one write (naive: one per row). */
+        uint32_t rest = r->b.span[s] ? (c->naive ? rows : 1)
+                                     : rows > P ? rows - P : 0;
         if (rest && (rc = moe_wait_imm(r, s, MOE_PH_REST, c->naive ? rest : 1,
                                        deadline, "dispatch rest")))
             return rc;

@@ -30,7 +30,8 @@ static te_moe_config cfg(uint32_t R, uint32_t k, uint32_t E, uint32_t P)
 
 /* Whether i's rows reached d as a span (in place): i had an x registered
  * and d got at least 3/4 of its tokens (white box: d's b.span). */
-static int want_span(const struct moe_job *j, uint32_t i, uint32_t d)
+/* Rows rank i sends to rank d in the job's current batch. */
+static uint32_t rows_to(const struct moe_job *j, uint32_t i, uint32_t d)
 {
     const te_moe_config *c = &j->c;
     uint32_t n = 0, per = c->experts / c->ranks;
@@ -40,6 +41,12 @@ static int want_span(const struct moe_job *j, uint32_t i, uint32_t d)
             hit |= j->experts[i][t * c->topk + q] / per == d;
         n += (uint32_t)hit;
     }
+    return n;
+}
+
+static int want_span(const struct moe_job *j, uint32_t i, uint32_t d)
+{
+    uint32_t n = rows_to(j, i, d);
     return j->inplace && n && (uint64_t)n * 4 >= (uint64_t)j->tokens[i] * 3;
 }
 
@@ -652,6 +659,43 @@ START_TEST(inplace_input_equals_reference)
 }
 END_TEST
 
+/* The naive exchange from a registered x (the benchmarks' baseline without
+ * staging): the head with the metas, then one write per row of its token
+ * straight from x; equal to the reference; the receiver lays it out as a
+ * span. */
+START_TEST(naive_inplace_equals_reference)
+{
+    static const uint32_t R[] = {2, 4};
+    for (int q = 0; q < 2; q++) {
+        te_moe_config c = cfg(R[q], 2, 8 * R[q], 6);
+        c.naive = 1;
+        struct moe_job j;
+        ck_assert_int_eq(moe_job_open(&j, &c, NULL), 0);
+        j.inplace = 1;
+        for (uint32_t b = 0; b < 2; b++) {
+            uint32_t tok[TE_MOE_MAX_RANKS];
+            for (uint32_t i = 0; i < c.ranks; i++)
+                tok[i] = i == 1 && b == 1 ? 0 : c.max_tokens - i * 3;
+            moe_job_inputs(&j, tok, 300 + b, 0);
+            ck_assert_msg(moe_job_batch(&j, b) == 0, "%s", j.why[0]);
+            ck_assert_uint_eq(moe_job_check(&j), 0);
+            for (uint32_t i = 0; i < c.ranks; i++) {
+                te_moe_stats st;
+                te_moe_rank_stats(j.r[i], &st);
+                for (uint32_t d = 0; d < c.ranks; d++) {
+                    if (d == i)
+                        continue;
+                    uint32_t n = rows_to(&j, i, d);
+                    ck_assert_uint_eq(st.dispatch_writes[d], 1 + n);
+                    ck_assert_int_eq(j.r[d]->b.span[i], n > 0);
+                }
+            }
+        }
+        moe_job_close(&j);
+    }
+}
+END_TEST
+
 /* te_moe_rank_input's refusals; an x that is not the registered buffer
  * (or does not fit in it) is staged as before. */
 START_TEST(inplace_input_refusals_and_fallback)
@@ -778,6 +822,7 @@ int main(void)
     tcase_add_test(t, index_mode_equals_reference);
     tcase_add_test(t, inplace_input_equals_reference);
     tcase_add_test(t, inplace_input_refusals_and_fallback);
+    tcase_add_test(t, naive_inplace_equals_reference);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

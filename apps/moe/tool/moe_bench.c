@@ -63,7 +63,7 @@ static int side_open(struct side *s, te_moe_config c, int naive,
      * read the rows where they arrived, as the library's own experts did
      * before the split; layout_us is then the indexing alone. */
     s->j.index = 1;
-    s->j.inplace = inplace && !naive;
+    s->j.inplace = inplace; /* the naive side: one write per row from x */
     uint32_t tok[TE_MOE_MAX_RANKS];
     for (uint32_t i = 0; i < c.ranks; i++)
         tok[i] = c.max_tokens;

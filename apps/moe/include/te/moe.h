@@ -159,7 +159,9 @@ typedef struct te_moe_expert_out {
  * one write (the row metas go in the other), instead of copying each row
  * into the rank's staging first. x must then stay unchanged until the
  * batch ends (te_moe_combine_wait returns, or a call of the batch fails);
- * other x (and the naive protocol) are staged as before. x NULL (bytes 0)
+ * other x are staged as before (the naive protocol: the metas in the head
+ * write, then one write per row of its token straight from x). x NULL
+ * (bytes 0)
  * drops the registration. -EBUSY while a batch is in progress or writes
  * of an earlier one may still read the old buffer; -EINVAL a NULL x with
  * bytes, or bytes 0 with an x; an engine error (te_mr_reg) as its -errno.
