@@ -270,6 +270,41 @@ int te_moe_dispatch_start(te_moe_rank *r, uint64_t batch, uint32_t tokens,
     return 0;
 }
 
+/* How long a wait for a source's rest runs before looking whether the
+ * source gave up on the batch instead. */
+#define REST_LOOK_MS 20
+
+/* Wait for the `count` rest writes of source s. A source that fails after
+ * its head went (staging the rest: its memory backend) cannot take the
+ * head back, so it says so in its combine head: seeing that one arrive,
+ * fail at once with its reason instead of waiting for the deadline. */
+static int wait_rest(te_moe_rank *r, uint32_t s, uint64_t count,
+                     uint64_t deadline)
+{
+    uint32_t rest = moe_imm_of(r, r->b.batch, s, MOE_PH_REST);
+    uint32_t told = moe_imm_of(r, r->b.batch, s, MOE_PH_COMBINE);
+    for (;;) {
+        uint64_t now = moe_now_ns();
+        if (now + REST_LOOK_MS * 1000000ull >= deadline)
+            return moe_wait_imm(r, s, MOE_PH_REST, count, deadline,
+                                "dispatch rest");
+        int rc = te_imm_wait(r->e, rest, count, REST_LOOK_MS);
+        if (rc != -ETIMEDOUT)
+            return rc ? moe_wait_imm(r, s, MOE_PH_REST, count, deadline,
+                                     "dispatch rest")
+                      : 0;
+        uint64_t banked = 0;
+        const struct moe_head *h =
+            (const struct moe_head *)(r->mem + r->off_rc + s * r->cslot);
+        /* A good combine write may overtake the rest (no ordering between
+         * writes is assumed): only a failure head ends the wait. */
+        if (te_imm_poll(r->e, told, &banked, NULL) || !banked || !h->status)
+            continue;
+        r->b.combined |= 1ull << s; /* its combine write of the batch is in */
+        return moe_check_head(r, h, s, r->b.n[s], "dispatch");
+    }
+}
+
 /* The head of every source, then its rest if any. */
 static int receive_rows(te_moe_rank *r)
 {
@@ -291,8 +326,7 @@ static int receive_rows(te_moe_rank *r)
         /* A span: its tokens in one write (naive: one per row). */
         uint32_t rest = r->b.span[s] ? (c->naive ? rows : 1)
                                      : rows > P ? rows - P : 0;
-        if (rest && (rc = moe_wait_imm(r, s, MOE_PH_REST, c->naive ? rest : 1,
-                                       deadline, "dispatch rest")))
+        if (rest && (rc = wait_rest(r, s, c->naive ? rest : 1, deadline)))
             return rc;
         r->st.rows_received += rows;
     }

@@ -27,6 +27,7 @@ struct guarded {
     int open;              /* the tensors are readable now (between calls) */
     uint32_t copies, wsums, syncs, from_x;
     int fail_step;         /* 1 copy, 2 wsum, 3 sync: return -EIO there */
+    uint32_t copy_calls, fail_copy_call; /* fail that copy call (1 = first) */
     int inplace;           /* x is registered for in-place dispatch */
     int attach_rc, attached;
 };
@@ -78,7 +79,7 @@ static void do_wsums(const te_moe_wsum_list *l)
 static int g_copy(void *ctx, const te_moe_copy_list *l)
 {
     struct guarded *g = ctx;
-    if (g->fail_step == 1)
+    if (g->fail_step == 1 || ++g->copy_calls == g->fail_copy_call)
         return -EIO;
     set_prot(g, PROT_READ | PROT_WRITE);
     for (uint32_t i = 0; i < l->n; i++)
@@ -111,7 +112,8 @@ static int g_sync(void *ctx)
 static const char *g_why(void *ctx)
 {
     struct guarded *g = ctx;
-    return g->fail_step || g->attach_rc ? "failed on purpose" : "";
+    return g->fail_step || g->fail_copy_call || g->attach_rc ? "failed on purpose"
+                                                             : "";
 }
 
 static int g_attach(void *ctx, void *area, size_t len)
@@ -351,6 +353,33 @@ START_TEST(failing_backend_fails_the_batch_everywhere)
 }
 END_TEST
 
+/* The rest's staging failing after the head went to the peer: the peer
+ * cannot be told by a dispatch head any more; it learns it from the
+ * combine failure head at once (its reason, not a timeout). */
+START_TEST(failure_after_the_head_reaches_the_peer)
+{
+    struct setup s;
+    te_moe_config c = cfg(2, 2, 8, 6, TE_MOE_FP32); /* P = 6 of ~30 rows */
+    c.timeout_ms = 20000;
+    setup_open(&s, c, 0, 0);
+    uint32_t tok[2] = {36, 36};
+    moe_job_inputs(&s.j, tok, 9, 0);
+    s.g[0].fail_copy_call = 2; /* 1: the head's rows, 2: the rest */
+    struct arg args[2];
+    ck_assert_int_ne(run_batch(&s, 0, args), 0);
+    ck_assert_msg(strstr(args[0].why, "memory backend: copy failed"), "%s",
+                  args[0].why);
+    ck_assert_int_eq(args[1].rc, -EPROTO);
+    ck_assert_msg(strstr(args[1].why, "rank 0 failed batch 0") &&
+                      strstr(args[1].why, "copy failed"),
+                  "%s", args[1].why);
+    s.g[0].fail_copy_call = 0;
+    ck_assert_int_eq(run_batch(&s, 1, args), 0);
+    ck_assert_uint_eq(moe_job_check(&s.j), 0);
+    setup_close(&s);
+}
+END_TEST
+
 START_TEST(bad_backends_and_changes_refused)
 {
     struct setup s;
@@ -445,6 +474,7 @@ int main(void)
     tcase_add_test(t, guarded_tensors_equal_reference);
     tcase_add_test(t, guarded_in_place_and_index_mode);
     tcase_add_test(t, failing_backend_fails_the_batch_everywhere);
+    tcase_add_test(t, failure_after_the_head_reaches_the_peer);
     tcase_add_test(t, bad_backends_and_changes_refused);
     tcase_add_test(t, cuda_kind_reaches_the_registration);
     suite_add_tcase(s, t);
