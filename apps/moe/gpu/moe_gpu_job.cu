@@ -74,6 +74,21 @@ int moe_gpu_job_open(struct moe_gpu_job *g, const te_moe_config *c,
     return 0;
 }
 
+/* A copy on the rank's stream, complete on return: a plain cudaMemcpy runs
+ * on the legacy default stream, which the ranks' non-blocking streams do
+ * not wait for (and from pageable memory it may return before the DMA has
+ * landed). */
+static int copy_now(void *dst, const void *src, size_t len, cudaMemcpyKind kind,
+                    cudaStream_t s)
+{
+    if (!len)
+        return 0;
+    cudaError_t e = cudaMemcpyAsync(dst, src, len, kind, s);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(s);
+    return e == cudaSuccess ? 0 : -EIO;
+}
+
 struct arg {
     struct moe_gpu_job *g;
     uint32_t i;
@@ -92,12 +107,9 @@ static int rank_batch(struct arg *a)
     struct moe_ref_bufs *bufs = &j->bufs[i];
     size_t elem = c->dtype == TE_MOE_BF16 ? 2 : 4, tok = c->hidden * elem;
     cudaStream_t s = (cudaStream_t)g->stream[i];
-    cudaError_t e = cudaSuccess;
-    if (g->device)
-        e = cudaMemcpy(g->dx[i], j->x[i], tokens * tok, cudaMemcpyHostToDevice);
-    else
+    if (!g->device)
         memcpy(g->dx[i], j->x[i], tokens * tok);
-    if (e != cudaSuccess)
+    else if (copy_now(g->dx[i], j->x[i], tokens * tok, cudaMemcpyHostToDevice, s))
         return -EIO;
     te_moe_recv recv = bufs->recv;
     if (g->device && !j->index)
@@ -109,10 +121,9 @@ static int rank_batch(struct arg *a)
     /* The caller's experts, on the host here (outside the timing). */
     if (g->device && !j->index) {
         for (uint32_t l = 0; l < L; l++)
-            if (recv.count[l] &&
-                cudaMemcpy((uint8_t *)bufs->recv.x + (size_t)l * g->capacity * tok,
-                           (uint8_t *)g->drecv[i] + (size_t)l * g->capacity * tok,
-                           recv.count[l] * tok, cudaMemcpyDeviceToHost) != cudaSuccess)
+            if (copy_now((uint8_t *)bufs->recv.x + (size_t)l * g->capacity * tok,
+                         (uint8_t *)g->drecv[i] + (size_t)l * g->capacity * tok,
+                         recv.count[l] * tok, cudaMemcpyDeviceToHost, s))
                 return -EIO;
     }
     moe_ref_run_experts(r, bufs);
@@ -121,10 +132,9 @@ static int rank_batch(struct arg *a)
         /* Only the rows the experts wrote (combine reads no others). */
         for (uint32_t l = 0; l < L; l++) {
             size_t at = (size_t)l * g->capacity * c->hidden;
-            if (recv.count[l] &&
-                cudaMemcpy(g->dy[i] + at, bufs->y + at,
-                           (size_t)recv.count[l] * c->hidden * 4,
-                           cudaMemcpyHostToDevice) != cudaSuccess)
+            if (copy_now(g->dy[i] + at, bufs->y + at,
+                         (size_t)recv.count[l] * c->hidden * 4,
+                         cudaMemcpyHostToDevice, s))
                 return -EIO;
         }
         y = g->dy[i];
@@ -134,11 +144,10 @@ static int rank_batch(struct arg *a)
     if ((rc = te_moe_combine(r, a->b, &out, o)))
         return rc;
     te_moe_rank_stats(r, &g->st[i]); /* the batch's, dispatch included */
-    if (g->device && tokens &&
-        cudaMemcpyAsync(j->out[i], g->dout[i], (size_t)tokens * c->hidden * 4,
-                        cudaMemcpyDeviceToHost, s) == cudaSuccess)
-        e = cudaStreamSynchronize(s);
-    return e == cudaSuccess ? 0 : -EIO;
+    return g->device ? copy_now(j->out[i], g->dout[i],
+                                (size_t)tokens * c->hidden * 4,
+                                cudaMemcpyDeviceToHost, s)
+                     : 0;
 }
 
 static void *run_rank(void *p)
