@@ -171,12 +171,13 @@ TE_API int te_moe_rank_input(te_moe_rank *r, const void *x, size_t bytes);
 /**
  * Memory backends (docs/moe.md "Memory backends"): who touches the bytes
  * of the caller's tensors. By default the library copies them itself
- * (host memory). A backend (te_moe_gpu_mem_ops() in te/moe_gpu.h for
+ * (host memory). A backend (te_moe_gpu_mem_ops_new() in te/moe_gpu.h for
  * CUDA device memory, or the application's own) takes every access to
  * x (staged dispatch, our own rows in place), te_moe_recv.x, the expert
  * outputs' y and combine's out, as lists of row copies and of weighted
  * row sums that it may run asynchronously, in order; the library calls
- * sync() before the engine reads what they wrote and before
+ * sync() before the engine reads what they wrote, before
+ * te_moe_dispatch_start returns (a staged x may be reused then) and before
  * te_moe_dispatch_wait / te_moe_combine_wait return. Routing (experts,
  * weights), te_moe_recv.count, .src and .rows stay host memory, read and
  * written by the library. The lists' arrays belong to the library and
@@ -225,7 +226,9 @@ typedef struct te_moe_mem_ops {
     int (*attach)(void *ctx, void *area, size_t len);
     /** Undo attach (te_moe_rank_mem_ops() replacing it, te_moe_rank_free). */
     void (*detach)(void *ctx, void *area, size_t len);
+    /** Start (or do) the row copies of l. */
     int (*copy)(void *ctx, const te_moe_copy_list *l);
+    /** Start (or do) the weighted row sums of l. */
     int (*wsum)(void *ctx, const te_moe_wsum_list *l);
     /** Wait until every copy and wsum handed over so far is done. */
     int (*sync)(void *ctx);
