@@ -5,9 +5,13 @@ engine each on the loopback plugin, blobs exchanged through pipes. Every
 rank checks its output against a dense single-process layer built from the
 same seed (all experts, no network) on the same tokens.
 
-    python3 python/examples/moe_layer.py [RANKS [TOPK]]
+    python3 python/examples/moe_layer.py [RANKS [TOPK [inplace] [cuda]]]
 
 prints one line per rank and "moe_layer: OK" when every rank matched.
+``inplace``: the tokens are sent from a registered buffer; ``cuda``: every
+rank's tokens, experts and MoE buffers on the (one) CUDA device, moved by
+libte-moe-gpu without host copies (MoeRank(device="cuda")); the ranks stay
+processes, all on that GPU.
 """
 import multiprocessing as mp
 import sys
@@ -62,10 +66,10 @@ class DenseMoE(torch.nn.Module):
     @torch.no_grad()
     def forward(self, x, skew_to=None):
         ids, w = route(self.router, x, self.topk, skew_to)
-        out = torch.zeros(x.shape[0], HIDDEN)
+        out = x.new_zeros(x.shape[0], HIDDEN)
         for t in range(x.shape[0]):
             for d in range(self.ranks):
-                part = torch.zeros(HIDDEN)
+                part = x.new_zeros(HIDDEN)
                 for j in range(self.topk):
                     e = int(ids[t, j])
                     if e // EXPERTS_PER_RANK == d:
@@ -110,11 +114,19 @@ def plan(ranks):
             (lambda r: 0 if r == ranks - 1 else 8, None)]  # one rank empty
 
 
-def rank_main(rank, ranks, topk, conn, inplace=False):
+def rank_main(rank, ranks, topk, conn, inplace=False, device=None):
+    try:
+        _rank_main(rank, ranks, topk, conn, inplace, device)
+    except Exception as exc:  # noqa: BLE001 - the parent reports it
+        conn.send({"error": f"rank {rank}: {type(exc).__name__}: {exc}"})
+
+
+def _rank_main(rank, ranks, topk, conn, inplace, device):
     import transferengine as te
     from transferengine.moe import MoeRank
     with te.Engine() as e, MoeRank(e, rank, ranks, ranks * EXPERTS_PER_RANK,
-                                   topk, HIDDEN, MAX_TOKENS) as moe:
+                                   topk, HIDDEN, MAX_TOKENS,
+                                   device=device) as moe:
         conn.send(moe.blob())
         blobs = conn.recv()
         for peer, blob in enumerate(blobs):
@@ -122,15 +134,17 @@ def rank_main(rank, ranks, topk, conn, inplace=False):
                 moe.connect(peer, blob)
         conn.send("connected")
         conn.recv()  # every rank is connected to every other
-        layer, dense = MoELayer(moe, topk), DenseMoE(ranks, topk)
+        where = device or "cpu"
+        layer = MoELayer(moe, topk).to(where)
+        dense = DenseMoE(ranks, topk).to(where)
         # In place: the tokens live in one registered buffer, sent from
         # there without staging (kept unchanged until combine returns).
-        buf = torch.empty(MAX_TOKENS, HIDDEN) if inplace else None
+        buf = torch.empty(MAX_TOKENS, HIDDEN, device=where) if inplace else None
         if inplace:
             moe.register_input(buf)
         results = []
         for batch, (count, skew) in enumerate(plan(ranks)):
-            x = tokens_of(rank, batch, count(rank))
+            x = tokens_of(rank, batch, count(rank)).to(where)
             if inplace:
                 buf[:x.shape[0]].copy_(x)
                 x = buf[:x.shape[0]]
@@ -150,23 +164,29 @@ def rank_main(rank, ranks, topk, conn, inplace=False):
         conn.recv()  # stay until every rank is through
 
 
-def run(ranks, topk, inplace=False):
+def run(ranks, topk, inplace=False, device=None):
     """Run the layer on `ranks` processes (inplace: tokens sent from a
-    registered buffer); the per-rank results."""
+    registered buffer; device: "cuda" for device tensors); the per-rank
+    results."""
     ctx = mp.get_context("spawn")
     pipes, procs = [], []
     for r in range(ranks):
         a, b = ctx.Pipe()
-        p = ctx.Process(target=rank_main, args=(r, ranks, topk, b, inplace))
+        p = ctx.Process(target=rank_main,
+                        args=(r, ranks, topk, b, inplace, device))
         p.start()
         pipes.append(a)
         procs.append(p)
     try:
         def gather():
+            got = []
             for a in pipes:
                 if not a.poll(120):
                     raise TimeoutError("a rank did not answer in 120 s")
-            return [a.recv() for a in pipes]
+                got.append(a.recv())
+                if isinstance(got[-1], dict) and "error" in got[-1]:
+                    raise RuntimeError(got[-1]["error"])
+            return got
         blobs = gather()
         for a in pipes:
             a.send(blobs)
@@ -177,6 +197,10 @@ def run(ranks, topk, inplace=False):
         for a in pipes:
             a.send("bye")
         return results
+    except BaseException:
+        for p in procs:  # the others wait for a message that never comes
+            p.kill()
+        raise
     finally:
         for p in procs:
             p.join(60)
@@ -187,9 +211,10 @@ def run(ranks, topk, inplace=False):
 def main():
     ranks = int(sys.argv[1]) if len(sys.argv) > 1 else 2
     topk = int(sys.argv[2]) if len(sys.argv) > 2 else 2
-    inplace = len(sys.argv) > 3 and sys.argv[3] == "inplace"
+    inplace = "inplace" in sys.argv[3:]
+    device = "cuda" if "cuda" in sys.argv[3:] else None
     ok = True
-    for rank, res in enumerate(run(ranks, topk, inplace)):
+    for rank, res in enumerate(run(ranks, topk, inplace, device)):
         for b in res:
             good = (b["close"] and all(1 <= w <= 2 for w in b["dispatch_writes"])
                     and all(w == 1 for w in b["combine_writes"]))

@@ -49,6 +49,30 @@ def test_layer_in_place_equals_dense(ranks, topk):
             assert res[0]["dispatch_writes"] == [2, 2, 2], (rank, res[0])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("ranks,topk,inplace", [(2, 2, False), (4, 8, True)])
+def test_moe_layer_cuda_close_to_dense(ranks, topk, inplace):
+    """The example layer with device="cuda": R processes on one GPU, tokens,
+    experts and MoE buffers on the device. The expert GEMMs are cuBLAS's on
+    other row sets than the dense layer's, so equal to moe_layer's RTOL /
+    ATOL rather than bit for bit; the writes per peer as on the host."""
+    results = moe_layer.run(ranks, topk, inplace=inplace, device="cuda")
+    for rank, res in enumerate(results):
+        for b in res:
+            assert b["close"], (rank, b)
+            assert all(1 <= w <= 2 for w in b["dispatch_writes"]), (rank, b)
+            assert all(w == 1 for w in b["combine_writes"]), (rank, b)
+
+
+def test_layer_reports_a_failed_rank():
+    """A rank that fails (here: device="cuda" without a GPU) reaches the
+    parent as its error at once, and the other ranks are stopped."""
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(RuntimeError, match="rank 0: TEError.*no CUDA device"):
+        moe_layer.run(2, 2, device="cuda")
+
+
 def test_register_input_refusals():
     import transferengine as te
     from transferengine.moe import MoeRank
