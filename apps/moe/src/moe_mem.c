@@ -2,7 +2,7 @@
  * The memory backend (te/moe.h te_moe_rank_mem_ops): every access to the
  * bytes of the caller's tensors goes through it as lists of row copies and
  * of weighted row sums, so that those tensors may live where the CPU does
- * not reach them (CUDA device memory: te_moe_gpu_mem_ops). The built-in
+ * not reach them (CUDA device memory: te_moe_gpu_mem_ops_new). The built-in
  * backend does them on the CPU, at once.
  *
  * The lists grow until the backend's sync: an asynchronous backend may
@@ -64,6 +64,8 @@ int moe_mem_sync(te_moe_rank *r)
     int rc = r->ops.sync(r->ops.ctx);
     r->cp.n = r->cp.handed = 0;
     r->ws.n = r->ws.handed = r->ws.terms = 0;
+    if (r->ws.first)
+        r->ws.first[0] = 0; /* row 0 starts at term 0 */
     return rc ? backend_failed(r, rc, "sync") : 0;
 }
 
