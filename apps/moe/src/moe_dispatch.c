@@ -86,6 +86,28 @@ static int stage_for_write(te_moe_rank *r, const struct batch_in *in,
     return rc;
 }
 
+/* A span's first write to d: the head (rows | MOE_ROWS_SPAN) and the rows'
+ * metas, staged into our staging slot for d. */
+static int span_head_to(te_moe_rank *r, const struct batch_in *in, uint32_t d,
+                        uint64_t deadline)
+{
+    uint32_t rows = r->b.n[d], cursor = 0;
+    size_t src = r->off_sd + d * r->dslot;
+    size_t H = sizeof(struct moe_head);
+    struct moe_head *h = (struct moe_head *)(r->mem + src);
+    memset(h, 0, H);
+    h->rows = rows | MOE_ROWS_SPAN;
+    h->batch = r->b.batch;
+    int rc = stage_rows(r, in, d, &cursor, rows, r->mem + src + H,
+                        sizeof(struct moe_row_meta));
+    if (!rc && !(rc = moe_put(r, d, src, r->off_rd + r->rank * r->dslot,
+                              H + rows * sizeof(struct moe_row_meta),
+                              MOE_PH_HEAD, deadline, 0)))
+        r->b.headed |= 1ull << d;
+    r->st.rows_sent += rows;
+    return rc;
+}
+
 /* In place (te_moe_rank_input): d gets at least 3/4 of the tokens, so
  * all of them go in one write straight from x (the others ride along
  * unread) and only the metas are staged: head + metas in the first write,
@@ -93,25 +115,11 @@ static int stage_for_write(te_moe_rank *r, const struct batch_in *in,
 static int span_to(te_moe_rank *r, const struct batch_in *in, uint32_t d,
                    uint64_t deadline)
 {
-    uint32_t rows = r->b.n[d], cursor = 0;
-    size_t src = r->off_sd + d * r->dslot;
     size_t dst = r->off_rd + r->rank * r->dslot;
-    size_t H = sizeof(struct moe_head), tok = r->c.hidden * in->elem;
+    size_t tok = r->c.hidden * in->elem;
     int rc = moe_put_mr(r, r->in_mr, d, 0, dst + moe_span_off(r),
                         (size_t)in->tokens * tok, MOE_PH_REST, deadline, 0);
-    struct moe_head *h = (struct moe_head *)(r->mem + src);
-    memset(h, 0, H);
-    h->rows = rows | MOE_ROWS_SPAN;
-    h->batch = r->b.batch;
-    if (!rc)
-        rc = stage_rows(r, in, d, &cursor, rows, r->mem + src + H,
-                        sizeof(struct moe_row_meta));
-    if (!rc && !(rc = moe_put(r, d, src, dst,
-                              H + rows * sizeof(struct moe_row_meta),
-                              MOE_PH_HEAD, deadline, 0)))
-        r->b.headed |= 1ull << d;
-    r->st.rows_sent += rows;
-    return rc;
+    return rc ? rc : span_head_to(r, in, d, deadline);
 }
 
 /* The naive exchange from a registered x (the baseline without staging):
@@ -121,26 +129,16 @@ static int span_to(te_moe_rank *r, const struct batch_in *in, uint32_t d,
 static int naive_span_to(te_moe_rank *r, const struct batch_in *in, uint32_t d,
                          uint64_t deadline)
 {
-    uint32_t rows = r->b.n[d], cursor = 0;
-    size_t src = r->off_sd + d * r->dslot;
     size_t dst = r->off_rd + r->rank * r->dslot;
-    size_t H = sizeof(struct moe_head), tok = r->c.hidden * in->elem;
-    struct moe_head *h = (struct moe_head *)(r->mem + src);
-    memset(h, 0, H);
-    h->rows = rows | MOE_ROWS_SPAN;
-    h->batch = r->b.batch;
-    int rc = stage_rows(r, in, d, &cursor, rows, r->mem + src + H,
-                        sizeof(struct moe_row_meta));
-    if (!rc && !(rc = moe_put(r, d, src, dst,
-                              H + rows * sizeof(struct moe_row_meta),
-                              MOE_PH_HEAD, deadline, 0)))
-        r->b.headed |= 1ull << d;
-    const struct moe_row_meta *m = (const struct moe_row_meta *)(r->mem + src + H);
-    for (uint32_t k = 0; !rc && k < rows; k++)
+    size_t tok = r->c.hidden * in->elem;
+    int rc = span_head_to(r, in, d, deadline);
+    const struct moe_row_meta *m =
+        (const struct moe_row_meta *)(r->mem + r->off_sd + d * r->dslot +
+                                      sizeof(struct moe_head));
+    for (uint32_t k = 0; !rc && k < r->b.n[d]; k++)
         rc = moe_put_mr(r, r->in_mr, d, m[k].token * tok,
                         dst + moe_span_off(r) + m[k].token * tok, tok,
                         MOE_PH_REST, deadline, 0);
-    r->st.rows_sent += rows;
     return rc;
 }
 
