@@ -6,8 +6,10 @@
 // with the reason when no CUDA device (or driver) is present. --host runs
 // the same job harness on host tensors (ctest moe_gpu_job_host, runs
 // everywhere: the harness te-moe-gpu-bench also uses).
+#include <cuda_runtime.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "moe_gpu_job.h"
@@ -50,6 +52,87 @@ static void run(uint32_t R, uint32_t k, uint32_t E, uint32_t dtype, int inplace,
     moe_gpu_job_close(&g);
 }
 
+#define CHECK(c, what)                                                         \
+    do {                                                                       \
+        if (!(c)) {                                                            \
+            printf("FAIL backend: %s (line %d)\n", what, __LINE__);            \
+            failures++;                                                        \
+        }                                                                      \
+    } while (0)
+
+/* The CUDA backend on its own, before the library drives it (so that a
+ * failure on a first GPU run names the step): row copies host area <->
+ * device, weighted sums with 0, 1 and 3 terms against the same sums on the
+ * CPU (bit for bit: no FMA on either side), a second attach refused. */
+static void test_backend_direct(void)
+{
+    const size_t H = 64, area_len = 1 << 20;
+    te_moe_mem_ops ops;
+    CHECK(te_moe_gpu_mem_ops_new(NULL, &ops) == 0, te_moe_gpu_last_error());
+    uint8_t *area = (uint8_t *)aligned_alloc(4096, area_len);
+    float *dev = NULL;
+    if (!area || cudaMalloc((void **)&dev, 8 * H * sizeof(float)) != cudaSuccess) {
+        CHECK(0, "allocations");
+        free(area);
+        te_moe_gpu_mem_ops_free(&ops);
+        return;
+    }
+    memset(area, 0, area_len);
+    float *host = (float *)area; /* rows 0..7 source, 8.. results */
+    for (size_t i = 0; i < 8 * H; i++)
+        host[i] = (float)((int)(i * 37 % 101) - 50) / 7.0f;
+    CHECK(ops.attach(ops.ctx, area, area_len) == 0, ops.why(ops.ctx));
+    CHECK(ops.attach(ops.ctx, area, area_len) == -EBUSY, "second attach refused");
+    /* host rows 0..7 -> device, then device rows back to host rows 8..15 */
+    void *d1[8], *d2[8];
+    const void *s1[8], *s2[8];
+    for (int i = 0; i < 8; i++) {
+        d1[i] = dev + i * H;
+        s1[i] = host + i * H;
+        d2[i] = host + (8 + i) * H;
+        s2[i] = dev + (7 - i) * H; /* reversed */
+    }
+    te_moe_copy_list c1 = {8, H * sizeof(float), d1, s1};
+    te_moe_copy_list c2 = {8, H * sizeof(float), d2, s2};
+    CHECK(ops.copy(ops.ctx, &c1) == 0, ops.why(ops.ctx));
+    CHECK(ops.copy(ops.ctx, &c2) == 0, ops.why(ops.ctx));
+    CHECK(ops.sync(ops.ctx) == 0, ops.why(ops.ctx));
+    for (int i = 0; i < 8; i++)
+        CHECK(!memcmp(host + (8 + i) * H, host + (7 - i) * H, H * sizeof(float)),
+              "copied rows");
+    /* sums into host rows 16..18 from device rows: 0, 1 and 3 terms */
+    float *dst[3] = {host + 16 * H, host + 17 * H, host + 18 * H};
+    uint32_t first[4] = {5, 5, 6, 9}; /* absolute term indexes, base 5 */
+    const float *src[9] = {0, 0, 0, 0, 0, dev + 2 * H, dev + 0 * H, dev + 4 * H,
+                           dev + 7 * H};
+    float w[9] = {0, 0, 0, 0, 0, 0.75f, -1.5f, 0.3f, 2.25f};
+    te_moe_wsum_list wl = {3, (uint32_t)H, dst, first, src, w};
+    for (int k = 0; k < 3; k++)
+        for (size_t h = 0; h < H; h++)
+            dst[k][h] = 12345.0f; /* overwritten, not added to */
+    CHECK(ops.wsum(ops.ctx, &wl) == 0, ops.why(ops.ctx));
+    CHECK(ops.sync(ops.ctx) == 0, ops.why(ops.ctx));
+    for (int k = 0; k < 3; k++)
+        for (size_t h = 0; h < H; h++) {
+            float want = 0.0f;
+            for (uint32_t f = first[k]; f < first[k + 1]; f++) {
+                const float *row = host + (size_t)(src[f] - dev); /* same bytes */
+                float prod = w[f] * row[h];
+                want = want + prod;
+            }
+            if (memcmp(&want, &dst[k][h], 4)) {
+                CHECK(0, "weighted sums (bits)");
+                k = 3;
+                break;
+            }
+        }
+    ops.detach(ops.ctx, area, area_len);
+    te_moe_gpu_mem_ops_free(&ops);
+    cudaFree(dev);
+    free(area);
+    printf("%s backend direct\n", failures ? "FAIL" : "ok");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--host"))
@@ -69,6 +152,8 @@ int main(int argc, char **argv)
     }
     if (on_device && te_moe_gpu_mem_ops_new(NULL, &bad) == 0)
         te_moe_gpu_mem_ops_free(&bad);
+    if (on_device)
+        test_backend_direct();
     static const uint32_t ks[] = {1, 2, 8};
     for (uint32_t R = 2; R <= 4; R *= 2)
         for (int q = 0; q < 3; q++)
