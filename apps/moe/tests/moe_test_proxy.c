@@ -2,7 +2,8 @@
  * moe_proxy: the proxy thread driven by a CPU producer thread in place of
  * a GPU kernel (same ring protocol): 256 writes through an 8-entry ring
  * (wrap-around and back-pressure), the receiver's flag raised by its
- * ImmCounter, the bytes checked; a bad entry (unknown target, out of
+ * ImmCounter, the bytes checked; an entry after a pause (the proxy
+ * dozing) still taken; a bad entry (unknown target, out of
  * bounds) stops the ring with a reason and writes nothing; a watch that
  * times out raises TE_MOE_FLAG_FAILED; a write that fails is counted as
  * failed (not completed) and stops the ring; a watch still armed at
@@ -150,6 +151,18 @@ int main(void)
         te_moe_proxy_counts(pa, &sub, &done);
     }
     CHECK(sub == N, "submitted %llu", (unsigned long long)sub);
+
+    /* An entry after a pause longer than the proxy's doze threshold
+     * (100 ms without entries: it then naps 1 ms at a time) is still
+     * taken and written. */
+    usleep(250000);
+    memset(dst, 0, CHUNK);
+    CHECK(te_moe_proxy_watch(pb, imm + 5, 1, 0, 41, 10000) == 0, "watch after a pause");
+    te_moe_ring_entry late = {.target = 1, .imm = imm + 5, .len = CHUNK};
+    CHECK(post(ma, &posted, late) == 0, "post after a pause");
+    CHECK(wait_flag(&fb[0], 41, 10000) == 0, "flag after a pause: %u", fb[0]);
+    CHECK(memcmp(src, dst, CHUNK) == 0, "bytes after a pause");
+    fb[0] = 0; /* the watch is spent; flag 0 serves again below */
 
     /* A watch nobody satisfies fails its flag at the deadline. */
     CHECK(te_moe_proxy_watch(pb, imm + 1, 1, 3, 5, 200) == 0, "watch 2");
