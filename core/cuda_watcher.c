@@ -24,7 +24,13 @@
 #include "thread_setup.h"
 
 #define WATCH_IDLE_NS 1000000ll    /* spin this long without a change ... */
-#define WATCH_NAP_NS 50000l        /* ... then look this often */
+#define WATCH_NAP_NS 50000l        /* ... then look this often ... */
+/* ... and after this long without one (no forward pass running: the
+ * engine is idle) only every WATCH_DOZE_NAP_NS, so that an idle watcher
+ * costs about nothing; the first bump after such a pause is seen up to
+ * that much later, the next ones at once. */
+#define WATCH_DOZE_NS 100000000ll
+#define WATCH_DOZE_NAP_NS 1000000l
 
 struct te_gpu_watcher {
     _Atomic uint64_t *host;       /* the word, CPU view */
@@ -83,10 +89,12 @@ static void *watch_thread(void *p)
             break; /* the last look after stop delivered what was visible */
         if (w->flags & TE_GPU_WATCH_SPIN)
             continue;
-        if (now_ns() - last_change < WATCH_IDLE_NS) {
+        int64_t quiet = now_ns() - last_change;
+        if (quiet < WATCH_IDLE_NS) {
             sched_yield();
         } else {
-            struct timespec nap = {0, WATCH_NAP_NS};
+            struct timespec nap = {
+                0, quiet < WATCH_DOZE_NS ? WATCH_NAP_NS : WATCH_DOZE_NAP_NS};
             nanosleep(&nap, NULL);
         }
     }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda_gpu.h"
 
@@ -142,6 +143,14 @@ START_TEST(watcher_in_replayed_graph)
     ck_assert_int_eq(log.destroy_rc, -EDEADLK);
     ck_assert_uint_eq(te_gpu_watcher_delivered(w), REPLAYS);
     ck_assert_int_eq(te_gpu_watcher_wait(w, REPLAYS + 1, 50), -ETIMEDOUT);
+    /* A bump after a pause past the watcher's doze threshold (100 ms
+     * without a change: it then looks every 1 ms) is still delivered. */
+    usleep(250000);
+    CUDA_OK(cudaGraphLaunch(ge, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    ck_assert_int_eq(te_gpu_watcher_wait(w, REPLAYS + 1, 10000), 0);
+    ck_assert_uint_eq(log.calls, REPLAYS + 1);
+    ck_assert_uint_eq(log.bad, 0);
     ck_assert_int_eq(te_gpu_watcher_destroy(w), 0);
     CUDA_OK(cudaGraphExecDestroy(ge));
     CUDA_OK(cudaGraphDestroy(g));
