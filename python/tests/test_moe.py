@@ -215,9 +215,11 @@ def _elementwise_expert(x, e):
 
 
 def _run_in_threads(device, R=2, topk=2, E=8, H=64, T=24, batches=2,
-                    dtype=torch.float32, inplace=False):
+                    dtype=torch.float32, inplace=False, outputs="fp32"):
     """R ranks on R engines of this process, one thread each; per batch the
-    result of every rank on the CPU."""
+    result of every rank on the CPU. outputs: the expert outputs handed to
+    combine as they are ("fp32"), rounded to bfloat16 ("bf16"), or rounded
+    to bfloat16 and handed over as float32 ("bf16_as_fp32")."""
     import threading
     import transferengine as te
     from transferengine.moe import MoeRank
@@ -262,7 +264,12 @@ def _run_in_threads(device, R=2, topk=2, E=8, H=64, T=24, batches=2,
                         n = got.counts[l]
                         m.expert_out[l, :n] = _elementwise_expert(
                             got.x[l, :n], i * m.local_experts + l)
-                    outs[i][b] = m.combine(b, m.expert_out).cpu()
+                    y = m.expert_out
+                    if outputs != "fp32":
+                        y = y.to(torch.bfloat16)
+                    if outputs == "bf16_as_fp32":
+                        y = y.float()
+                    outs[i][b] = m.combine(b, y).cpu()
             except Exception as exc:  # noqa: BLE001 - reported below
                 errors.append((i, exc))
 
@@ -290,6 +297,32 @@ def test_threads_harness_on_host():
         for p, q in zip(x, y):
             assert torch.equal(p, q)
     assert all(o is not None for res in c for o in res)
+
+
+@pytest.mark.parametrize("R,topk,E,dtype", [
+    (2, 2, 8, torch.float32), (4, 8, 16, torch.float32),
+    (2, 1, 8, torch.bfloat16)])
+def test_bf16_expert_outputs_equal_fp32_of_the_same_values(R, topk, E, dtype):
+    """combine(batch, y.to(bfloat16)) gives the bits of
+    combine(batch, y.to(bfloat16).float()): the outputs are widened
+    exactly and weighed in float32, without the caller's copy."""
+    a = _run_in_threads(None, R, topk, E, dtype=dtype, outputs="bf16")
+    b = _run_in_threads(None, R, topk, E, dtype=dtype, outputs="bf16_as_fp32")
+    for i in range(R):
+        for k in range(len(a[i])):
+            assert a[i][k].dtype == torch.float32
+            assert torch.equal(a[i][k], b[i][k]), (i, k)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_moe_cuda_bf16_outputs_equal_host():
+    """bfloat16 expert outputs on the device (libte-moe-gpu's bf16 weighted
+    sums) give the host's bits."""
+    host = _run_in_threads(None, 2, 2, 8, outputs="bf16")
+    dev = _run_in_threads("cuda", 2, 2, 8, outputs="bf16")
+    for i in range(2):
+        for b in range(len(host[i])):
+            assert torch.equal(host[i][b], dev[i][b]), (i, b)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -38,7 +38,7 @@ typedef struct te_moe_recv {
 } te_moe_recv;
 
 typedef struct te_moe_expert_out {
-    const float *y;
+    const void *y;
     uint32_t dtype, experts, rows, hidden;
 } te_moe_expert_out;
 

@@ -10,6 +10,7 @@ same batch number (consecutive)::
         n = got.counts[l]
         rank.expert_out[l, :n] = experts[l](got.x[l, :n])
     out = rank.combine(batch, rank.expert_out)   # [tokens, hidden] fp32
+                                                 # (outputs fp32 or bf16)
 
 ``got.x[l, :counts[l]]`` are the tokens that chose local expert l (global
 ``rank * local_experts + l``), sources in rank order then token order;
@@ -252,20 +253,24 @@ class MoeRank:
     # ------------------------------------------------------------ combine
     def combine_start(self, batch, expert_out) -> None:
         """Send the local experts' outputs expert_out [L, capacity, hidden]
-        float32 (row i of expert l: the output for dispatch's x[l, i])."""
+        float32 or bfloat16, whatever the tokens' dtype (row i of expert l:
+        the output for dispatch's x[l, i]). bfloat16 outputs are weighed in
+        float32 after an exact widening: the result has the bits of
+        ``combine(batch, expert_out.float())`` without that copy."""
         y = expert_out.detach()
-        dtype = lib.TE_MOE_FP32 if y.dtype == torch.float32 else 0
+        dtype = _DTYPES.get(y.dtype, 0)
         shape = tuple(y.shape) if y.dim() == 3 else (0, 0, 0)
         y = self._here(y)
         out = ffi.new("te_moe_expert_out *")
-        out.y = _ptr(y, "float *")
+        out.y = _ptr(y, "void *")
         out.dtype = dtype
         out.experts, out.rows, out.hidden = shape
         rc = lib.te_moe_combine_start(self._live(), batch, out)
         if rc == -22:  # EINVAL: shape or dtype; the other ranks are told
             raise ValueError(f"rank {self.rank}: expert outputs are "
                              f"{expert_out.dtype} {tuple(expert_out.shape)}, "
-                             f"combine takes torch.float32 ({self.local_experts}, "
+                             f"combine takes torch.float32 or torch.bfloat16 "
+                             f"({self.local_experts}, "
                              f"{self.capacity}, {self.hidden})")
         _check(rc, "te_moe_combine_start")
 

@@ -54,8 +54,17 @@ __global__ void copy_rows_kernel(void *const *dst, const void *const *src, uint3
 }
 
 // Row i: 0 + w*src, term by term in list order, rounded like the CPU.
+/* A source element as fp32: bf16 widened exactly (its bits are the
+ * fp32's top half), as the CPU backend does. */
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ float widen(uint16_t v)
+{
+    return __uint_as_float((uint32_t)v << 16);
+}
+
+template <typename T>
 __global__ void wsum_rows_kernel(float *const *dst, const uint32_t *first,
-                                 const float *const *src, const float *w, uint32_t n,
+                                 const void *const *src, const float *w, uint32_t n,
                                  uint32_t hidden, uint32_t base)
 {
     for (uint32_t i = blockIdx.x; i < n; i += gridDim.x) {
@@ -64,7 +73,7 @@ __global__ void wsum_rows_kernel(float *const *dst, const uint32_t *first,
         for (uint32_t h = threadIdx.x; h < hidden; h += blockDim.x) {
             float acc = 0.0f;
             for (uint32_t f = f0; f < f1; f++)
-                acc = __fadd_rn(acc, __fmul_rn(w[f], src[f][h]));
+                acc = __fadd_rn(acc, __fmul_rn(w[f], widen(((const T *)src[f])[h])));
             d[h] = acc;
         }
     }
@@ -93,8 +102,11 @@ int moe_gpu_mem_preload(void)
     cudaFuncAttributes a;
     int rc = moe_gpu_check(cudaFuncGetAttributes(&a, (const void *)copy_rows_kernel),
                            "loading the kernels");
+    if (!rc)
+        rc = moe_gpu_check(cudaFuncGetAttributes(&a, (const void *)wsum_rows_kernel<float>),
+                           "loading the kernels");
     return rc ? rc
-              : moe_gpu_check(cudaFuncGetAttributes(&a, (const void *)wsum_rows_kernel),
+              : moe_gpu_check(cudaFuncGetAttributes(&a, (const void *)wsum_rows_kernel<uint16_t>),
                               "loading the kernels");
 }
 
@@ -196,6 +208,11 @@ static int mem_wsum(void *ctx, const te_moe_wsum_list *l)
     if (!here.ok)
         return fail(g, cudaErrorInvalidDevice, "cudaSetDevice (the stream's device)");
     g->why[0] = 0;
+    if (l->src_dtype != TE_MOE_FP32 && l->src_dtype != TE_MOE_BF16) {
+        snprintf(g->why, sizeof(g->why), "weighted sums of dtype %u (fp32 %u or "
+                 "bf16 %u)", l->src_dtype, TE_MOE_FP32, TE_MOE_BF16);
+        return -EINVAL;
+    }
     if (!l->n)
         return 0;
     uint32_t base = l->first[0], terms = l->first[l->n] - base;
@@ -207,12 +224,16 @@ static int mem_wsum(void *ctx, const te_moe_wsum_list *l)
     size_t from = g->used;
     float *const *dst = (float *const *)put(g, l->dst, dsz);
     const uint32_t *first = (const uint32_t *)put(g, l->first, fsz);
-    const float *const *src = (const float *const *)put(g, l->src + base, ssz);
+    const void *const *src = (const void *const *)put(g, l->src + base, ssz);
     const float *w = (const float *)put(g, l->w + base, wsz);
     if ((rc = ship(g, from)))
         return rc;
-    wsum_rows_kernel<<<grid_of(l->n), 256, 0, g->stream>>>(dst, first, src, w, l->n,
-                                                          l->hidden, base);
+    if (l->src_dtype == TE_MOE_BF16)
+        wsum_rows_kernel<uint16_t><<<grid_of(l->n), 256, 0, g->stream>>>(
+            dst, first, src, w, l->n, l->hidden, base);
+    else
+        wsum_rows_kernel<float><<<grid_of(l->n), 256, 0, g->stream>>>(
+            dst, first, src, w, l->n, l->hidden, base);
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : fail(g, e, "wsum kernel launch");
 }

@@ -62,8 +62,9 @@ static void run(uint32_t R, uint32_t k, uint32_t E, uint32_t dtype, int inplace,
 
 /* The CUDA backend on its own, before the library drives it (so that a
  * failure on a first GPU run names the step): row copies host area <->
- * device, weighted sums with 0, 1 and 3 terms against the same sums on the
- * CPU (bit for bit: no FMA on either side), a second attach refused. */
+ * device, weighted sums with 0, 1 and 3 terms of fp32 and of bf16 rows
+ * against the same sums on the CPU (bit for bit: no FMA on either side),
+ * an unknown dtype and a second attach refused. */
 static void test_backend_direct(void)
 {
     const size_t H = 64, area_len = 1 << 20;
@@ -103,10 +104,10 @@ static void test_backend_direct(void)
     /* sums into host rows 16..18 from device rows: 0, 1 and 3 terms */
     float *dst[3] = {host + 16 * H, host + 17 * H, host + 18 * H};
     uint32_t first[4] = {5, 5, 6, 9}; /* absolute term indexes, base 5 */
-    const float *src[9] = {0, 0, 0, 0, 0, dev + 2 * H, dev + 0 * H, dev + 4 * H,
-                           dev + 7 * H};
+    const void *src[9] = {0, 0, 0, 0, 0, dev + 2 * H, dev + 0 * H, dev + 4 * H,
+                          dev + 7 * H};
     float w[9] = {0, 0, 0, 0, 0, 0.75f, -1.5f, 0.3f, 2.25f};
-    te_moe_wsum_list wl = {3, (uint32_t)H, dst, first, src, w};
+    te_moe_wsum_list wl = {3, (uint32_t)H, dst, first, src, w, TE_MOE_FP32};
     for (int k = 0; k < 3; k++)
         for (size_t h = 0; h < H; h++)
             dst[k][h] = 12345.0f; /* overwritten, not added to */
@@ -116,7 +117,7 @@ static void test_backend_direct(void)
         for (size_t h = 0; h < H; h++) {
             float want = 0.0f;
             for (uint32_t f = first[k]; f < first[k + 1]; f++) {
-                const float *row = host + (size_t)(src[f] - dev); /* same bytes */
+                const float *row = host + (size_t)((const float *)src[f] - dev);
                 float prod = w[f] * row[h];
                 want = want + prod;
             }
@@ -126,6 +127,43 @@ static void test_backend_direct(void)
                 break;
             }
         }
+    /* The same sums from bf16 rows (expert outputs given as bf16): each
+     * value widened exactly (bits << 16), as the CPU backend does. */
+    uint16_t *hb = (uint16_t *)(area + 32 * H * sizeof(float));
+    for (size_t e = 0; e < 8 * H; e++) {
+        uint32_t u;
+        memcpy(&u, &host[e], 4);
+        hb[e] = (uint16_t)(u >> 16); /* truncated: any bf16 value will do */
+    }
+    uint16_t *devb = NULL;
+    CHECK(cudaMalloc((void **)&devb, 8 * H * 2) == cudaSuccess, "cudaMalloc bf16");
+    CHECK(cudaMemcpy(devb, hb, 8 * H * 2, cudaMemcpyHostToDevice) == cudaSuccess,
+          "bf16 rows to the device");
+    const void *srcb[9] = {0, 0, 0, 0, 0, devb + 2 * H, devb + 0 * H, devb + 4 * H,
+                           devb + 7 * H};
+    te_moe_wsum_list wb = {3, (uint32_t)H, dst, first, srcb, w, TE_MOE_BF16};
+    CHECK(ops.wsum(ops.ctx, &wb) == 0, ops.why(ops.ctx));
+    CHECK(ops.sync(ops.ctx) == 0, ops.why(ops.ctx));
+    for (int k = 0; k < 3; k++)
+        for (size_t h = 0; h < H; h++) {
+            float want = 0.0f;
+            for (uint32_t f = first[k]; f < first[k + 1]; f++) {
+                uint32_t u = (uint32_t)hb[((const uint16_t *)srcb[f] - devb) + h] << 16;
+                float v;
+                memcpy(&v, &u, 4);
+                float prod = w[f] * v;
+                want = want + prod;
+            }
+            if (memcmp(&want, &dst[k][h], 4)) {
+                CHECK(0, "bf16 weighted sums (bits)");
+                k = 3;
+                break;
+            }
+        }
+    te_moe_wsum_list bad = wb;
+    bad.src_dtype = 9;
+    CHECK(ops.wsum(ops.ctx, &bad) == -EINVAL, "an unknown dtype refused");
+    cudaFree(devb);
     ops.detach(ops.ctx, area, area_len);
     te_moe_gpu_mem_ops_free(&ops);
     cudaFree(dev);

@@ -19,12 +19,18 @@ static int check_outputs(te_moe_rank *r, const te_moe_expert_out *y)
 {
     if (!y)
         return moe_fail(-EINVAL, "rank %u: no expert outputs", r->rank);
-    if (y->dtype != TE_MOE_FP32 || y->experts != r->local ||
-        y->rows != r->b.capacity || y->hidden != r->c.hidden)
+    if ((y->dtype != TE_MOE_FP32 && y->dtype != TE_MOE_BF16) ||
+        y->experts != r->local || y->rows != r->b.capacity ||
+        y->hidden != r->c.hidden)
         return moe_fail(-EINVAL, "rank %u: expert outputs are dtype %u "
-                        "[%u][%u][%u], combine needs fp32 (%u) [%u][%u][%u]",
-                        r->rank, y->dtype, y->experts, y->rows, y->hidden,
-                        TE_MOE_FP32, r->local, r->b.capacity, r->c.hidden);
+                        "[%u][%u][%u], combine needs fp32 (%u) or bf16 (%u) "
+                        "[%u][%u][%u]", r->rank, y->dtype, y->experts, y->rows,
+                        y->hidden, TE_MOE_FP32, TE_MOE_BF16, r->local,
+                        r->b.capacity, r->c.hidden);
+    if (y->dtype == TE_MOE_BF16 && r->ops.version < 2)
+        return moe_fail(-ENOTSUP, "rank %u: bf16 expert outputs need a memory "
+                        "backend of version 2 (this one is version %u: fp32 "
+                        "only)", r->rank, r->ops.version);
     if (!y->y && r->b.capacity)
         return moe_fail(-EINVAL, "rank %u: expert outputs are NULL", r->rank);
     return 0;
@@ -38,6 +44,7 @@ static int weigh_rows(te_moe_rank *r, const te_moe_expert_out *y, uint32_t s,
 {
     const te_moe_config *c = &r->c;
     uint32_t base = r->rank * r->local;
+    size_t esz = y->dtype == TE_MOE_BF16 ? 2 : 4;
     int rc = moe_wsum_room(r, r->b.got[s], r->b.got[s] * c->topk);
     for (uint32_t k = 0; !rc && k < r->b.got[s]; k++, crow += r->crow_bytes) {
         const struct moe_row_meta *m = moe_row_meta_at(r, s, k);
@@ -45,12 +52,13 @@ static int weigh_rows(te_moe_rank *r, const te_moe_expert_out *y, uint32_t s,
         memcpy(crow, &m->token, 4);
         moe_wsum_row(r, (float *)(crow + 16));
         for (uint32_t j = 0; j < m->nexp; j++)
-            moe_wsum_term(r, y->y + ((size_t)(m->experts[j] - base) *
-                                     r->b.capacity + pos[j]) * c->hidden,
+            moe_wsum_term(r, (const uint8_t *)y->y +
+                                 ((size_t)(m->experts[j] - base) *
+                                      r->b.capacity + pos[j]) * c->hidden * esz,
                           m->weights[j]);
     }
     if (!rc)
-        rc = moe_wsum_flush(r);
+        rc = moe_wsum_flush(r, y->dtype);
     return rc ? rc : moe_mem_sync(r); /* the write reads them next */
 }
 
@@ -159,7 +167,7 @@ static int sum_rows(te_moe_rank *r, float *out)
             uint32_t t;
             const uint8_t *crow = crow_at(r, d, k, &t);
             uint32_t at = first[t]++;
-            l->src[at] = (const float *)(crow + 16);
+            l->src[at] = crow + 16;
             l->w[at] = 1.0f;
         }
     /* first[t] now ends token t: shift back to starts. */
@@ -170,7 +178,7 @@ static int sum_rows(te_moe_rank *r, float *out)
         l->dst[l->n + t] = out + (size_t)t * c->hidden;
     l->n += tokens;
     l->terms += terms;
-    rc = moe_wsum_flush(r);
+    rc = moe_wsum_flush(r, TE_MOE_FP32);
     return rc ? rc : moe_mem_sync(r);
 }
 

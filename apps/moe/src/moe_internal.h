@@ -78,7 +78,7 @@ struct moe_copies {
 struct moe_wsums {
     float **dst;
     uint32_t *first; /* cap + 1 */
-    const float **src;
+    const void **src; /* fp32 or bf16 rows: the flush says which */
     float *w;
     uint32_t n, handed, cap;  /* rows */
     uint32_t terms, tcap;     /* terms */
@@ -177,13 +177,15 @@ static inline void moe_wsum_row(te_moe_rank *r, float *dst)
     r->ws.dst[r->ws.n++] = dst;
     r->ws.first[r->ws.n] = r->ws.terms;
 }
-static inline void moe_wsum_term(te_moe_rank *r, const float *src, float w)
+static inline void moe_wsum_term(te_moe_rank *r, const void *src, float w)
 {
     r->ws.src[r->ws.terms] = src;
     r->ws.w[r->ws.terms++] = w;
     r->ws.first[r->ws.n] = r->ws.terms;
 }
-int moe_wsum_flush(te_moe_rank *r);
+/* Hand the sums added since the last hand-over to the backend; their
+ * terms' rows hold src_dtype values (TE_MOE_FP32 or TE_MOE_BF16). */
+int moe_wsum_flush(te_moe_rank *r, uint32_t src_dtype);
 /* The backend's sync: what was handed over is done; the lists restart. */
 int moe_mem_sync(te_moe_rank *r);
 /* Free the lists and detach the backend (te_moe_rank_free). */

@@ -24,17 +24,33 @@ static int host_copy(void *ctx, const te_moe_copy_list *l)
     return 0;
 }
 
+/* bf16 -> fp32 is exact: the 16 bits are the fp32's top half. */
+static inline float bf16_widen(uint16_t v)
+{
+    uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 static int host_wsum(void *ctx, const te_moe_wsum_list *l)
 {
     (void)ctx;
+    int bf16 = l->src_dtype == TE_MOE_BF16;
     for (uint32_t i = 0; i < l->n; i++) {
         float *restrict d = l->dst[i]; /* never one of its terms */
         memset(d, 0, l->hidden * sizeof(float));
         for (uint32_t f = l->first[i]; f < l->first[i + 1]; f++) {
-            const float *restrict s = l->src[f];
             float w = l->w[f];
-            for (uint32_t h = 0; h < l->hidden; h++)
-                d[h] += w * s[h];
+            if (bf16) {
+                const uint16_t *restrict s = l->src[f];
+                for (uint32_t h = 0; h < l->hidden; h++)
+                    d[h] += w * bf16_widen(s[h]);
+            } else {
+                const float *restrict s = l->src[f];
+                for (uint32_t h = 0; h < l->hidden; h++)
+                    d[h] += w * s[h];
+            }
         }
     }
     return 0;
@@ -138,14 +154,14 @@ int moe_wsum_room(te_moe_rank *r, uint32_t rows, uint32_t terms)
     return 0;
 }
 
-int moe_wsum_flush(te_moe_rank *r)
+int moe_wsum_flush(te_moe_rank *r, uint32_t src_dtype)
 {
     struct moe_wsums *l = &r->ws;
     if (l->handed == l->n)
         return 0;
     te_moe_wsum_list wl = {l->n - l->handed, r->c.hidden,
                            l->dst + l->handed, l->first + l->handed,
-                           l->src, l->w};
+                           l->src, l->w, src_dtype};
     l->handed = l->n;
     int rc = r->ops.wsum(r->ops.ctx, &wl);
     return rc ? backend_failed(r, rc, "wsum") : 0;
@@ -170,11 +186,11 @@ int te_moe_rank_mem_ops(te_moe_rank *r, const te_moe_mem_ops *ops)
 {
     if (!r)
         return moe_fail(-EINVAL, "te_moe_rank_mem_ops: rank is NULL");
-    if (ops && (ops->version != TE_MOE_MEM_OPS_VERSION || !ops->copy ||
-                !ops->wsum || !ops->sync ||
+    if (ops && (ops->version < 1 || ops->version > TE_MOE_MEM_OPS_VERSION ||
+                !ops->copy || !ops->wsum || !ops->sync ||
                 (ops->mem != TE_MEM_HOST && ops->mem != TE_MEM_CUDA)))
         return moe_fail(-EINVAL, "rank %u: memory backend: version %u (want "
-                        "%u), memory kind %u, and copy, wsum and sync are "
+                        "1..%u), memory kind %u, and copy, wsum and sync are "
                         "required", r->rank, ops->version,
                         TE_MOE_MEM_OPS_VERSION, ops->mem);
     if (r->b.state != MOE_IDLE)

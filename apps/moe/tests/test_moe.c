@@ -583,6 +583,60 @@ START_TEST(split_calls_and_their_misuse)
 }
 END_TEST
 
+/* bf16 expert outputs through the built-in host copies: the bits of the
+ * same values handed over as fp32 (widened exactly, weighed in fp32), for
+ * fp32 and bf16 tokens. */
+static void bf16_outputs_as_fp32(uint32_t dtype)
+{
+    te_moe_config c = cfg(2, 2, 8, 4);
+    c.dtype = dtype;
+    struct moe_job j;
+    ck_assert_int_eq(moe_job_open(&j, &c, NULL), 0);
+    uint32_t tok[2] = {12, 9};
+    static float want[2][48 * 64];
+    for (uint64_t b = 0; b < 2; b++) { /* b 0: as fp32, b 1: as bf16 */
+        moe_job_inputs(&j, tok, 61, 0);
+        dispatch_both(&j, b);
+        uint16_t *yb[2];
+        for (int i = 0; i < 2; i++) {
+            te_moe_expert_out y = outputs_of(&j, i);
+            size_t n = (size_t)y.experts * y.rows * y.hidden;
+            yb[i] = malloc(n * sizeof(uint16_t));
+            ck_assert_ptr_nonnull(yb[i]);
+            for (size_t e = 0; e < n; e++) {
+                yb[i][e] = moe_ref_f32_to_bf16(j.bufs[i].y[e]);
+                j.bufs[i].y[e] = moe_ref_bf16_to_f32(yb[i][e]);
+            }
+            if (b == 1) {
+                y.y = yb[i];
+                y.dtype = TE_MOE_BF16;
+            }
+            ck_assert_msg(te_moe_combine_start(j.r[i], b, &y) == 0, "%s",
+                          te_moe_last_error());
+        }
+        for (int i = 0; i < 2; i++) {
+            ck_assert_msg(te_moe_combine_wait(j.r[i], j.out[i]) == 0, "%s",
+                          te_moe_last_error());
+            size_t bytes = (size_t)tok[i] * c.hidden * sizeof(float);
+            if (b == 0)
+                memcpy(want[i], j.out[i], bytes);
+            else
+                ck_assert_msg(!memcmp(want[i], j.out[i], bytes),
+                              "rank %d: bf16 outputs differ from fp32 of the "
+                              "same values", i);
+            free(yb[i]);
+        }
+    }
+    moe_job_close(&j);
+}
+
+START_TEST(bf16_expert_outputs)
+{
+    bf16_outputs_as_fp32(TE_MOE_FP32);
+    bf16_outputs_as_fp32(TE_MOE_BF16);
+}
+END_TEST
+
 /* Rank 0 ends batch 1 early (it refuses its combine) while rank 1 has not
  * read rank 0's rows of batch 1 yet (this one thread drives both): rank
  * 0's batch 2 must not write into rank 1's slots before rank 1 is done
@@ -599,7 +653,7 @@ START_TEST(early_failure_waits_for_the_slower_peer)
     start_both(&j, 1);
     ck_assert_int_eq(te_moe_dispatch_wait(j.r[0], &j.bufs[0].recv), 0);
     te_moe_expert_out bad = outputs_of(&j, 0);
-    bad.dtype = TE_MOE_BF16;
+    bad.dtype = 7; /* neither fp32 nor bf16 */
     ck_assert_int_eq(te_moe_combine_start(j.r[0], 1, &bad), -EINVAL);
     ck_assert_int_ne(te_moe_dispatch_start(j.r[0], 2, j.tokens[0], j.x[0],
                                            j.experts[0], j.weights[0]), 0);
@@ -818,6 +872,7 @@ int main(void)
     tcase_add_test(t, refusal_reaches_the_other_ranks);
     tcase_add_test(t, receive_capacity_refused_before_writing);
     tcase_add_test(t, split_calls_and_their_misuse);
+    tcase_add_test(t, bf16_expert_outputs);
     tcase_add_test(t, early_failure_waits_for_the_slower_peer);
     tcase_add_test(t, index_mode_equals_reference);
     tcase_add_test(t, inplace_input_equals_reference);

@@ -4,7 +4,8 @@
  * library runs and opened only inside the backend's copy and wsum, so any
  * access by the library itself crashes the test. Results still equal the
  * dense reference bit for bit (R 2/4, top-k 1/2/8, fp32 and bf16, staged,
- * in place, index mode, private rows below the row count); a failing
+ * in place, index mode, private rows below the row count); bf16 expert
+ * outputs give the bits of the same values as fp32; a failing
  * backend fails the batch on every rank, naming the step; bad backends and
  * changes at the wrong time are refused. */
 #include <check.h>
@@ -30,6 +31,8 @@ struct guarded {
     uint32_t copy_calls, fail_copy_call; /* fail that copy call (1 = first) */
     int inplace;           /* x is registered for in-place dispatch */
     int attach_rc, attached;
+    uint32_t version;      /* of the backend (0: TE_MOE_MEM_OPS_VERSION) */
+    uint32_t bf16_sums;    /* wsum calls handed bf16 rows */
 };
 
 static void *map(size_t len)
@@ -71,7 +74,10 @@ static void do_wsums(const te_moe_wsum_list *l)
         for (uint32_t h = 0; h < l->hidden; h++) {
             float acc = 0;
             for (uint32_t f = l->first[i]; f < l->first[i + 1]; f++)
-                acc += l->w[f] * l->src[f][h];
+                acc += l->w[f] *
+                       (l->src_dtype == TE_MOE_BF16
+                            ? moe_ref_bf16_to_f32(((const uint16_t *)l->src[f])[h])
+                            : ((const float *)l->src[f])[h]);
             l->dst[i][h] = acc;
         }
 }
@@ -95,6 +101,8 @@ static int g_wsum(void *ctx, const te_moe_wsum_list *l)
     struct guarded *g = ctx;
     if (g->fail_step == 2)
         return -EIO;
+    ck_assert(l->src_dtype == TE_MOE_FP32 || l->src_dtype == TE_MOE_BF16);
+    g->bf16_sums += l->src_dtype == TE_MOE_BF16;
     set_prot(g, PROT_READ | PROT_WRITE);
     do_wsums(l);
     set_prot(g, PROT_NONE);
@@ -136,7 +144,8 @@ static void g_detach(void *ctx, void *area, size_t len)
 
 static te_moe_mem_ops ops_of(struct guarded *g)
 {
-    return (te_moe_mem_ops){.version = TE_MOE_MEM_OPS_VERSION,
+    return (te_moe_mem_ops){.version = g->version ? g->version
+                                                  : TE_MOE_MEM_OPS_VERSION,
                             .mem = TE_MEM_HOST, .ctx = g, .attach = g_attach,
                             .detach = g_detach, .copy = g_copy, .wsum = g_wsum,
                             .sync = g_sync, .why = g_why};
@@ -147,6 +156,10 @@ struct setup {
     struct guarded g[TE_MOE_MAX_RANKS];
     uint32_t capacity; /* rows per local expert of the guarded recv.x / y */
     size_t elem;
+    /* The expert outputs handed to combine: the reference's fp32 (0), the
+     * same rounded to bf16 precision but given as fp32 (1), or given as
+     * bf16 (2): 1 and 2 must give the same bits. */
+    int y_mode;
 };
 
 static void setup_open(struct setup *s, te_moe_config c, int inplace, int index)
@@ -229,9 +242,15 @@ static void *run_rank(void *p)
         moe_ref_run_experts(j->r[a->i], bufs);
         bufs->recv.x = keep;
         size_t n = (size_t)(c->experts / c->ranks) * s->capacity * c->hidden;
-        memcpy(g->y, bufs->y, n * sizeof(float));
-        te_moe_expert_out y = {g->y, TE_MOE_FP32, c->experts / c->ranks,
-                               s->capacity, c->hidden};
+        for (size_t e = 0; e < n; e++) {
+            uint16_t v = moe_ref_f32_to_bf16(bufs->y[e]);
+            if (s->y_mode == 2)
+                ((uint16_t *)g->y)[e] = v;
+            else
+                ((float *)g->y)[e] = s->y_mode ? moe_ref_bf16_to_f32(v) : bufs->y[e];
+        }
+        te_moe_expert_out y = {g->y, s->y_mode == 2 ? TE_MOE_BF16 : TE_MOE_FP32,
+                               c->experts / c->ranks, s->capacity, c->hidden};
         set_prot(g, PROT_NONE);
         a->rc = te_moe_combine(j->r[a->i], a->b, &y, g->out);
         set_prot(g, PROT_READ | PROT_WRITE);
@@ -380,6 +399,81 @@ START_TEST(failure_after_the_head_reaches_the_peer)
 }
 END_TEST
 
+/* bf16 expert outputs: the same bits as the same values given as fp32
+ * (each widened exactly, weighed in fp32), at R 2/4 and top-k 1/2/8; a
+ * backend of version 1 is still taken and handed fp32 rows only, and
+ * bf16 outputs on its rank are refused (-ENOTSUP) with the other rank
+ * told. */
+static void bf16_outputs_equal_fp32(te_moe_config c)
+{
+    struct setup s;
+    setup_open(&s, c, 0, 0);
+    uint32_t tok[TE_MOE_MAX_RANKS];
+    for (uint32_t i = 0; i < c.ranks; i++)
+        tok[i] = c.max_tokens - i;
+    static float want[TE_MOE_MAX_RANKS][40 * 64];
+    struct arg args[TE_MOE_MAX_RANKS];
+    for (int mode = 1; mode <= 2; mode++) {
+        moe_job_inputs(&s.j, tok, 11, 0); /* the same tokens and routing */
+        s.y_mode = mode;
+        ck_assert_msg(run_batch(&s, (uint64_t)mode - 1, args) == 0, "%s",
+                      args[0].why);
+        for (uint32_t i = 0; i < c.ranks; i++) {
+            size_t bytes = (size_t)tok[i] * c.hidden * sizeof(float);
+            if (mode == 1)
+                memcpy(want[i], s.j.out[i], bytes);
+            else
+                ck_assert_msg(!memcmp(want[i], s.j.out[i], bytes),
+                              "R=%u k=%u rank %u: bf16 outputs differ from "
+                              "fp32 of the same values", c.ranks, c.topk, i);
+        }
+    }
+    uint32_t bf16_sums = 0;
+    for (uint32_t i = 0; i < c.ranks; i++)
+        bf16_sums += s.g[i].bf16_sums;
+    ck_assert_uint_gt(bf16_sums, 0);
+    setup_close(&s);
+}
+
+START_TEST(bf16_expert_outputs)
+{
+    static const uint32_t ks[] = {1, 2, 8};
+    for (uint32_t R = 2; R <= 4; R *= 2)
+        for (size_t q = 0; q < 3; q++)
+            bf16_outputs_equal_fp32(cfg(R, ks[q], 8 * R, 6, TE_MOE_FP32));
+    bf16_outputs_equal_fp32(cfg(2, 2, 8, 6, TE_MOE_BF16)); /* bf16 tokens */
+}
+END_TEST
+
+START_TEST(bf16_outputs_refused_by_a_version_1_backend)
+{
+    struct setup s;
+    te_moe_config c = cfg(2, 2, 8, 6, TE_MOE_FP32);
+    c.timeout_ms = 5000;
+    setup_open(&s, c, 0, 0);
+    s.g[0].version = 1; /* rank 0: a backend written before bf16 outputs */
+    te_moe_mem_ops o = ops_of(&s.g[0]);
+    ck_assert_int_eq(te_moe_rank_mem_ops(s.j.r[0], &o), 0);
+    uint32_t tok[2] = {20, 20};
+    moe_job_inputs(&s.j, tok, 5, 0);
+    struct arg args[2];
+    ck_assert_int_eq(run_batch(&s, 0, args), 0); /* fp32 works with it */
+    ck_assert_uint_eq(moe_job_check(&s.j), 0);
+    s.y_mode = 2;
+    ck_assert_int_ne(run_batch(&s, 1, args), 0);
+    ck_assert_int_eq(args[0].rc, -ENOTSUP);
+    ck_assert_msg(strstr(args[0].why, "bf16 expert outputs need a memory "
+                         "backend of version 2"), "%s", args[0].why);
+    ck_assert_int_ne(args[1].rc, 0);
+    ck_assert_msg(strstr(args[1].why, "rank 0"), "%s", args[1].why);
+    ck_assert_uint_eq(s.g[0].bf16_sums, 0);
+    s.y_mode = 0;
+    ck_assert_int_eq(run_batch(&s, 2, args), 0);
+    ck_assert_uint_eq(moe_job_check(&s.j), 0);
+    setup_close(&s);
+}
+END_TEST
+
 START_TEST(bad_backends_and_changes_refused)
 {
     struct setup s;
@@ -475,6 +569,8 @@ int main(void)
     tcase_add_test(t, guarded_in_place_and_index_mode);
     tcase_add_test(t, failing_backend_fails_the_batch_everywhere);
     tcase_add_test(t, failure_after_the_head_reaches_the_peer);
+    tcase_add_test(t, bf16_expert_outputs);
+    tcase_add_test(t, bf16_outputs_refused_by_a_version_1_backend);
     tcase_add_test(t, bad_backends_and_changes_refused);
     tcase_add_test(t, cuda_kind_reaches_the_registration);
     suite_add_tcase(s, t);

@@ -137,14 +137,17 @@ typedef struct te_moe_recv {
 } te_moe_recv;
 
 /**
- * The local experts' outputs handed to combine: fp32, shape
- * [experts][rows][hidden] row-major, experts = L, rows = the capacity
- * given to dispatch, hidden = the config's. The shape and dtype are the
- * caller's statement of what y holds: any other is refused.
+ * The local experts' outputs handed to combine: fp32 or bf16 (whatever
+ * the tokens' dtype), shape [experts][rows][hidden] row-major, experts =
+ * L, rows = the capacity given to dispatch, hidden = the config's. The
+ * shape and dtype are the caller's statement of what y holds: any other
+ * is refused. bf16 values are widened to fp32 exactly and weighed in
+ * fp32: the result has the bits of combining the same outputs as fp32
+ * (y.float()), without that copy.
  */
 typedef struct te_moe_expert_out {
-    const float *y;
-    uint32_t dtype;   /**< TE_MOE_FP32 */
+    const void *y;
+    uint32_t dtype;   /**< TE_MOE_FP32 or TE_MOE_BF16 */
     uint32_t experts; /**< L */
     uint32_t rows;    /**< the dispatch capacity */
     uint32_t hidden;  /**< the config's */
@@ -196,18 +199,27 @@ typedef struct te_moe_copy_list {
  * dst[i][h] = ((0 + w[f0] * src[f0][h]) + w[f0+1] * src[f0+1][h]) + ...
  * over f = first[i] .. first[i + 1] - 1, every product and sum rounded to
  * fp32 in that order, no fused multiply-add (so any backend gets the CPU's
- * bits); a row with no terms is zeros. first has n + 1 entries.
+ * bits); a row with no terms is zeros. first has n + 1 entries. The src
+ * rows hold src_dtype values: fp32, or bf16 (expert outputs given as
+ * bf16), each widened to fp32 exactly (its 16 bits become the top half of
+ * the fp32's) before it is multiplied.
  */
 typedef struct te_moe_wsum_list {
     uint32_t n;
     uint32_t hidden;
     float *const *dst;
     const uint32_t *first;
-    const float *const *src;
+    const void *const *src;
     const float *w;
+    uint32_t src_dtype; /**< TE_MOE_FP32 or TE_MOE_BF16 (version 2) */
 } te_moe_wsum_list;
 
-#define TE_MOE_MEM_OPS_VERSION 1u
+/**
+ * 2: te_moe_wsum_list.src_dtype (bf16 expert outputs). A backend of
+ * version 1 is still taken; it is handed fp32 rows only, and combine
+ * refuses bf16 expert outputs on its rank (-ENOTSUP).
+ */
+#define TE_MOE_MEM_OPS_VERSION 2u
 
 /**
  * A memory backend. Every function returns 0 or a negative errno (the
@@ -215,7 +227,7 @@ typedef struct te_moe_wsum_list {
  * and detach may be NULL; copy, wsum and sync may not.
  */
 typedef struct te_moe_mem_ops {
-    uint32_t version; /**< TE_MOE_MEM_OPS_VERSION */
+    uint32_t version; /**< TE_MOE_MEM_OPS_VERSION (1 is still taken) */
     uint32_t mem;     /**< TE_MEM_HOST or TE_MEM_CUDA: the kind of the
                            caller's buffers (te_moe_rank_input registers x
                            with it) */
@@ -240,7 +252,7 @@ typedef struct te_moe_mem_ops {
 /**
  * Use `ops` (copied; ctx must outlive the rank or the next call) for the
  * caller's tensors from the next batch on; NULL: the built-in host copies.
- * Refused: -EINVAL a wrong version or a missing function, -EBUSY during a
+ * Refused: -EINVAL an unknown version or a missing function, -EBUSY during a
  * batch or while an input is registered (te_moe_rank_input: register it
  * after choosing the backend, as its memory kind depends on it), or
  * attach's error (the previous backend then stays).
@@ -284,7 +296,8 @@ TE_API int te_moe_dispatch(te_moe_rank *r, uint64_t batch, uint32_t tokens,
  * sum over the row's local experts (top-k order) of weight * y's row,
  * written back in one write per source. Refused before anything is
  * written: -EINVAL outputs of another shape or dtype than te_moe_expert_out
- * states (the batch then fails: its sources are told), -EALREADY a batch
+ * states, -ENOTSUP bf16 outputs with a memory backend of version 1 (the
+ * batch then fails: its sources are told), -EALREADY a batch
  * that is not the one dispatched, or combined already.
  */
 TE_API int te_moe_combine_start(te_moe_rank *r, uint64_t batch,
