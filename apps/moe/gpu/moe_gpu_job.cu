@@ -127,21 +127,37 @@ static int rank_batch(struct arg *a)
                 return -EIO;
     }
     moe_ref_run_experts(r, bufs);
-    const float *y = bufs->y;
+    const void *y = bufs->y;
+    size_t ysz = g->bf16_out ? 2 : 4;
+    uint16_t *yb = NULL; /* bf16_out: the outputs rounded, host side */
+    if (g->bf16_out) {
+        size_t n = (size_t)L * g->capacity * c->hidden;
+        if (!(yb = (uint16_t *)calloc(n, 2)))
+            return -ENOMEM;
+        for (size_t e = 0; e < n; e++)
+            yb[e] = moe_ref_f32_to_bf16(bufs->y[e]);
+        y = yb;
+    }
     if (g->device) {
         /* Only the rows the experts wrote (combine reads no others). */
         for (uint32_t l = 0; l < L; l++) {
-            size_t at = (size_t)l * g->capacity * c->hidden;
-            if (copy_now(g->dy[i] + at, bufs->y + at,
-                         (size_t)recv.count[l] * c->hidden * 4,
-                         cudaMemcpyHostToDevice, s))
+            size_t at = (size_t)l * g->capacity * c->hidden * ysz;
+            if (copy_now((uint8_t *)g->dy[i] + at, (const uint8_t *)y + at,
+                         (size_t)recv.count[l] * c->hidden * ysz,
+                         cudaMemcpyHostToDevice, s)) {
+                free(yb);
                 return -EIO;
+            }
         }
         y = g->dy[i];
     }
-    te_moe_expert_out out = {y, TE_MOE_FP32, L, g->capacity, c->hidden};
+    te_moe_expert_out out = {y, g->bf16_out ? (uint32_t)TE_MOE_BF16
+                                            : (uint32_t)TE_MOE_FP32,
+                             L, g->capacity, c->hidden};
     float *o = g->device ? g->dout[i] : j->out[i];
-    if ((rc = te_moe_combine(r, a->b, &out, o)))
+    rc = te_moe_combine(r, a->b, &out, o);
+    free(yb); /* read by the time combine_start returned */
+    if (rc)
         return rc;
     te_moe_rank_stats(r, &g->st[i]); /* the batch's, dispatch included */
     return g->device ? copy_now(j->out[i], g->dout[i],

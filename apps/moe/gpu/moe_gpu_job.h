@@ -16,6 +16,7 @@ struct moe_gpu_job {
     struct moe_job j;
     int device;  /* tensors on the device (else the host backend, host) */
     int inplace; /* x registered (te_moe_rank_input) */
+    int bf16_out; /* hand combine the expert outputs rounded to bf16 */
     uint32_t capacity; /* rows per local expert of recv.x / y */
     te_moe_mem_ops ops[TE_MOE_MAX_RANKS];
     void *stream[TE_MOE_MAX_RANKS];

@@ -2,7 +2,8 @@
 // tensors through te_moe_gpu_mem_ops (x, recv.x, the expert outputs and
 // out in device memory; staged, in place with x registered as TE_MEM_CUDA,
 // index mode; fp32 and bf16; R 2 and 4, top-k 1/2/8): every output equals
-// the dense single-process reference bit for bit, as on the host. Exits 77
+// the dense single-process reference bit for bit, as on the host; bf16
+// expert outputs give the host run's bits. Exits 77
 // with the reason when no CUDA device (or driver) is present. --host runs
 // the same job harness on host tensors (ctest moe_gpu_job_host, runs
 // everywhere: the harness te-moe-gpu-bench also uses).
@@ -50,6 +51,47 @@ static void run(uint32_t R, uint32_t k, uint32_t E, uint32_t dtype, int inplace,
                index, skew);
     }
     moe_gpu_job_close(&g);
+}
+
+/* bf16 expert outputs through the library and the backend: every
+ * rank's result equals the same job's on host tensors (the built-in host
+ * backend) bit for bit. --host: the host against itself (the harness). */
+static void run_bf16_outputs(uint32_t R, uint32_t k, uint32_t E)
+{
+    te_moe_config c = {.ranks = R, .experts = E, .topk = k, .hidden = 256,
+                       .dtype = TE_MOE_FP32, .max_tokens = 64, .private_rows = 16,
+                       .timeout_ms = 20000, .naive = 0};
+    static float want[TE_MOE_MAX_RANKS][64 * 256];
+    uint32_t tok[TE_MOE_MAX_RANKS];
+    for (uint32_t i = 0; i < R; i++)
+        tok[i] = c.max_tokens - (i * 5) % 9;
+    for (int pass = 0; pass < 2; pass++) { /* 0: host tensors, 1: device */
+        struct moe_gpu_job g;
+        int rc = moe_gpu_job_open(&g, &c, NULL, pass ? on_device : 0, 0, 0, 0);
+        if (!rc) {
+            g.bf16_out = 1;
+            moe_job_inputs(&g.j, tok, 77, 0);
+            rc = moe_gpu_job_batch(&g, 0);
+        }
+        for (uint32_t i = 0; !rc && i < R; i++) {
+            size_t bytes = (size_t)tok[i] * c.hidden * sizeof(float);
+            if (!pass) {
+                memcpy(want[i], g.j.out[i], bytes);
+            } else if (memcmp(want[i], g.j.out[i], bytes)) {
+                printf("FAIL bf16 outputs R=%u k=%u rank %u: differ from the "
+                       "host run\n", R, k, i);
+                failures++;
+            }
+        }
+        if (rc) {
+            printf("FAIL bf16 outputs R=%u k=%u: %s\n", R, k, g.why);
+            failures++;
+        }
+        moe_gpu_job_close(&g);
+        if (rc)
+            return;
+    }
+    printf("ok bf16 outputs R=%u k=%u\n", R, k);
 }
 
 #define CHECK(c, what)                                                         \
@@ -136,15 +178,21 @@ static void test_backend_direct(void)
         hb[e] = (uint16_t)(u >> 16); /* truncated: any bf16 value will do */
     }
     uint16_t *devb = NULL;
-    CHECK(cudaMalloc((void **)&devb, 8 * H * 2) == cudaSuccess, "cudaMalloc bf16");
-    CHECK(cudaMemcpy(devb, hb, 8 * H * 2, cudaMemcpyHostToDevice) == cudaSuccess,
+    if (cudaMalloc((void **)&devb, 8 * H * 2) != cudaSuccess) {
+        CHECK(0, "cudaMalloc bf16");
+        devb = NULL;
+    }
+    CHECK(devb && cudaMemcpy(devb, hb, 8 * H * 2, cudaMemcpyHostToDevice) == cudaSuccess,
           "bf16 rows to the device");
+    for (int k = 0; k < 3; k++)
+        for (size_t h = 0; h < H; h++)
+            dst[k][h] = 12345.0f; /* overwritten again, a row of no terms too */
     const void *srcb[9] = {0, 0, 0, 0, 0, devb + 2 * H, devb + 0 * H, devb + 4 * H,
                            devb + 7 * H};
     te_moe_wsum_list wb = {3, (uint32_t)H, dst, first, srcb, w, TE_MOE_BF16};
-    CHECK(ops.wsum(ops.ctx, &wb) == 0, ops.why(ops.ctx));
+    CHECK(devb && ops.wsum(ops.ctx, &wb) == 0, ops.why(ops.ctx));
     CHECK(ops.sync(ops.ctx) == 0, ops.why(ops.ctx));
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; devb && k < 3; k++)
         for (size_t h = 0; h < H; h++) {
             float want = 0.0f;
             for (uint32_t f = first[k]; f < first[k + 1]; f++) {
@@ -201,6 +249,8 @@ int main(int argc, char **argv)
     run(4, 8, 32, TE_MOE_FP32, 1, 0, 0); /* spans */
     run(4, 2, 16, TE_MOE_BF16, 1, 0, 1); /* skewed, in place */
     run(2, 2, 16, TE_MOE_FP32, 0, 1, 0); /* index mode */
+    run_bf16_outputs(2, 2, 16);
+    run_bf16_outputs(4, 8, 32);
     printf("moe_gpu_mem: %s (%d failures)\n", failures ? "FAILED" : "PASS", failures);
     return failures ? 1 : 0;
 }

@@ -482,9 +482,14 @@ START_TEST(bad_backends_and_changes_refused)
     te_moe_rank *r = s.j.r[0];
     struct guarded *g = &s.g[0];
     te_moe_mem_ops o = ops_of(g);
-    o.version = 99;
-    ck_assert_int_eq(te_moe_rank_mem_ops(r, &o), -EINVAL);
-    ck_assert_ptr_nonnull(strstr(te_moe_last_error(), "version 99"));
+    static const uint32_t unknown[] = {0, TE_MOE_MEM_OPS_VERSION + 1, 99};
+    for (size_t v = 0; v < 3; v++) {
+        o.version = unknown[v];
+        ck_assert_int_eq(te_moe_rank_mem_ops(r, &o), -EINVAL);
+        char want[32];
+        snprintf(want, sizeof(want), "version %u (want 1..", unknown[v]);
+        ck_assert_msg(strstr(te_moe_last_error(), want), "%s", te_moe_last_error());
+    }
     o = ops_of(g);
     o.wsum = NULL;
     ck_assert_int_eq(te_moe_rank_mem_ops(r, &o), -EINVAL);
