@@ -5,13 +5,15 @@ engine each on the loopback plugin, blobs exchanged through pipes. Every
 rank checks its output against a dense single-process layer built from the
 same seed (all experts, no network) on the same tokens.
 
-    python3 python/examples/moe_layer.py [RANKS [TOPK [inplace] [cuda]]]
+    python3 python/examples/moe_layer.py [RANKS [TOPK [inplace] [cuda] [bf16]]]
 
 prints one line per rank and "moe_layer: OK" when every rank matched.
 ``inplace``: the tokens are sent from a registered buffer; ``cuda``: every
 rank's tokens, experts and MoE buffers on the (one) CUDA device, moved by
 libte-moe-gpu without host copies (MoeRank(device="cuda")); the ranks stay
-processes, all on that GPU.
+processes, all on that GPU. ``bf16``: a bfloat16 layer (router, experts,
+tokens): the experts' bfloat16 outputs go to combine as they are (weighed
+in float32 by the library, no float copy), the result is float32.
 """
 import multiprocessing as mp
 import sys
@@ -23,6 +25,9 @@ HIDDEN, EXPERTS_PER_RANK, MAX_TOKENS, SEED = 64, 4, 32, 1234
 # one rank's tokens in the dense layer); everything else (gating, the sum
 # order) is the same: fp32 results agree to this tolerance (docs/moe.md).
 RTOL, ATOL = 1e-5, 1e-6
+# bf16: an expert's bfloat16 output can differ by one bfloat16 step (2**-8
+# relative) between the two row sets; the weights sum to 1.
+BF16_RTOL, BF16_ATOL = 2 ** -7, 2 ** -7
 
 
 def make_router_and_experts(experts):
@@ -65,15 +70,18 @@ class DenseMoE(torch.nn.Module):
 
     @torch.no_grad()
     def forward(self, x, skew_to=None):
+        """float32 whatever x's dtype: weights and expert outputs widened
+        to float32 before they are weighed, as the library does."""
         ids, w = route(self.router, x, self.topk, skew_to)
-        out = x.new_zeros(x.shape[0], HIDDEN)
+        out = torch.zeros(x.shape[0], HIDDEN, device=x.device)
         for t in range(x.shape[0]):
             for d in range(self.ranks):
-                part = x.new_zeros(HIDDEN)
+                part = torch.zeros(HIDDEN, device=x.device)
                 for j in range(self.topk):
                     e = int(ids[t, j])
                     if e // EXPERTS_PER_RANK == d:
-                        part = part + w[t, j] * self.experts[e](x[t:t + 1])[0]
+                        y = self.experts[e](x[t:t + 1])[0].float()
+                        part = part + w[t, j].float() * y
                 out[t] = out[t] + part
         return out
 
@@ -89,12 +97,17 @@ class MoELayer(torch.nn.Module):
         lo = moe_rank.rank * EXPERTS_PER_RANK
         self.router = router
         self.experts = torch.nn.ModuleList(mlps[lo:lo + EXPERTS_PER_RANK])
+        self.y = None  # bf16: the experts' outputs, handed to combine as is
 
     @torch.no_grad()
     def forward(self, batch, x, skew_to=None):
         ids, w = route(self.router, x, self.topk, skew_to)
         got = self.moe.dispatch(batch, x, ids, w)
         y = self.moe.expert_out
+        if x.dtype != torch.float32:
+            if self.y is None:
+                self.y = torch.zeros_like(y, dtype=x.dtype)
+            y = self.y
         for l, expert in enumerate(self.experts):
             n = got.counts[l]
             if n:
@@ -114,18 +127,19 @@ def plan(ranks):
             (lambda r: 0 if r == ranks - 1 else 8, None)]  # one rank empty
 
 
-def rank_main(rank, ranks, topk, conn, inplace=False, device=None):
+def rank_main(rank, ranks, topk, conn, inplace=False, device=None,
+              dtype=torch.float32):
     try:
-        _rank_main(rank, ranks, topk, conn, inplace, device)
+        _rank_main(rank, ranks, topk, conn, inplace, device, dtype)
     except Exception as exc:  # noqa: BLE001 - the parent reports it
         conn.send({"error": f"rank {rank}: {type(exc).__name__}: {exc}"})
 
 
-def _rank_main(rank, ranks, topk, conn, inplace, device):
+def _rank_main(rank, ranks, topk, conn, inplace, device, dtype):
     import transferengine as te
     from transferengine.moe import MoeRank
     with te.Engine() as e, MoeRank(e, rank, ranks, ranks * EXPERTS_PER_RANK,
-                                   topk, HIDDEN, MAX_TOKENS,
+                                   topk, HIDDEN, MAX_TOKENS, dtype=dtype,
                                    device=device) as moe:
         conn.send(moe.blob())
         blobs = conn.recv()
@@ -135,16 +149,19 @@ def _rank_main(rank, ranks, topk, conn, inplace, device):
         conn.send("connected")
         conn.recv()  # every rank is connected to every other
         where = device or "cpu"
-        layer = MoELayer(moe, topk).to(where)
-        dense = DenseMoE(ranks, topk).to(where)
+        layer = MoELayer(moe, topk).to(where, dtype)
+        dense = DenseMoE(ranks, topk).to(where, dtype)
+        rtol, atol = ((RTOL, ATOL) if dtype == torch.float32
+                      else (BF16_RTOL, BF16_ATOL))
         # In place: the tokens live in one registered buffer, sent from
         # there without staging (kept unchanged until combine returns).
-        buf = torch.empty(MAX_TOKENS, HIDDEN, device=where) if inplace else None
+        buf = (torch.empty(MAX_TOKENS, HIDDEN, device=where, dtype=dtype)
+               if inplace else None)
         if inplace:
             moe.register_input(buf)
         results = []
         for batch, (count, skew) in enumerate(plan(ranks)):
-            x = tokens_of(rank, batch, count(rank)).to(where)
+            x = tokens_of(rank, batch, count(rank)).to(where, dtype)
             if inplace:
                 buf[:x.shape[0]].copy_(x)
                 x = buf[:x.shape[0]]
@@ -155,7 +172,8 @@ def _rank_main(rank, ranks, topk, conn, inplace, device):
             results.append({
                 "batch": batch, "tokens": x.shape[0],
                 "equal": bool(torch.equal(out, ref)),
-                "close": bool(torch.allclose(out, ref, rtol=RTOL, atol=ATOL)),
+                "close": bool(torch.allclose(out, ref, rtol=rtol, atol=atol)),
+                "out_dtype": str(out.dtype),
                 "max_diff": float((out - ref).abs().max()) if x.shape[0] else 0.0,
                 "dispatch_writes": [st["dispatch_writes"][d] for d in peers],
                 "combine_writes": [st["combine_writes"][d] for d in peers],
@@ -164,16 +182,16 @@ def _rank_main(rank, ranks, topk, conn, inplace, device):
         conn.recv()  # stay until every rank is through
 
 
-def run(ranks, topk, inplace=False, device=None):
+def run(ranks, topk, inplace=False, device=None, dtype=torch.float32):
     """Run the layer on `ranks` processes (inplace: tokens sent from a
-    registered buffer; device: "cuda" for device tensors); the per-rank
-    results."""
+    registered buffer; device: "cuda" for device tensors; dtype: the
+    layer's, float32 or bfloat16); the per-rank results."""
     ctx = mp.get_context("spawn")
     pipes, procs = [], []
     for r in range(ranks):
         a, b = ctx.Pipe()
         p = ctx.Process(target=rank_main,
-                        args=(r, ranks, topk, b, inplace, device))
+                        args=(r, ranks, topk, b, inplace, device, dtype))
         p.start()
         pipes.append(a)
         procs.append(p)
@@ -213,8 +231,9 @@ def main():
     topk = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     inplace = "inplace" in sys.argv[3:]
     device = "cuda" if "cuda" in sys.argv[3:] else None
+    dtype = torch.bfloat16 if "bf16" in sys.argv[3:] else torch.float32
     ok = True
-    for rank, res in enumerate(run(ranks, topk, inplace, device)):
+    for rank, res in enumerate(run(ranks, topk, inplace, device, dtype)):
         for b in res:
             good = (b["close"] and all(1 <= w <= 2 for w in b["dispatch_writes"])
                     and all(w == 1 for w in b["combine_writes"]))

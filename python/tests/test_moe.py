@@ -49,14 +49,35 @@ def test_layer_in_place_equals_dense(ranks, topk):
             assert res[0]["dispatch_writes"] == [2, 2, 2], (rank, res[0])
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("ranks,topk,inplace", [(2, 2, False), (4, 8, True)])
-def test_moe_layer_cuda_close_to_dense(ranks, topk, inplace):
+def test_layer_bf16_close_to_dense(ranks, topk, inplace):
+    """A bfloat16 layer: bfloat16 tokens and experts, whose bfloat16
+    outputs go to combine as they are (no float copy); the result is
+    float32 and within moe_layer's BF16_RTOL / BF16_ATOL of the dense
+    layer (the expert GEMMs run on other row sets: a bfloat16 step apart
+    at most), with the writes per peer of the fp32 layer."""
+    results = moe_layer.run(ranks, topk, inplace=inplace, dtype=torch.bfloat16)
+    for rank, res in enumerate(results):
+        assert [b["batch"] for b in res] == [0, 1, 2]
+        for b in res:
+            assert b["out_dtype"] == "torch.float32", (rank, b)
+            assert b["close"], (rank, b)
+            assert all(1 <= w <= 2 for w in b["dispatch_writes"]), (rank, b)
+            assert all(w == 1 for w in b["combine_writes"]), (rank, b)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("ranks,topk,inplace,dtype", [
+    (2, 2, False, torch.float32), (4, 8, True, torch.float32),
+    (2, 2, False, torch.bfloat16)])
+def test_moe_layer_cuda_close_to_dense(ranks, topk, inplace, dtype):
     """The example layer with device="cuda": R processes on one GPU, tokens,
     experts and MoE buffers on the device. The expert GEMMs are cuBLAS's on
     other row sets than the dense layer's, so equal to moe_layer's RTOL /
-    ATOL rather than bit for bit; the writes per peer as on the host."""
-    results = moe_layer.run(ranks, topk, inplace=inplace, device="cuda")
+    ATOL (bf16: BF16_RTOL / BF16_ATOL) rather than bit for bit; the writes
+    per peer as on the host."""
+    results = moe_layer.run(ranks, topk, inplace=inplace, device="cuda",
+                            dtype=dtype)
     for rank, res in enumerate(results):
         for b in res:
             assert b["close"], (rank, b)
