@@ -97,17 +97,12 @@ class MoELayer(torch.nn.Module):
         lo = moe_rank.rank * EXPERTS_PER_RANK
         self.router = router
         self.experts = torch.nn.ModuleList(mlps[lo:lo + EXPERTS_PER_RANK])
-        self.y = None  # bf16: the experts' outputs, handed to combine as is
 
     @torch.no_grad()
     def forward(self, batch, x, skew_to=None):
         ids, w = route(self.router, x, self.topk, skew_to)
         got = self.moe.dispatch(batch, x, ids, w)
-        y = self.moe.expert_out
-        if x.dtype != torch.float32:
-            if self.y is None:
-                self.y = torch.zeros_like(y, dtype=x.dtype)
-            y = self.y
+        y = self.moe.expert_out  # the layer's dtype: handed to combine as is
         for l, expert in enumerate(self.experts):
             n = got.counts[l]
             if n:
@@ -140,7 +135,7 @@ def _rank_main(rank, ranks, topk, conn, inplace, device, dtype):
     from transferengine.moe import MoeRank
     with te.Engine() as e, MoeRank(e, rank, ranks, ranks * EXPERTS_PER_RANK,
                                    topk, HIDDEN, MAX_TOKENS, dtype=dtype,
-                                   device=device) as moe:
+                                   expert_dtype=dtype, device=device) as moe:
         conn.send(moe.blob())
         blobs = conn.recv()
         for peer, blob in enumerate(blobs):

@@ -94,6 +94,21 @@ def test_layer_reports_a_failed_rank():
         moe_layer.run(2, 2, device="cuda")
 
 
+def test_expert_dtype():
+    """expert_out in the dtype asked for (float32 or bfloat16); others
+    refused."""
+    import transferengine as te
+    from transferengine.moe import MoeRank
+    with te.Engine() as e:
+        with MoeRank(e, 0, 2, 8, 2, 16, 8, expert_dtype=torch.bfloat16) as m:
+            assert m.expert_out.dtype == torch.bfloat16
+            assert tuple(m.expert_out.shape) == (4, 16, 16)
+        with MoeRank(e, 0, 2, 8, 2, 16, 8) as m:
+            assert m.expert_out.dtype == torch.float32
+        with pytest.raises(ValueError, match="expert_dtype.*float32 or bfloat16"):
+            MoeRank(e, 0, 2, 8, 2, 16, 8, expert_dtype=torch.float16)
+
+
 def test_register_input_refusals():
     import transferengine as te
     from transferengine.moe import MoeRank

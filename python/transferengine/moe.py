@@ -81,13 +81,17 @@ class MoeRank:
     dtype: torch.float32 or torch.bfloat16 (tokens); max_tokens: tokens per
     batch at most; private_rows: rows per source the first dispatch write
     carries (default 2 * max_tokens / ranks); capacity: rows per local
-    expert of the receive buffers; timeout_ms: deadline of every phase."""
+    expert of the receive buffers; timeout_ms: deadline of every phase;
+    expert_dtype: the dtype of ``expert_out`` (float32 or bfloat16, e.g.
+    a bf16 model's expert outputs, weighed in float32 by combine)."""
 
     def __init__(self, engine, rank, ranks, experts, topk, hidden, max_tokens,
                  *, dtype=torch.float32, private_rows=None, capacity=None,
-                 timeout_ms=5000, device=None):
+                 timeout_ms=5000, device=None, expert_dtype=torch.float32):
         if dtype not in _DTYPES:
             raise ValueError(f"dtype {dtype}: float32 or bfloat16")
+        if expert_dtype not in _DTYPES:
+            raise ValueError(f"expert_dtype {expert_dtype}: float32 or bfloat16")
         device = torch.device(device) if device is not None else None
         if device is not None and device.type == "cpu":
             device = None
@@ -124,8 +128,9 @@ class MoeRank:
         self._x = torch.empty((L, cap, hidden), dtype=dtype, device=where)
         self._src = torch.zeros((L, cap, 4), dtype=torch.int32)
         self._count = torch.zeros(L, dtype=torch.int32)
-        #: [L, capacity, hidden] fp32: where the experts may write for combine
-        self.expert_out = torch.zeros((L, cap, hidden), dtype=torch.float32,
+        #: [L, capacity, hidden] of expert_dtype: where the experts may
+        #: write for combine
+        self.expert_out = torch.zeros((L, cap, hidden), dtype=expert_dtype,
                                       device=where)
         self._recv = ffi.new("te_moe_recv *")
         self._recv.x = _ptr(self._x, "void *")
