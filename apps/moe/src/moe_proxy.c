@@ -187,6 +187,7 @@ static void *proxy_main(void *arg)
              * completions and watches of its writes happen here. */
             if (caller && te_progress(p->e, -1, 0) > 0) {
                 idle = 0;
+                idle_since = 0; /* the engine has work: a step is on */
                 continue;
             }
             /* The producer posts in bursts (a layer's writes): spin a
