@@ -53,7 +53,6 @@ __global__ void copy_rows_kernel(void *const *dst, const void *const *src, uint3
     }
 }
 
-// Row i: 0 + w*src, term by term in list order, rounded like the CPU.
 /* A source element as fp32: bf16 widened exactly (its bits are the
  * fp32's top half), as the CPU backend does. */
 __device__ __forceinline__ float widen(float v) { return v; }
@@ -62,6 +61,7 @@ __device__ __forceinline__ float widen(uint16_t v)
     return __uint_as_float((uint32_t)v << 16);
 }
 
+// Row i: 0 + w*src, term by term in list order, rounded like the CPU.
 template <typename T>
 __global__ void wsum_rows_kernel(float *const *dst, const uint32_t *first,
                                  const void *const *src, const float *w, uint32_t n,
@@ -99,15 +99,14 @@ struct on_device {
 
 int moe_gpu_mem_preload(void)
 {
+    const void *kernels[] = {(const void *)copy_rows_kernel,
+                             (const void *)wsum_rows_kernel<float>,
+                             (const void *)wsum_rows_kernel<uint16_t>};
     cudaFuncAttributes a;
-    int rc = moe_gpu_check(cudaFuncGetAttributes(&a, (const void *)copy_rows_kernel),
-                           "loading the kernels");
-    if (!rc)
-        rc = moe_gpu_check(cudaFuncGetAttributes(&a, (const void *)wsum_rows_kernel<float>),
-                           "loading the kernels");
-    return rc ? rc
-              : moe_gpu_check(cudaFuncGetAttributes(&a, (const void *)wsum_rows_kernel<uint16_t>),
-                              "loading the kernels");
+    int rc = 0;
+    for (size_t k = 0; !rc && k < sizeof(kernels) / sizeof(kernels[0]); k++)
+        rc = moe_gpu_check(cudaFuncGetAttributes(&a, kernels[k]), "loading the kernels");
+    return rc;
 }
 
 static int mem_sync(void *ctx)

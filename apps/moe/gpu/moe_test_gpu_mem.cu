@@ -172,11 +172,8 @@ static void test_backend_direct(void)
     /* The same sums from bf16 rows (expert outputs given as bf16): each
      * value widened exactly (bits << 16), as the CPU backend does. */
     uint16_t *hb = (uint16_t *)(area + 32 * H * sizeof(float));
-    for (size_t e = 0; e < 8 * H; e++) {
-        uint32_t u;
-        memcpy(&u, &host[e], 4);
-        hb[e] = (uint16_t)(u >> 16); /* truncated: any bf16 value will do */
-    }
+    for (size_t e = 0; e < 8 * H; e++)
+        hb[e] = moe_ref_f32_to_bf16(host[e]);
     uint16_t *devb = NULL;
     if (cudaMalloc((void **)&devb, 8 * H * 2) != cudaSuccess) {
         CHECK(0, "cudaMalloc bf16");
@@ -196,9 +193,7 @@ static void test_backend_direct(void)
         for (size_t h = 0; h < H; h++) {
             float want = 0.0f;
             for (uint32_t f = first[k]; f < first[k + 1]; f++) {
-                uint32_t u = (uint32_t)hb[((const uint16_t *)srcb[f] - devb) + h] << 16;
-                float v;
-                memcpy(&v, &u, 4);
+                float v = moe_ref_bf16_to_f32(hb[((const uint16_t *)srcb[f] - devb) + h]);
                 float prod = w[f] * v;
                 want = want + prod;
             }

@@ -242,12 +242,14 @@ static void *run_rank(void *p)
         moe_ref_run_experts(j->r[a->i], bufs);
         bufs->recv.x = keep;
         size_t n = (size_t)(c->experts / c->ranks) * s->capacity * c->hidden;
-        for (size_t e = 0; e < n; e++) {
+        if (!s->y_mode)
+            memcpy(g->y, bufs->y, n * sizeof(float));
+        for (size_t e = 0; s->y_mode && e < n; e++) {
             uint16_t v = moe_ref_f32_to_bf16(bufs->y[e]);
             if (s->y_mode == 2)
                 ((uint16_t *)g->y)[e] = v;
             else
-                ((float *)g->y)[e] = s->y_mode ? moe_ref_bf16_to_f32(v) : bufs->y[e];
+                ((float *)g->y)[e] = moe_ref_bf16_to_f32(v);
         }
         te_moe_expert_out y = {g->y, s->y_mode == 2 ? TE_MOE_BF16 : TE_MOE_FP32,
                                c->experts / c->ranks, s->capacity, c->hidden};
