@@ -154,16 +154,19 @@ static int submit_entry(te_moe_proxy *p, uint64_t pos, const te_moe_ring_entry *
     r.u.xfer.remote_off = en->dst_off;
     r.u.xfer.len = en->len;
     int64_t id;
-    atomic_fetch_add(&p->refs, 1); /* before: the callback may run first */
+    /* Both before te_submit: its callback may run (and count the write
+     * completed or failed) before te_submit returns. */
+    atomic_fetch_add(&p->refs, 1);
+    atomic_fetch_add(&p->submitted, 1);
     for (int tries = 0; (id = te_submit(p->e, &r)) == -EAGAIN && tries < 100000; tries++)
         usleep(10);
     if (id < 0) {
+        atomic_fetch_sub(&p->submitted, 1);
         atomic_fetch_sub(&p->refs, 1); /* ours is still held */
         ring_fail(p, (int)id, "ring entry %llu: te_submit: %s", (unsigned long long)pos,
                   te_last_error());
         return (int)id;
     }
-    atomic_fetch_add(&p->submitted, 1);
     return 0;
 }
 
@@ -300,8 +303,10 @@ int te_moe_proxy_watch(te_moe_proxy *p, uint32_t imm, uint64_t count, uint32_t f
 
 void te_moe_proxy_counts(const te_moe_proxy *p, uint64_t *submitted, uint64_t *completed)
 {
-    *submitted = atomic_load(&((te_moe_proxy *)p)->submitted);
+    /* Completed first: submitted is counted before a write can complete,
+     * so read in this order completed <= submitted. */
     *completed = atomic_load(&((te_moe_proxy *)p)->completed);
+    *submitted = atomic_load(&((te_moe_proxy *)p)->submitted);
 }
 
 uint64_t te_moe_proxy_failed(const te_moe_proxy *p)
@@ -314,8 +319,8 @@ const char *te_moe_proxy_error(const te_moe_proxy *p) { return p->error; }
 /* Writes whose callback has not run yet. */
 static uint64_t proxy_in_flight(te_moe_proxy *p)
 {
-    return atomic_load(&p->submitted) - atomic_load(&p->completed) -
-           atomic_load(&p->failed);
+    uint64_t ended = atomic_load(&p->completed) + atomic_load(&p->failed);
+    return atomic_load(&p->submitted) - ended; /* read last: never below ended */
 }
 
 void te_moe_proxy_destroy(te_moe_proxy *p)

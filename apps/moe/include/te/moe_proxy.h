@@ -76,7 +76,9 @@ TE_API int te_moe_proxy_target(te_moe_proxy *p, uint32_t index, te_peer peer, te
 TE_API int te_moe_proxy_watch(te_moe_proxy *p, uint32_t imm, uint64_t count, uint32_t flag,
                               uint32_t value, int timeout_ms);
 
-/** Counters: entries submitted, writes completed successfully. */
+/** Counters: entries submitted, writes completed successfully. A write is
+ *  counted submitted before it can complete or fail, so completed (and
+ *  te_moe_proxy_failed() read before this call) never exceed submitted. */
 TE_API void te_moe_proxy_counts(const te_moe_proxy *p, uint64_t *submitted, uint64_t *completed);
 
 /** Writes that failed (each also sets ring->error, first one's reason in
