@@ -407,9 +407,71 @@ void te_callbacks_set_ring(struct te_callbacks *cb, void (*ring)(void *arg),
     cb->ring = ring;
 }
 
+/* The batch te_progress opened on this thread (te_callbacks_local_open). */
+static _Thread_local struct te_cb_local *local_here;
+
+void te_callbacks_local_open(struct te_callbacks *cb, struct te_cb_local *l)
+{
+    l->cb = cb;
+    l->n = 0;
+    l->spilled = 0;
+    l->outer = local_here;
+    local_here = l;
+}
+
+/* Whether ev goes to this thread's open batch: only while the shared queue
+ * is empty, so that nothing queued before it (by this thread or a budget
+ * of an earlier call) runs after it. A full batch goes to the shared
+ * queue ahead of ev, and the rest of this call's events follow it there. */
+static int local_take(struct te_callbacks *cb, const struct te_cb_event *ev,
+                      size_t n)
+{
+    struct te_cb_local *l = local_here;
+    if (!l || l->cb != cb || l->spilled)
+        return 0;
+    if (n > TE_CB_LOCAL_MAX - l->n) {
+        if (l->n && fifo_push(&cb->events, l->ev, l->n) != 0)
+            return 0; /* no room in the queue either: l runs them later */
+        l->n = 0;
+        l->spilled = 1;
+        return 0;
+    }
+    if (__atomic_load_n(&cb->events.count, __ATOMIC_ACQUIRE))
+        return 0;
+    memcpy(&l->ev[l->n], ev, n * sizeof(*ev));
+    l->n += n;
+    return 1;
+}
+
+int te_callbacks_local_run(struct te_callbacks *cb, struct te_cb_local *l,
+                           int budget)
+{
+    local_here = l->outer;
+    size_t run = l->n;
+    if (budget > 0 && (size_t)budget < run)
+        run = (size_t)budget;
+    if (run < l->n) {
+        if (fifo_push(&cb->events, &l->ev[run], l->n - run) == 0) {
+            if (cb->ring)
+                cb->ring(cb->ring_arg);
+        } else {
+            run = l->n; /* no room to leave them: run them now, over budget */
+        }
+    }
+    if (!run)
+        return 0;
+    const struct te_callbacks *outer = running_here;
+    running_here = cb;
+    run_batch(NULL, l->ev, run);
+    running_here = outer;
+    return (int)run;
+}
+
 int te_callbacks_push(struct te_callbacks *cb, const struct te_cb_event *ev,
                       size_t n)
 {
+    if (n && local_take(cb, ev, n))
+        return 0;
     int rc = n ? fifo_push(&cb->events, ev, n) : 0;
     if (n && !rc && cb->ring)
         cb->ring(cb->ring_arg);

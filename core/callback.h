@@ -139,6 +139,27 @@ int te_callbacks_run(struct te_callbacks *cb, int budget);
 uint64_t te_callbacks_next_timer(struct te_callbacks *cb);
 /** Events queued and not yet run (a hint: racy). */
 size_t te_callbacks_queued(const struct te_callbacks *cb);
+/** Events a te_progress() call raises on its own thread, kept out of the
+ *  shared queue (caller-driven progress). */
+#define TE_CB_LOCAL_MAX 16
+struct te_cb_local {
+    const struct te_callbacks *cb;
+    struct te_cb_local *outer; /* a te_progress of another engine, nesting */
+    size_t n;
+    int spilled; /* it filled up: the call's later events go to the queue */
+    struct te_cb_event ev[TE_CB_LOCAL_MAX];
+};
+
+/** Open l on this thread for cb: until te_callbacks_local_run(), events
+ *  pushed to cb on this thread while cb's shared queue is empty are kept
+ *  in l, in order, with no lock taken and nobody rung (this thread runs
+ *  them: it is awake). */
+void te_callbacks_local_open(struct te_callbacks *cb, struct te_cb_local *l);
+/** Close l and run up to budget (0 = all) of its events on this thread;
+ *  the rest go to the shared queue, in order. Returns how many ran. */
+int te_callbacks_local_run(struct te_callbacks *cb, struct te_cb_local *l,
+                           int budget);
+
 /** Queue n events (any thread). -ENOMEM only if the queue cannot grow. */
 int te_callbacks_push(struct te_callbacks *cb, const struct te_cb_event *ev,
                       size_t n);
