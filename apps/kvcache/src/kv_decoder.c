@@ -586,15 +586,30 @@ static void check_deadlines(te_kv_decoder *d)
     }
 }
 
+/* Whether a request has a deadline or a peer to watch (SENT, ARMED,
+ * CANCELLING): the service thread then looks every 5 ms. */
+static int watching(const te_kv_decoder *d)
+{
+    for (uint32_t i = 0; i < d->o.max_requests; i++)
+        if (d->req[i].state == R_SENT || d->req[i].state == R_ARMED ||
+            d->req[i].state == R_CANCELLING)
+            return 1;
+    return 0;
+}
+
 static void *service(void *arg)
 {
     te_kv_decoder *d = arg;
     pthread_mutex_lock(&d->lock);
     while (!d->stopping || d->head) {
         if (!d->head) {
+            /* Idle (no request to watch): once a second, as a safety net;
+             * a new request signals d->cond (submit_req). Was 200 looks
+             * a second for ever (docs/kvcache.md, "An idle decoder"). */
+            long wait_ns = watching(d) ? 5000000L : 1000000000L;
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts); /* d->cond's clock */
-            ts.tv_nsec += 5000000;
+            ts.tv_nsec += wait_ns;
             if (ts.tv_nsec >= 1000000000) {
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000;
@@ -940,6 +955,7 @@ static int submit_req(te_kv_decoder *d, uint32_t pf, uint64_t id,
     te_imm_space_value(d->space, slot * IMMS_PER_SLOT + q->uses % IMMS_PER_SLOT,
                        &q->imm);
     q->state = R_SENT;
+    pthread_cond_signal(&d->cond); /* its deadlines are watched from now */
     q->id = id;
     q->pf = pf;
     q->npages = npages;
