@@ -421,26 +421,27 @@ void te_callbacks_local_open(struct te_callbacks *cb, struct te_cb_local *l)
 
 /* Whether ev goes to this thread's open batch: only while the shared queue
  * is empty, so that nothing queued before it (by this thread or a budget
- * of an earlier call) runs after it. A full batch goes to the shared
- * queue ahead of ev, and the rest of this call's events follow it there. */
+ * of an earlier call) runs after it. When the batch is full, or another
+ * thread queued something meanwhile, the batch goes to the shared queue
+ * ahead of ev, and the rest of this call's events follow it there: this
+ * thread's callbacks keep their order whoever runs the queue. */
 static int local_take(struct te_callbacks *cb, const struct te_cb_event *ev,
                       size_t n)
 {
     struct te_cb_local *l = local_here;
     if (!l || l->cb != cb || l->spilled)
         return 0;
-    if (n > TE_CB_LOCAL_MAX - l->n) {
-        if (l->n && fifo_push(&cb->events, l->ev, l->n) != 0)
-            return 0; /* no room in the queue either: l runs them later */
-        l->n = 0;
-        l->spilled = 1;
-        return 0;
+    if (n <= TE_CB_LOCAL_MAX - l->n &&
+        !__atomic_load_n(&cb->events.count, __ATOMIC_ACQUIRE)) {
+        memcpy(&l->ev[l->n], ev, n * sizeof(*ev));
+        l->n += n;
+        return 1;
     }
-    if (__atomic_load_n(&cb->events.count, __ATOMIC_ACQUIRE))
-        return 0;
-    memcpy(&l->ev[l->n], ev, n * sizeof(*ev));
-    l->n += n;
-    return 1;
+    if (l->n && fifo_push(&cb->events, l->ev, l->n) != 0)
+        return 0; /* no room in the queue either: l runs them later */
+    l->n = 0;
+    l->spilled = 1;
+    return 0;
 }
 
 int te_callbacks_local_run(struct te_callbacks *cb, struct te_cb_local *l,
@@ -554,6 +555,22 @@ int te_callbacks_run(struct te_callbacks *cb, int budget)
     }
     running_here = outer;
     return ran;
+}
+
+int te_callbacks_run_timers(struct te_callbacks *cb)
+{
+    if (!__atomic_load_n(&cb->ntimers, __ATOMIC_RELAXED))
+        return 0;
+    pthread_mutex_lock(&cb->events.lock);
+    struct te_timer *due = cb->timers ? take_due(cb, te_clock_ns(), 0) : NULL;
+    pthread_mutex_unlock(&cb->events.lock);
+    if (!due)
+        return 0;
+    const struct te_callbacks *outer = running_here;
+    running_here = cb;
+    run_timers(due, 0);
+    running_here = outer;
+    return 1;
 }
 
 uint64_t te_callbacks_next_timer(struct te_callbacks *cb)

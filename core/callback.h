@@ -160,6 +160,10 @@ void te_callbacks_local_open(struct te_callbacks *cb, struct te_cb_local *l);
 int te_callbacks_local_run(struct te_callbacks *cb, struct te_cb_local *l,
                            int budget);
 
+/** Without a thread: run the timers due by now (all of them, counted as
+ *  one, as te_callbacks_run counts them); 1 if any ran. */
+int te_callbacks_run_timers(struct te_callbacks *cb);
+
 /** Queue n events (any thread). -ENOMEM only if the queue cannot grow. */
 int te_callbacks_push(struct te_callbacks *cb, const struct te_cb_event *ev,
                       size_t n);

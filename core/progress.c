@@ -158,8 +158,8 @@ TE_API int te_progress(te_engine *e, int group, int budget)
     /* Outside the group locks: a callback may submit, add peers, or call
      * te_progress for another engine. */
     int ran = te_callbacks_local_run(&e->cb, &mine, budget);
-    if (budget > 0 && ran >= budget)
-        return did + ran;
+    if (budget > 0 && ran >= budget) /* due timers still run, as before */
+        return did + ran + te_callbacks_run_timers(&e->cb);
     return did + ran + te_callbacks_run(&e->cb, budget > 0 ? budget - ran : 0);
 }
 

@@ -518,6 +518,56 @@ START_TEST(budget_bounds_callbacks_in_arrival_order)
 }
 END_TEST
 
+/* A deadline that passed still fails its expectation when every call's
+ * budget goes to a callback the call raised itself: one WriteImm per
+ * round, te_progress(b, budget 1) runs its callback from the call's own
+ * batch, and the due timer runs beside it (as it did from the queue). */
+static atomic_int timed_out;
+
+static void on_deadline(uint32_t imm, int status, void *arg)
+{
+    (void)imm, (void)arg;
+    if (status == -ETIMEDOUT)
+        atomic_store(&timed_out, 1);
+}
+
+START_TEST(due_deadlines_run_under_a_budget)
+{
+    te_test_pair x;
+    te_test_pair_open(&x, CALLER, CALLER, 4096);
+    atomic_store(&order_n, 0);
+    atomic_store(&timed_out, 0);
+    atomic_store(&done_count, 0);
+    ck_assert_int_eq(te_imm_expect_timeout(x.b, 999, 1, 1, on_deadline, NULL), 0);
+    usleep(20000); /* due from here */
+    for (uint32_t k = 0; k < ORDERED && !atomic_load(&timed_out); k++) {
+        ck_assert_int_eq(te_imm_expect(x.b, ORDERED_BASE + k, 1, on_imm_in_order,
+                                       NULL), 0);
+        te_request r = te_test_pair_write(&x, 64, 0);
+        r.flags = TE_F_IMM;
+        r.imm = ORDERED_BASE + k;
+        r.route.kind = TE_ROUTE_PIN;
+        r.route.nic = 0;
+        r.done = on_done;
+        ck_assert_int_ge(te_submit(x.a, &r), 0);
+        int64_t end = te_test_now_ms() + WAIT_MS;
+        while (atomic_load(&order_n) < (int)k + 1 && te_test_now_ms() < end) {
+            ck_assert_int_ge(te_progress(x.b, -1, 1), 0);
+            ck_assert_int_ge(te_progress(x.a, -1, 0), 0);
+        }
+        ck_assert_int_eq(atomic_load(&order_n), (int)k + 1);
+    }
+    ck_assert_msg(atomic_load(&timed_out), "the deadline of imm 999 never ran "
+                  "while callbacks took every call's budget");
+    int64_t end = te_test_now_ms() + WAIT_MS; /* a's completions */
+    while (atomic_load(&done_count) < atomic_load(&order_n) && te_test_now_ms() < end) {
+        ck_assert_int_ge(te_progress(x.a, -1, 0), 0);
+        ck_assert_int_ge(te_progress(x.b, -1, 0), 0);
+    }
+    te_test_pair_close(&x);
+}
+END_TEST
+
 TE_TEST_MAIN("progress",
              TE_TCASE_FULL("api", 120, NULL, NULL, thread_mode_refuses,
                            bad_arguments_are_named,
@@ -525,7 +575,8 @@ TE_TEST_MAIN("progress",
                            blocking_calls_progress, callbacks_cannot_reenter,
                            destroy_runs_what_is_left,
                            messages_and_peer_removal,
-                           budget_bounds_callbacks_in_arrival_order),
+                           budget_bounds_callbacks_in_arrival_order,
+                           due_deadlines_run_under_a_budget),
              TE_TCASE_FULL("threads", 240, NULL, NULL,
                            many_threads_one_group, own_event_loop_on_the_fd,
                            progress_wait_two_processes,
