@@ -451,14 +451,9 @@ int te_callbacks_local_run(struct te_callbacks *cb, struct te_cb_local *l,
     size_t run = l->n;
     if (budget > 0 && (size_t)budget < run)
         run = (size_t)budget;
-    if (run < l->n) {
-        if (fifo_push(&cb->events, &l->ev[run], l->n - run) == 0) {
-            if (cb->ring)
-                cb->ring(cb->ring_arg);
-        } else {
-            run = l->n; /* no room to leave them: run them now, over budget */
-        }
-    }
+    /* l is closed: te_callbacks_push queues them (and rings). */
+    if (run < l->n && te_callbacks_push(cb, &l->ev[run], l->n - run) != 0)
+        run = l->n; /* no room to leave them: run them now, over budget */
     if (!run)
         return 0;
     const struct te_callbacks *outer = running_here;
@@ -527,50 +522,51 @@ int te_callbacks_on_thread(const struct te_callbacks *cb)
            (cb->started && pthread_equal(pthread_self(), cb->thread_id));
 }
 
+/* One pass of te_callbacks_run on this thread (running_here set): the
+ * timers due by now and up to room queued events (room 0: timers only).
+ * Returns how many ran (the due timers counting one), 0 when none. */
+static int run_pass(struct te_callbacks *cb, struct te_cb_event *batch,
+                    size_t room)
+{
+    /* Unlocked peek: the common case is an empty queue. */
+    if ((!room || !__atomic_load_n(&cb->events.count, __ATOMIC_ACQUIRE)) &&
+        !__atomic_load_n(&cb->ntimers, __ATOMIC_RELAXED))
+        return 0;
+    pthread_mutex_lock(&cb->events.lock);
+    struct te_timer *due = cb->timers ? take_due(cb, te_clock_ns(), 0)
+                                      : NULL; /* no clock read */
+    size_t n = room ? fifo_pop_locked(&cb->events, batch, room) : 0;
+    pthread_mutex_unlock(&cb->events.lock);
+    run_batch(due, batch, n);
+    return (int)n + (due != NULL);
+}
+
 int te_callbacks_run(struct te_callbacks *cb, int budget)
 {
     struct te_cb_event batch[TE_CB_BATCH];
     const struct te_callbacks *outer = running_here;
-    int ran = 0;
+    int ran = 0, got;
     running_here = cb;
-    for (;;) {
+    do {
         size_t room = TE_CB_BATCH;
         if (budget > 0 && (size_t)(budget - ran) < room)
             room = (size_t)(budget - ran);
         if (room == 0)
             break;
-        /* Unlocked peek: the common case is an empty queue. */
-        if (!__atomic_load_n(&cb->events.count, __ATOMIC_ACQUIRE) &&
-            !__atomic_load_n(&cb->ntimers, __ATOMIC_RELAXED))
-            break;
-        pthread_mutex_lock(&cb->events.lock);
-        struct te_timer *due = cb->timers ? take_due(cb, te_clock_ns(), 0)
-                                          : NULL; /* no clock read */
-        size_t n = fifo_pop_locked(&cb->events, batch, room);
-        pthread_mutex_unlock(&cb->events.lock);
-        if (!n && !due)
-            break;
-        run_batch(due, batch, n);
-        ran += (int)n + (due != NULL);
-    }
+        got = run_pass(cb, batch, room);
+        ran += got;
+    } while (got);
     running_here = outer;
     return ran;
 }
 
 int te_callbacks_run_timers(struct te_callbacks *cb)
 {
-    if (!__atomic_load_n(&cb->ntimers, __ATOMIC_RELAXED))
-        return 0;
-    pthread_mutex_lock(&cb->events.lock);
-    struct te_timer *due = cb->timers ? take_due(cb, te_clock_ns(), 0) : NULL;
-    pthread_mutex_unlock(&cb->events.lock);
-    if (!due)
-        return 0;
     const struct te_callbacks *outer = running_here;
     running_here = cb;
-    run_timers(due, 0);
+    int ran = run_pass(cb, NULL, 0);
     running_here = outer;
-    return 1;
+    return ran;
 }
 
 uint64_t te_callbacks_next_timer(struct te_callbacks *cb)

@@ -471,24 +471,29 @@ static void on_imm_in_order(uint32_t imm, int status, void *arg)
     order_seen[i] = imm;
 }
 
+/* Arm imm ORDERED_BASE + k on b and submit a's 64-byte WriteImm of it,
+ * pinned to NIC 0 (one ring: arrivals in submission order). */
+static void submit_ordered(te_test_pair *x, uint32_t k)
+{
+    ck_assert_int_eq(te_imm_expect(x->b, ORDERED_BASE + k, 1, on_imm_in_order, NULL),
+                     0);
+    te_request r = te_test_pair_write(x, 64, 0);
+    r.flags = TE_F_IMM;
+    r.imm = ORDERED_BASE + k;
+    r.route.kind = TE_ROUTE_PIN;
+    r.route.nic = 0;
+    r.done = on_done;
+    ck_assert_int_ge(te_submit(x->a, &r), 0);
+}
+
 static void budget_run(int budget)
 {
     te_test_pair x;
     te_test_pair_open(&x, CALLER, CALLER, 4096);
     atomic_store(&order_n, 0);
-    for (uint32_t k = 0; k < ORDERED; k++)
-        ck_assert_int_eq(te_imm_expect(x.b, ORDERED_BASE + k, 1, on_imm_in_order,
-                                       NULL), 0);
     atomic_store(&done_count, 0);
-    for (uint32_t k = 0; k < ORDERED; k++) {
-        te_request r = te_test_pair_write(&x, 64, 0);
-        r.flags = TE_F_IMM;
-        r.imm = ORDERED_BASE + k;
-        r.route.kind = TE_ROUTE_PIN;
-        r.route.nic = 0;
-        r.done = on_done;
-        ck_assert_int_ge(te_submit(x.a, &r), 0);
-    }
+    for (uint32_t k = 0; k < ORDERED; k++)
+        submit_ordered(&x, k);
     /* b's turns execute a's writes (loopback's target side), so both
      * progress until every write completed and every callback ran. */
     int64_t end = te_test_now_ms() + WAIT_MS;
@@ -541,15 +546,7 @@ START_TEST(due_deadlines_run_under_a_budget)
     ck_assert_int_eq(te_imm_expect_timeout(x.b, 999, 1, 1, on_deadline, NULL), 0);
     usleep(20000); /* due from here */
     for (uint32_t k = 0; k < ORDERED && !atomic_load(&timed_out); k++) {
-        ck_assert_int_eq(te_imm_expect(x.b, ORDERED_BASE + k, 1, on_imm_in_order,
-                                       NULL), 0);
-        te_request r = te_test_pair_write(&x, 64, 0);
-        r.flags = TE_F_IMM;
-        r.imm = ORDERED_BASE + k;
-        r.route.kind = TE_ROUTE_PIN;
-        r.route.nic = 0;
-        r.done = on_done;
-        ck_assert_int_ge(te_submit(x.a, &r), 0);
+        submit_ordered(&x, k);
         int64_t end = te_test_now_ms() + WAIT_MS;
         while (atomic_load(&order_n) < (int)k + 1 && te_test_now_ms() < end) {
             ck_assert_int_ge(te_progress(x.b, -1, 1), 0);

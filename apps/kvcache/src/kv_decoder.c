@@ -522,6 +522,13 @@ static void handle_imm(te_kv_decoder *d, uint32_t imm, int status)
                       "was counted" : "expectation ended");
 }
 
+/* A request with a deadline and a prefiller to watch (sent, armed or
+ * cancelling). */
+static int watched(const struct kv_req *q)
+{
+    return q->state == R_SENT || q->state == R_ARMED || q->state == R_CANCELLING;
+}
+
 /* A prefiller the engine declared down (transport error, its process
  * exited, silence past engine.peer_timeout_ms) is fenced now rather than
  * at its requests' deadlines: the decoder only receives from it, so no
@@ -533,9 +540,7 @@ static void check_peers(te_kv_decoder *d)
             continue;
         int busy = 0;
         for (uint32_t i = 0; i < d->o.max_requests && !busy; i++)
-            busy = d->req[i].pf == pf && (d->req[i].state == R_SENT ||
-                                          d->req[i].state == R_ARMED ||
-                                          d->req[i].state == R_CANCELLING);
+            busy = d->req[i].pf == pf && watched(&d->req[i]);
         if (busy && te_peer_status(d->e, d->o.group, d->pf[pf].peer) ==
                         -ECONNRESET)
             fence_prefiller(d, pf, -ECONNRESET,
@@ -586,13 +591,12 @@ static void check_deadlines(te_kv_decoder *d)
     }
 }
 
-/* Whether a request has a deadline or a peer to watch (SENT, ARMED,
- * CANCELLING): the service thread then looks every 5 ms. */
+/* Whether any request is watched: the service thread then looks every
+ * 5 ms. */
 static int watching(const te_kv_decoder *d)
 {
     for (uint32_t i = 0; i < d->o.max_requests; i++)
-        if (d->req[i].state == R_SENT || d->req[i].state == R_ARMED ||
-            d->req[i].state == R_CANCELLING)
+        if (watched(&d->req[i]))
             return 1;
     return 0;
 }
