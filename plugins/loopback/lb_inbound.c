@@ -303,30 +303,35 @@ void lb_housekeeping(lb_nic *nic)
         struct lb_peer *p = nic->peers[i];
         if (!p || p->dead)
             continue;
-        /* A target that closed its NIC in order said so in the channel
-         * before its socket closed or its process ended. */
-        bool closed = p->shm && atomic_load(&p->shm->tgt_state) == LB_ST_CLOSED;
-        if (p->shm && atomic_load(&p->shm->tgt_state) == LB_ST_REFUSED) {
-            lb_peer_refused(nic, p, "it requires authentication and this "
-                            "engine has no key (engine.auth_key) or a "
-                            "different one");
-            continue;
-        }
         short rev = pf[k].revents;
         /* POLLIN alone is doorbells (lb_wait.c), unless it is the EOF. */
         if (rev && !(rev & (POLLHUP | POLLERR | POLLNVAL)) &&
             lb_sock_drain(p->fd) == 0)
             rev = 0;
-        if (rev)
+        bool exited = !rev &&
+                      (pf[k + 1].revents ||
+                       /* No pidfds (kernel < 5.3, valgrind): ask the pid. */
+                       (p->fd >= 0 && p->pidfd < 0 &&
+                        kill((pid_t)p->pid, 0) < 0 && errno == ESRCH));
+        /* The channel's state last: a target that refused us or closed
+         * its NIC in order says so there before its socket closes or its
+         * process ends, so read after the hang-up was seen it names the
+         * cause. Read before the hang-up, a refusal landing in between
+         * was reported as "NIC dead" (test_auth's twoproc_refused, seen
+         * under qemu-user). */
+        uint32_t st = p->shm ? atomic_load(&p->shm->tgt_state) : LB_ST_OK;
+        bool closed = st == LB_ST_CLOSED;
+        if (st == LB_ST_REFUSED)
+            lb_peer_refused(nic, p, "it requires authentication and this "
+                            "engine has no key (engine.auth_key) or a "
+                            "different one");
+        else if (rev)
             lb_peer_down(nic, p, closed ? "NIC closed, connection closed"
                                         : "connection closed", closed);
-        else if (pf[k + 1].revents ||
-                 /* No pidfds (kernel < 5.3, valgrind): ask the pid. */
-                 (p->fd >= 0 && p->pidfd < 0 && kill((pid_t)p->pid, 0) < 0 &&
-                  errno == ESRCH))
+        else if (exited)
             lb_peer_down(nic, p, closed ? "NIC closed, process exited"
                                         : "process exited", closed);
-        else if (p->shm && atomic_load(&p->shm->tgt_state) != LB_ST_OK)
+        else if (st != LB_ST_OK)
             lb_peer_down(nic, p, closed ? "NIC closed" : "NIC dead", closed);
     }
 
