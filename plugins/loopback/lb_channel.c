@@ -454,7 +454,8 @@ int lb_peer_remove(te_plugin_nic *nic, te_plugin_peer h)
 }
 
 /* The target went away (or refused us): finish what it did, fail the rest
- * with status, report it once. */
+ * with status, report it once: in the log, and as this poll's error, which
+ * the core quotes in the peer's reason (te_peer_status, the log). */
 static void peer_down(lb_nic *nic, struct lb_peer *p, const char *why,
                       int op_status, int status, int level)
 {
@@ -468,6 +469,8 @@ static void peer_down(lb_nic *nic, struct lb_peer *p, const char *why,
     nic->peers_gen++;
     lb_log(nic->ctx, level, "%s: peer lo%u of pid %u is down (%s)",
            nic->name, p->nic_index, p->pid, why);
+    lb_err(nic, "peer lo%u of pid %u is down (%s)", p->nic_index, p->pid,
+           why);
     struct te_plugin_cq_entry e = {.kind = TE_PCQ_PEER_DOWN, .status = status,
                                    .peer = p->handle};
     lb_cq_push(nic, &e);
@@ -483,7 +486,6 @@ void lb_peer_refused(lb_nic *nic, struct lb_peer *p, const char *why)
 {
     char msg[256];
     snprintf(msg, sizeof msg, "failed authentication: %s", why);
-    lb_err(nic, "peer lo%u of pid %u %s", p->nic_index, p->pid, msg);
     peer_down(nic, p, msg, -EACCES, -EACCES, 0);
 }
 

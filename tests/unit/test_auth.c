@@ -278,6 +278,16 @@ static void two_process(const char *ka, const char *kb, int expect_ok)
         } else if (id >= 0) { /* no key here: refused after peer_add */
             ck_assert_int_ne(te_test_completion(e, 10000).status, 0);
         }
+        /* The peer's reason names the refusal, not just its failed ops. */
+        int64_t end = te_test_now_ms() + 10000;
+        while (!expect_ok && te_peer_status(e, 0, p) == 0 &&
+               te_test_now_ms() < end)
+            te_test_sleep_ms(1);
+        if (!expect_ok) {
+            ck_assert_int_eq(te_peer_status(e, 0, p), -ECONNRESET);
+            ck_assert_msg(strstr(te_last_error(), "failed authentication"),
+                          "%s", te_last_error());
+        }
     } else {
         ck_assert_int_eq(rc, -EACCES);
         ck_assert_msg(strstr(te_last_error(), "authentication"), "%s",
