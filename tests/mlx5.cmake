@@ -16,7 +16,17 @@
 add_test(NAME mlx5_rxe_conformance
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/vm/mlx5-conformance.sh ${CMAKE_BINARY_DIR})
 set_tests_properties(mlx5_rxe_conformance PROPERTIES
-  TIMEOUT 600 SKIP_RETURN_CODE 77 PROCESSORS 2 LABELS "mlx5;vm;conformance")
+  TIMEOUT 600 SKIP_RETURN_CODE 77 PROCESSORS 2 LABELS "mlx5;vm;conformance"
+  RESOURCE_LOCK te_vm_guest)
+
+# vm_run_share (tests/vm/share-test.sh): run.sh --share, which the test
+# above needs for a build directory under /tmp outside the source tree
+# (a user's `cmake -B /tmp/build`): two short boots (about 10 s each).
+add_test(NAME vm_run_share
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/vm/share-test.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(vm_run_share PROPERTIES
+  TIMEOUT 600 SKIP_RETURN_CODE 77 PROCESSORS 2 LABELS "vm"
+  RESOURCE_LOCK te_vm_guest)
 
 # The plugin loads in te-info like any other (no device needed for that).
 if(TARGET te-plugin-mlx5)

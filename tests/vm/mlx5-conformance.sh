@@ -35,5 +35,9 @@ done
   skip "te-conformance not built"
 [ -x "$build/tests/te-mlx5-pair" ] || skip "te-mlx5-pair not built"
 
+# --share: ctest runs this in $build/tests, and a build directory under
+# /tmp outside the source tree would otherwise leave the guest without
+# $build/tools and $build/plugins.
 exec "$here/run.sh" --rxe --timeout 420 --guest "$build/tests/vm-guest" \
+  --share "$build" \
   -- bash "$here/guest-mlx5.sh" "$build"

@@ -8,6 +8,9 @@
 #                   veth (tests/vm/rxe-setup.sh)
 #   --env NAME=VAL  export this variable to COMMAND (nothing else from the
 #                   host environment reaches the guest); repeatable
+#   --share DIR     also make DIR visible at its own path when it lies under
+#                   /tmp, /run or /root (a build directory outside the
+#                   source tree); repeatable
 #   --timeout S     kill the guest after S seconds (default 300): exit 124
 #   --cpus N        vCPUs (default 2)   --mem MB  guest memory (default 1024)
 #   --guest DIR     where the guest image is built and cached
@@ -30,10 +33,12 @@ cpus=2
 mem=1024
 guest=${TE_VM_DIR:-/tmp/te-vm-$(id -u)}
 envs=()
+extra_shares=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --rxe) rxe=1; shift ;;
     --env) envs+=("$2"); shift 2 ;;
+    --share) extra_shares+=("$(cd "$2" && pwd)"); shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
     --cpus) cpus=$2; shift 2 ;;
     --mem) mem=$2; shift 2 ;;
@@ -43,7 +48,7 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-[ $# -gt 0 ] || { echo "usage: run.sh [--rxe] [--env N=V]... [--timeout S] -- COMMAND..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: run.sh [--rxe] [--env N=V]... [--share DIR]... [--timeout S] -- COMMAND..." >&2; exit 2; }
 command -v qemu-system-x86_64 >/dev/null ||
   { echo "run.sh: qemu-system-x86_64 not found (apt-get install qemu-system-x86)" >&2; exit 2; }
 
@@ -73,7 +78,8 @@ trap 'rm -rf "$io"' EXIT
 shares=()
 : > "$io/binds"
 src_root=$(cd "$here/../.." && pwd)
-for d in "$src_root" "$PWD"; do
+# Widest first: a directory inside one already shared is visible through it.
+for d in "$src_root" "${extra_shares[@]+"${extra_shares[@]}"}" "$PWD"; do
   case "$d" in
     /tmp|/tmp/*|/run|/run/*|/root|/root/*) ;;
     *) continue ;;
