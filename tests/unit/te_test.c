@@ -238,6 +238,17 @@ uint64_t te_test_wait_banked(te_engine *e, uint32_t imm, uint64_t want,
     }
 }
 
+int te_test_wait_peer_down(te_engine *e, int group, te_peer peer,
+                           int timeout_ms)
+{
+    int64_t end = te_test_now_ms() + timeout_ms;
+    int rc;
+    while ((rc = te_peer_status(e, group, peer)) == 0 &&
+           te_test_now_ms() < end)
+        te_test_sleep_ms(1);
+    return rc;
+}
+
 pid_t te_test_fork(int *wr, int *rd)
 {
     int down[2], up[2]; /* parent to child, child to parent */

@@ -135,6 +135,11 @@ int te_test_wait_int(atomic_int *v, int want, int timeout_ms);
 /* The same for the arrivals of imm banked at e (te_imm_poll). */
 uint64_t te_test_wait_banked(te_engine *e, uint32_t imm, uint64_t want,
                              int timeout_ms);
+/* Waits (polling every millisecond) until te_peer_status() of the peer is
+ * not 0 or timeout_ms has passed; returns its last answer, with its
+ * te_last_error() (the down reason) left in place. */
+int te_test_wait_peer_down(te_engine *e, int group, te_peer peer,
+                           int timeout_ms);
 
 /* CLOCK_MONOTONIC in milliseconds; a sleep of ms milliseconds. */
 int64_t te_test_now_ms(void);

@@ -55,9 +55,7 @@ START_TEST(destroyed_in_process_peer_is_down_not_a_crash)
 
     ck_assert_int_eq(te_mr_dereg(b, mb), 0);
     te_engine_destroy(b); /* a's heartbeats to b go on */
-    int st = 0;
-    for (int i = 0; i < 500 && (st = te_peer_status(a, 0, p)) == 0; i++)
-        usleep(10000);
+    int st = te_test_wait_peer_down(a, 0, p, 5000);
     ck_assert_msg(st == -ECONNRESET, "peer status %d after 5 s", st);
     /* A write to it fails with the reason; nothing crashes. */
     int64_t id = te_submit(a, &r);

@@ -316,11 +316,8 @@ START_TEST(refusal_text_from_poll)
 {
     te_test_self s;
     open_self(&s, "refuse_late");
-    int rc = 0;
-    for (int64_t end = te_test_now_ms() + WAIT_MS;
-         !(rc = te_peer_status(s.e, 0, s.peer)) && te_test_now_ms() < end;)
-        te_test_sleep_ms(1);
-    ck_assert_int_eq(rc, -ECONNRESET);
+    ck_assert_int_eq(te_test_wait_peer_down(s.e, 0, s.peer, WAIT_MS),
+                     -ECONNRESET);
     const char *why = "peer refused after the handshake: credentials rejected";
     ck_assert_msg(strstr(te_last_error(), why), "te_last_error: %s",
                   te_last_error());
