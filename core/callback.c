@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "te_hot.h"
 
 static int fifo_init(struct te_fifo *f, size_t item_size, size_t cap)
 {
@@ -246,6 +247,7 @@ static uint64_t wait_ns(const struct te_callbacks *cb, uint64_t now)
 }
 
 /* What one pass took from the queues: due timers first, then events. */
+TE_HOT
 static void run_batch(struct te_timer *due, struct te_cb_event *batch,
                       size_t n)
 {
@@ -410,6 +412,7 @@ void te_callbacks_set_ring(struct te_callbacks *cb, void (*ring)(void *arg),
 /* The batch te_progress opened on this thread (te_callbacks_local_open). */
 static _Thread_local struct te_cb_local *local_here;
 
+TE_HOT
 void te_callbacks_local_open(struct te_callbacks *cb, struct te_cb_local *l)
 {
     l->cb = cb;
@@ -444,6 +447,7 @@ static int local_take(struct te_callbacks *cb, const struct te_cb_event *ev,
     return 0;
 }
 
+TE_HOT
 int te_callbacks_local_run(struct te_callbacks *cb, struct te_cb_local *l,
                            int budget)
 {
@@ -463,6 +467,7 @@ int te_callbacks_local_run(struct te_callbacks *cb, struct te_cb_local *l,
     return (int)run;
 }
 
+TE_HOT
 int te_callbacks_push(struct te_callbacks *cb, const struct te_cb_event *ev,
                       size_t n)
 {
@@ -516,6 +521,7 @@ int te_cq_pop(struct te_callbacks *cb, te_completion *out, int max,
     return (int)n;
 }
 
+TE_HOT
 int te_callbacks_on_thread(const struct te_callbacks *cb)
 {
     return running_here == cb ||
@@ -525,6 +531,7 @@ int te_callbacks_on_thread(const struct te_callbacks *cb)
 /* One pass of te_callbacks_run on this thread (running_here set): the
  * timers due by now and up to room queued events (room 0: timers only).
  * Returns how many ran (the due timers counting one), 0 when none. */
+TE_HOT
 static int run_pass(struct te_callbacks *cb, struct te_cb_event *batch,
                     size_t room)
 {
@@ -541,6 +548,7 @@ static int run_pass(struct te_callbacks *cb, struct te_cb_event *batch,
     return (int)n + (due != NULL);
 }
 
+TE_HOT
 int te_callbacks_run(struct te_callbacks *cb, int budget)
 {
     struct te_cb_event batch[TE_CB_BATCH];

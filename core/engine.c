@@ -20,6 +20,7 @@
 #include "te_clock.h"
 #include "wait.h"
 #include "te_error.h"
+#include "te_hot.h"
 
 #define TE_MAX_PEERS_PER_GROUP 1024
 
@@ -342,6 +343,7 @@ static void close_group(struct te_engine *e, struct te_group *g)
     pthread_mutex_destroy(&g->mr_lock);
 }
 
+TE_HOT
 static void fire_to_callbacks(void *sink, uint32_t imm, te_imm_fn cb,
                               void *arg)
 {

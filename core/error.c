@@ -9,6 +9,7 @@
 
 #include "te/te.h"
 #include "te_error.h"
+#include "te_hot.h"
 
 #ifndef TE_VERSION_STRING
 #define TE_VERSION_STRING "0.1.0"
@@ -52,6 +53,7 @@ int te_fail(int err, const char *fmt, ...)
     return err;
 }
 
+TE_HOT
 void te_error_clear(void)
 {
     te_errmsg[0] = '\0';

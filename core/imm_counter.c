@@ -72,6 +72,7 @@
 
 #include "te_clock.h"
 #include "te_error.h"
+#include "te_hot.h"
 
 /* Largest count accepted by expect() (keeps banked - count in int64). */
 #define IMM_COUNT_MAX (UINT64_C(1) << 62)
@@ -169,6 +170,7 @@ static int reserve_key(struct te_imm_table *t)
  * Find imm's slot; with insert, claim one if it has none. NULL: not present
  * (insert == 0) or the table is full (insert != 0).
  */
+TE_HOT
 static struct imm_slot *slot_find(struct te_imm_table *t, uint32_t imm,
                                   int insert)
 {
@@ -296,6 +298,7 @@ void te_imm_table_free(struct te_imm_table *t)
     free(t);
 }
 
+TE_HOT
 int te_imm_table_arrive(struct te_imm_table *t, uint32_t imm, uint32_t n)
 {
     if (n == 0)

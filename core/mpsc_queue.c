@@ -30,6 +30,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include "te_hot.h"
 
 struct mpsc_cell {
     _Atomic size_t seq;
@@ -89,6 +90,7 @@ void te_mpsc_free(struct te_mpsc *q)
     free(q);
 }
 
+TE_HOT
 int te_mpsc_push(struct te_mpsc *q, void *item)
 {
     size_t pos = atomic_load_explicit(&q->enq, memory_order_relaxed);
@@ -114,6 +116,7 @@ int te_mpsc_push(struct te_mpsc *q, void *item)
     return 0;
 }
 
+TE_HOT
 size_t te_mpsc_pop(struct te_mpsc *q, void **out, size_t max)
 {
     size_t pos = atomic_load_explicit(&q->deq, memory_order_relaxed);

@@ -10,6 +10,7 @@
 #include "paths.h"
 #include "te_clock.h"
 #include "te_error.h"
+#include "te_hot.h"
 
 static uint32_t plugin_access(uint32_t access)
 {
@@ -94,6 +95,7 @@ TE_API int te_mr_reg(te_engine *e, int group, void *addr, size_t len,
  * increment out; the claimer waits for those few instructions before it
  * touches the registration.
  */
+TE_HOT
 int te_mr_hold(struct te_mr *mr, const char *what)
 {
     int64_t old = atomic_fetch_add_explicit(&mr->users, 1,
@@ -106,6 +108,7 @@ int te_mr_hold(struct te_mr *mr, const char *what)
                    (void *)mr->addr);
 }
 
+TE_HOT
 void te_mr_unhold(struct te_mr *mr)
 {
     atomic_fetch_sub_explicit(&mr->users, 1, memory_order_release);

@@ -16,6 +16,7 @@
 
 #include "nic_guard.h"
 #include "te_error.h"
+#include "te_hot.h"
 
 void te_guard_fail(struct te_engine *e, struct te_group *g, struct te_nic *n,
                    const char *fmt, ...)
@@ -45,6 +46,7 @@ static void unpost(struct te_nic *n, struct te_plugin_op *ops, size_t from,
     }
 }
 
+TE_HOT
 int te_guard_post(struct te_engine *e, struct te_group *g, struct te_nic *n,
                   struct te_plugin_op *ops, size_t cnt)
 {

@@ -13,10 +13,12 @@
 #include <time.h>
 
 #include "worker.h"
+#include "te_hot.h"
 
 /* Scan for expired deadlines and silent peers this often. */
 #define TE_CHECK_INTERVAL_NS 5000000ull
 
+TE_HOT
 void te_turn_flush(struct te_engine *e, struct turn *t)
 {
     if (t->nev && te_callbacks_push(&e->cb, t->ev, t->nev))
@@ -26,6 +28,7 @@ void te_turn_flush(struct te_engine *e, struct turn *t)
     t->nev = t->ncq = 0;
 }
 
+TE_HOT
 struct te_cb_event *te_turn_event(struct te_engine *e, struct turn *t)
 {
     if (t->nev == TE_EVENT_BATCH)
@@ -44,6 +47,7 @@ void te_req_fail(struct te_req *q, int status, const char *fmt, ...)
     va_end(ap);
 }
 
+TE_HOT
 void te_req_track(struct te_group *g, struct turn *t, struct te_req *q)
 {
     g->inflight_reqs++;
@@ -59,6 +63,7 @@ void te_req_track(struct te_group *g, struct turn *t, struct te_req *q)
         g->timed_reqs++;
 }
 
+TE_HOT
 void te_req_deliver(struct te_engine *e, struct turn *t, struct te_req *q)
 {
     if (q->delivered)
@@ -87,6 +92,7 @@ void te_req_deliver(struct te_engine *e, struct turn *t, struct te_req *q)
     memset(c->reserved, 0, sizeof(c->reserved)); /* growth rule: zero */
 }
 
+TE_HOT
 void te_req_settle(struct te_engine *e, struct turn *t, struct te_req *q)
 {
     if (q->ops_done + q->ops_skipped != q->ops_total)
@@ -217,6 +223,7 @@ static void check_peers(struct te_engine *e, struct te_group *g,
     }
 }
 
+TE_HOT
 void te_worker_check(struct te_engine *e, struct te_group *g, struct turn *t)
 {
     if (!te_turn_clock_due(t) || te_turn_now(t) < t->next_check_ns)

@@ -12,6 +12,7 @@
 
 #include "nic_guard.h"
 #include "te_error.h"
+#include "te_hot.h"
 
 /* The peer whose plugin handle on `nic` is pp (live or already down). */
 te_peer te_peer_of(struct te_group *g, uint32_t nic, te_plugin_peer pp)
@@ -30,6 +31,7 @@ static const char *op_word(uint32_t kind)
                                                               : "write";
 }
 
+TE_HOT
 static void on_local(struct te_engine *e, struct te_group *g, struct turn *t,
                      struct te_nic *n, const struct te_plugin_cq_entry *ce)
 {
@@ -125,6 +127,7 @@ void te_repost_recvs(struct te_engine *e, struct te_group *g,
     }
 }
 
+TE_HOT
 void te_poll_nic(struct te_engine *e, struct te_group *g, struct turn *t,
                  uint32_t nic)
 {

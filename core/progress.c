@@ -16,6 +16,7 @@
 #include "te_error.h"
 #include "wait.h"
 #include "worker.h"
+#include "te_hot.h"
 
 /* A callback or timer queued outside a group's turn (an expectation met
  * by arrivals already banked, a deadline armed, a space retired, the GPU
@@ -118,6 +119,7 @@ static void nap_us(uint32_t us)
     nanosleep(&ts, NULL);
 }
 
+TE_HOT
 TE_API int te_progress(te_engine *e, int group, int budget)
 {
     te_error_clear();

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "te_hot.h"
+
 #if defined(__SANITIZE_ADDRESS__)
 #define TE_POOL_ASAN 1
 #elif defined(__has_feature)
@@ -64,6 +66,7 @@ void te_req_pool_destroy(struct te_req_pool *p)
     p->count = 0;
 }
 
+TE_HOT
 void *te_req_pool_get(struct te_req_pool *p, size_t size)
 {
     if (size > p->block_size || !p->count)
@@ -87,6 +90,7 @@ void *te_req_pool_get(struct te_req_pool *p, size_t size)
     }
 }
 
+TE_HOT
 int te_req_pool_put(struct te_req_pool *p, void *ptr)
 {
     uintptr_t a = (uintptr_t)ptr, base = (uintptr_t)p->blocks;

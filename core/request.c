@@ -15,6 +15,7 @@
 #include "shard.h"
 #include "te_error.h"
 #include "wait.h"
+#include "te_hot.h"
 
 static const char *op_name(uint32_t op)
 {
@@ -35,6 +36,7 @@ static int range_ok(uint64_t a, uint64_t b, uint64_t limit)
     return a <= limit && b <= limit - a;
 }
 
+TE_HOT
 static int check_peer(struct te_group *g, te_peer p, const char *what,
                       struct te_peer_entry **out)
 {
@@ -50,6 +52,7 @@ static int check_peer(struct te_group *g, te_peer p, const char *what,
     return 0;
 }
 
+TE_HOT
 static int check_local(struct te_group *g, const te_mr *mr, uint64_t off,
                        uint64_t len, const char *what)
 {
@@ -67,6 +70,7 @@ static int check_local(struct te_group *g, const te_mr *mr, uint64_t off,
     return 0;
 }
 
+TE_HOT
 static int check_remote(const struct te_peer_entry *pe, const te_mr_desc *d,
                         uint64_t off, uint64_t len, uint32_t need,
                         const char *what)
@@ -96,6 +100,7 @@ struct req_layout {
     size_t extra; /* copied arrays / message */
 };
 
+TE_HOT
 static int validate(te_engine *e, struct te_group *g, const te_request *r,
                     uint32_t k, struct req_layout *lay)
 {
@@ -214,6 +219,7 @@ static int validate(te_engine *e, struct te_group *g, const te_request *r,
  * is removed (and its slot reused) before the worker takes the request,
  * the worker sees the handle no longer matches and fails the request
  * (post.c fail_if_peer_gone); it never dereferences a missing entry. */
+TE_HOT
 static void init_single(struct te_cursor *c, struct te_req *q, uint32_t kind,
                         uint32_t nic, te_peer peer, te_mr *lmr,
                         uint8_t *laddr, uint64_t len, const te_mr_desc *d,
@@ -249,6 +255,7 @@ static void init_single(struct te_cursor *c, struct te_req *q, uint32_t kind,
 }
 
 /* Split one contiguous transfer into k shard cursors starting at cur. */
+TE_HOT
 static uint32_t shard_cursors(struct te_req *q, struct te_cursor *cur,
                               uint32_t kind, uint32_t first, uint32_t k,
                               te_peer peer, te_mr *lmr,
@@ -261,8 +268,9 @@ static uint32_t shard_cursors(struct te_req *q, struct te_cursor *cur,
     const uint64_t *w = k > 1 && g->shard_weights ? g->shard_weights + first
                                                   : NULL;
     for (uint32_t i = 0; i < k; i++) {
-        uint64_t soff, slen;
-        te_shard_range_weighted(len, w, k, i, &soff, &slen);
+        uint64_t soff = 0, slen = len; /* k = 1: the whole (latency path) */
+        if (k > 1)
+            te_shard_range_weighted(len, w, k, i, &soff, &slen);
         init_single(&cur[i], q, kind, first + i, peer, lmr,
                     lmr->addr + loff + soff, slen, d, roff + soff);
     }
@@ -271,6 +279,7 @@ static uint32_t shard_cursors(struct te_req *q, struct te_cursor *cur,
 
 /* Runs inside te_submit(): r is the caller's request, whose descriptors
  * and arrays are still valid; only PAGED keeps (copies of) them. */
+TE_HOT
 static void expand(te_engine *e, struct te_group *g, struct te_req *q,
                    const te_request *r, uint32_t first, uint32_t k)
 {
@@ -368,6 +377,7 @@ static te_mr *local_mr(const te_request *r)
     }
 }
 
+TE_HOT
 void te_req_free(struct te_req *q)
 {
     for (int i = 0; i < 2; i++)
@@ -377,6 +387,7 @@ void te_req_free(struct te_req *q)
         free(q);
 }
 
+TE_HOT
 TE_API int64_t te_submit(te_engine *e, const te_request *r)
 {
     te_error_clear();

@@ -10,12 +10,14 @@
 
 #include "request_abi.h"
 #include "te_error.h"
+#include "te_hot.h"
 
 _Static_assert(sizeof(te_request) >= TE_REQUEST_SIZE_V0_2,
                "te_request shrank below its first published layout");
 _Static_assert(offsetof(te_request, size) == 0,
                "te_request.size must stay the first field");
 
+TE_HOT
 int te_request_view(const te_request *r, te_request *tmp,
                     const te_request **out, const char *fn)
 {
@@ -53,6 +55,7 @@ int te_request_view(const te_request *r, te_request *tmp,
     return 0;
 }
 
+TE_HOT
 int te_route_check(const te_route *rt, const char *what)
 {
     if (rt->reserved)

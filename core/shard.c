@@ -3,7 +3,9 @@
 #include "shard.h"
 
 #include <errno.h>
+#include "te_hot.h"
 
+TE_HOT
 int te_shard_nics(const te_route *route, uint32_t local_nics, uint32_t *first,
                   uint32_t *k)
 {
@@ -81,6 +83,7 @@ void te_shard_pages_weighted(uint32_t count, const uint64_t *w, uint32_t k,
     *n = (uint32_t)(b - a);
 }
 
+TE_HOT
 int te_shard_keep_whole(const te_request *req, uint64_t min_bytes, uint32_t k)
 {
     return k > 1 && min_bytes && req->route.kind == TE_ROUTE_SHARD &&

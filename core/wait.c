@@ -12,6 +12,7 @@
 #include "te_error.h"
 #include "wait.h"
 #include "worker.h"
+#include "te_hot.h"
 
 int te_group_wait_open(struct te_engine *e, struct te_group *g)
 {
@@ -68,6 +69,7 @@ void te_group_wait_close(struct te_group *g)
     g->can_block = 0;
 }
 
+TE_HOT
 void te_group_wake(struct te_group *g)
 {
     atomic_thread_fence(memory_order_seq_cst);
@@ -135,6 +137,7 @@ int te_group_arm_nics(struct te_engine *e, struct te_group *g, int *nic)
     return rc;
 }
 
+TE_HOT
 void te_group_awake(struct te_group *g)
 {
     atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);

@@ -21,6 +21,7 @@
 #include "thread_setup.h"
 #include "worker.h"
 #include "spin_window.h"
+#include "te_hot.h"
 
 /* ------------------------------------------------------------- control */
 
@@ -60,6 +61,7 @@ static void reset_slot(struct te_peer_entry *pe, uint32_t slot, int reused)
 static void run_control(struct te_engine *e, struct te_group *g,
                         struct te_control *c, struct turn *t);
 
+TE_HOT
 static void drain_control(struct te_engine *e, struct te_group *g,
                           struct turn *t)
 {
@@ -205,6 +207,7 @@ static void pin_worker(struct te_engine *e, struct te_group *g)
 
 /* Take up to a batch of submitted requests into the group's queues;
  * returns how many. */
+TE_HOT
 static size_t accept_submitted(struct te_engine *e, struct te_group *g,
                                struct turn *t)
 {
@@ -215,6 +218,7 @@ static size_t accept_submitted(struct te_engine *e, struct te_group *g,
     return n;
 }
 
+TE_HOT
 int te_worker_turn(struct te_engine *e, struct te_group *g, struct turn *t)
 {
     t->did_work = 0;
@@ -241,6 +245,7 @@ int te_worker_turn(struct te_engine *e, struct te_group *g, struct turn *t)
     return t->did_work;
 }
 
+TE_HOT
 void te_worker_post_now(struct te_engine *e, struct te_group *g,
                         struct turn *t, struct te_req *q)
 {

@@ -79,7 +79,7 @@ void te_turn_close_peers(struct te_engine *e, struct te_group *g,
 struct te_cb_event *te_turn_event(struct te_engine *e, struct turn *t);
 /* Record the request's first error (later ones are ignored). */
 void te_req_fail(struct te_req *q, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4), cold));
 /* Start tracking an accepted request (in-flight list, deadline). */
 void te_req_track(struct te_group *g, struct turn *t, struct te_req *q);
 /* Hand the completion out now; the request stays tracked until every

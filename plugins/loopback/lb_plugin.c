@@ -207,6 +207,7 @@ static int lb_nic_address(te_plugin_nic *nic, void *buf, size_t *len)
 
 /* ------------------------------------------------------------------ poll */
 
+LB_HOT
 static int lb_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
 {
     if (!out || max < 0)
