@@ -40,12 +40,36 @@ static void emit(efa_nic *nic, const struct te_plugin_cq_entry *e,
     out[(*n)++] = *e;
 }
 
+/* Why the peer of a PEER_DOWN entry is down, as the poll's error (the
+ * core's te_peer_status and warning quote it). A peer removed since has
+ * no words left: its status then. */
+static void say_down(efa_nic *nic, const struct te_plugin_cq_entry *e)
+{
+    const struct efa_peer *p = efa_peer_get(nic, e->peer);
+    if (p && p->state == EFA_PEER_DOWN && p->down_why[0])
+        efa_err(nic, "peer 0x%llx is down: %s", (unsigned long long)e->peer,
+                p->down_why);
+    else
+        efa_err(nic, "peer 0x%llx is down: %s", (unsigned long long)e->peer,
+                strerror(-e->status));
+}
+
 static void fifo_drain(efa_nic *nic, struct te_plugin_cq_entry *out, int max,
                        int *n)
 {
     struct tpc_fifo *f = &nic->cq_fifo;
     while (*n < max && f->count) {
-        emit(nic, tpc_fifo_at(f, 0), out, n);
+        const struct te_plugin_cq_entry *e = tpc_fifo_at(f, 0);
+        if (e->kind == TE_PCQ_PEER_DOWN) {
+            /* The core quotes this poll's error as the reason of each
+             * peer it reports down: one per poll, so the words are that
+             * peer's (the next waits in the fifo for the next poll). */
+            if (nic->down_said)
+                break;
+            nic->down_said = true;
+            say_down(nic, e);
+        }
+        emit(nic, e, out, n);
         tpc_fifo_pop(f);
     }
 }
@@ -264,8 +288,12 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
         return -EINVAL;
     int n = 0;
     pthread_mutex_lock(&nic->lock);
+    nic->down_said = false;
     fifo_drain(nic, out, max, &n);
-    if (n == max)
+    /* After a PEER_DOWN nothing else may set this poll's error (an op's
+     * failure read next would replace the peer's words): the rest waits
+     * for the next poll. */
+    if (n == max || nic->down_said)
         goto out;
     if (nic->pending)
         efa_peers_resolve(nic);
@@ -289,6 +317,8 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
             if (nic->auth.on)
                 efa_auth_housekeeping(nic, true);
             fifo_drain(nic, out, max, &n);
+            if (nic->down_said)
+                goto out;
         }
     }
     struct fi_cq_data_entry ce[EFA_POLL_BATCH];
@@ -304,12 +334,14 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
                          out, &n);
             /* Entries that went to the fifo (peer down, reposts). */
             fifo_drain(nic, out, max, &n);
-            if ((size_t)got < want)
+            if ((size_t)got < want || nic->down_said)
                 break;
         } else if (got == -FI_EAVAIL) {
             if (on_error(nic, out, &n) < 0)
                 break;
             fifo_drain(nic, out, max, &n);
+            if (nic->down_said)
+                break;
         } else {
             if (got != -FI_EAGAIN)
                 efa_log(nic->ctx, 0, "%s: fi_cq_read: %s", nic->name,
@@ -317,6 +349,8 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
             break;
         }
     }
+    if (nic->down_said)
+        goto out;
     /* A handshake in progress waits for the other side's next message
      * within microseconds: a worker without a wait object (shm) would
      * otherwise nap through each of its hops (efa_auth.c). */

@@ -193,6 +193,8 @@ struct efa_peer {
     struct efa_local *local; /* an endpoint of this process, or NULL */
     uint32_t auth;           /* its efa_auth_rec index + 1, 0 without auth */
     int down_status;         /* why it is down (-EACCES: refused) */
+    char down_why[160];      /* and in words, said when its PEER_DOWN is
+                              * handed to the core (efa_cq.c) */
 };
 
 struct te_plugin_mr {
@@ -262,6 +264,8 @@ struct te_plugin_nic {
     /* completions poll() returns before reading the CQ */
     struct tpc_fifo cq_fifo; /* struct te_plugin_cq_entry */
     uint32_t hk_polls;
+    bool down_said;          /* this poll handed out a PEER_DOWN (one per
+                              * poll: the poll's error names that peer) */
     uint64_t hk_next_ns;
     uint32_t reposts_due;     /* FI_RX_CQ_DATA receives to post again */
     uint64_t unmatched_errors; /* error entries with no op context */

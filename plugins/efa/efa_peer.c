@@ -341,6 +341,7 @@ void efa_peer_down(efa_nic *nic, struct efa_peer *p, int status,
         return;
     p->state = EFA_PEER_DOWN;
     p->down_status = status;
+    snprintf(p->down_why, sizeof(p->down_why), "%s", why);
     /* Gone for good: whoever answers at its address proves itself anew. */
     if (p->auth && status != -EACCES)
         efa_auth_peer_lost(nic, p);

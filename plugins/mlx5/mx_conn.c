@@ -160,8 +160,11 @@ static struct mx_conn *mx_conn_new(mx_nic *nic, const struct mx_addr *ra,
 
 /* ----------------------------------------------------------- down, renew */
 
-static void mx_conn_down(mx_nic *nic, struct mx_conn *c, int status,
-                         const char *why)
+/* c is down: its ops and later posts fail with status; the PEER_DOWN
+ * says -ESHUTDOWN instead when the remote closed in order (its bye), as
+ * the plugin ABI asks, so the core tells a close from a failure. */
+static void mx_conn_down_as(mx_nic *nic, struct mx_conn *c, int status,
+                            bool orderly, const char *why)
 {
     c->hs.state = MX_HS_FAILED;
     mx_conn_sync(nic, c);
@@ -186,9 +189,16 @@ static void mx_conn_down(mx_nic *nic, struct mx_conn *c, int status,
     if (!c->down_reported) {
         c->down_reported = true;
         struct te_plugin_cq_entry e = {.kind = TE_PCQ_PEER_DOWN,
-                                       .status = status, .peer = c->handle};
+                                       .status = orderly ? -ESHUTDOWN : status,
+                                       .peer = c->handle};
         mx_cq_push(nic, &e);
     }
+}
+
+static void mx_conn_down(mx_nic *nic, struct mx_conn *c, int status,
+                         const char *why)
+{
+    mx_conn_down_as(nic, c, status, false, why);
 }
 
 /* Replace c's QP: its ops fail with status; 0, or -1 if c went down. */
@@ -235,8 +245,8 @@ static void mx_conn_act(mx_nic *nic, struct mx_conn *c, unsigned act,
         if (c->hs.fail)
             mx_conn_down(nic, c, -EACCES, mx_hs_fail_str(c->hs.fail));
         else
-            mx_conn_down(nic, c, timer ? -ETIMEDOUT : -ECONNRESET,
-                         timer ? MX_WHY_TIMEOUT : MX_WHY_BYE);
+            mx_conn_down_as(nic, c, timer ? -ETIMEDOUT : -ECONNRESET, !timer,
+                            timer ? MX_WHY_TIMEOUT : MX_WHY_BYE);
         return;
     }
     if ((act & MX_HS_CONNECT) && mx_qp_connect(nic, c) < 0) {

@@ -57,6 +57,10 @@ START_TEST(destroyed_in_process_peer_is_down_not_a_crash)
     te_engine_destroy(b); /* a's heartbeats to b go on */
     int st = te_test_wait_peer_down(a, 0, p, 5000);
     ck_assert_msg(st == -ECONNRESET, "peer status %d after 5 s", st);
+    /* The transport's own words, not only "unreachable" (efa_cq.c
+     * say_down: the PEER_DOWN's poll sets them). */
+    ck_assert_msg(strstr(te_last_error(), "is down: its endpoint in this "
+                         "process was closed"), "%s", te_last_error());
     /* A write to it fails with the reason; nothing crashes. */
     int64_t id = te_submit(a, &r);
     if (id > 0) {
@@ -69,6 +73,52 @@ START_TEST(destroyed_in_process_peer_is_down_not_a_crash)
     te_peer again;
     ck_assert_int_ne(te_peer_add(a, 0, addr, len, &again), 0);
     ck_assert_msg(strstr(te_last_error(), "closed"), "%s", te_last_error());
+    ck_assert_int_eq(te_mr_dereg(a, ma), 0);
+    te_engine_destroy(a);
+}
+END_TEST
+
+/* Two peers lost at once: each one's reason is its own (the plugin says
+ * one PEER_DOWN per poll, so the poll's error the core quotes names the
+ * peer it reports). Both are seen down by the same housekeeping pass. */
+START_TEST(peers_lost_together_each_named)
+{
+    te_engine *a = shm_engine(), *b = shm_engine(), *c = shm_engine();
+    ck_assert_msg(a && b && c, "%s", te_last_error());
+    static char abuf[4096] __attribute__((aligned(4096)));
+    static char tbuf[2][4096] __attribute__((aligned(4096)));
+    te_engine *t[2] = {b, c};
+    te_peer ps[2];
+    te_mr *ma = te_test_reg(a, abuf, sizeof(abuf), 0, NULL);
+    /* A write to each first: a's heartbeats then go on to both (a
+     * heartbeat needs a place the peer registered for writes). */
+    for (int i = 0; i < 2; i++) {
+        te_mr_desc d;
+        te_mr *m = te_test_reg(t[i], tbuf[i], 4096, TE_MR_REMOTE_WRITE, &d);
+        ps[i] = te_test_peer(a, t[i]);
+        te_request r = te_test_write(ps[i], ma, &d, 64, 5000);
+        ck_assert_int_gt(te_submit(a, &r), 0);
+        te_completion cq;
+        ck_assert_int_eq(te_poll_completions(a, &cq, 1, 5000), 1);
+        ck_assert_int_eq(cq.status, 0);
+        ck_assert_int_eq(te_mr_dereg(t[i], m), 0);
+    }
+    te_engine_destroy(b);
+    te_engine_destroy(c);
+    char why[2][512];
+    for (int i = 0; i < 2; i++) {
+        int st = te_test_wait_peer_down(a, 0, ps[i], 5000);
+        ck_assert_msg(st == -ECONNRESET, "peer %d: status %d after 5 s", i,
+                      st);
+        snprintf(why[i], sizeof(why[i]), "%s", te_last_error());
+        ck_assert_msg(strstr(why[i], "its endpoint in this process was "
+                             "closed"), "%s", why[i]);
+    }
+    /* "... peer 0x<plugin handle> is down: ...": different peers. */
+    const char *h0 = strstr(why[0], "peer 0x"), *h1 = strstr(why[1], "peer 0x");
+    ck_assert_msg(h0 && h1, "%s | %s", why[0], why[1]);
+    ck_assert_msg(strncmp(h0, h1, 24) != 0, "both reasons name one peer: "
+                  "%s | %s", why[0], why[1]);
     ck_assert_int_eq(te_mr_dereg(a, ma), 0);
     te_engine_destroy(a);
 }
@@ -150,5 +200,6 @@ int main(void)
     return TE_TEST_RUN("efa_inprocess",
                        TE_TCASE_FULL("close", 60, NULL, NULL,
                          destroyed_in_process_peer_is_down_not_a_crash,
+                         peers_lost_together_each_named,
                          regions_named_per_process_and_dead_ones_removed));
 }

@@ -72,6 +72,10 @@ step "conformance, caller-driven progress (rxe0+rxe1, 1 remote)" \
   --set engine.nics_per_group=2 --set engine.progress=caller
 step "conformance remote_killed (2 remote processes)" \
   timeout 120 "$conf" "${common[@]}" --remotes 2 --case remote_killed
+# The remote's bye is an orderly close (PEER_DOWN with -ESHUTDOWN), noticed
+# without traffic: strict, so a NOTE fails the step (docs/mlx5.md).
+step "conformance peer_closed, strict (bye = orderly close)" \
+  timeout 120 "$conf" "${common[@]}" --remotes 1 --case peer_closed --strict
 # No silent degradation: rxe is a software device; te-info --paths says so
 # and engine.require = hardware refuses it, naming the capability.
 info=$build/tools/te-info/te-info

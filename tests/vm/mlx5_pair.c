@@ -353,6 +353,16 @@ static int side_a_down(struct side *s)
         return fail(s, "write to an unreachable peer succeeded", -EPROTO);
     printf("te-mlx5-pair: unreachable peer: write failed after %.3f s: %s\n",
            now_s() - t0, c.reason);
+    /* The peer is down, and its reason is the plugin's own words (said
+     * in the poll that reported it, mx_plugin.c take_queued). */
+    int st = te_peer_status(s->e, 0, s->peer);
+    if (st != -ECONNRESET)
+        return fail(s, "unreachable peer not down after its write failed",
+                    st ? st : -EPROTO);
+    printf("te-mlx5-pair: unreachable peer: %s\n", te_last_error());
+    if (!strstr(te_last_error(), "not connected within connect_timeout_ms"))
+        return fail(s, "the peer's reason does not name the connect timeout",
+                    -EPROTO);
     return 0;
 }
 
