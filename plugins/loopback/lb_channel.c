@@ -467,10 +467,12 @@ static void peer_down(lb_nic *nic, struct lb_peer *p, const char *why,
     lb_chan_release(nic, p);
     p->dead = true;
     nic->peers_gen++;
-    lb_log(nic->ctx, level, "%s: peer lo%u of pid %u is down (%s)",
-           nic->name, p->nic_index, p->pid, why);
-    lb_err(nic, "peer lo%u of pid %u is down (%s)", p->nic_index, p->pid,
-           why);
+    /* The handle tells apart two NICs lo0 of one process (in-process
+     * engines): the words must say which peer they are about. */
+    snprintf(p->down_why, sizeof(p->down_why),
+             "peer lo%u of pid %u (0x%llx) is down (%s)", p->nic_index, p->pid,
+             (unsigned long long)p->handle, why);
+    lb_log(nic->ctx, level, "%s: %s", nic->name, p->down_why);
     struct te_plugin_cq_entry e = {.kind = TE_PCQ_PEER_DOWN, .status = status,
                                    .peer = p->handle};
     lb_cq_push(nic, &e);

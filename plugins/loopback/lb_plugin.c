@@ -207,6 +207,35 @@ static int lb_nic_address(te_plugin_nic *nic, void *buf, size_t *len)
 
 /* ------------------------------------------------------------------ poll */
 
+/* Entries queued for the core. The core quotes the poll's error as the
+ * reason of each peer the poll reports down: one PEER_DOWN per poll, its
+ * words said here (the peer may have gone down in an earlier call, whose
+ * error the core has cleared since); the next waits for the next poll. */
+LB_HOT
+static int take_queued(lb_nic *nic, struct te_plugin_cq_entry *out, int n,
+                       int max, bool *down_said)
+{
+    while (n < max && nic->cq.count) {
+        struct te_plugin_cq_entry *e = tpc_fifo_at(&nic->cq, 0);
+        if (e->kind == TE_PCQ_LOCAL) {
+            nic->outstanding--;
+        } else if (e->kind == TE_PCQ_PEER_DOWN) {
+            if (*down_said)
+                break;
+            *down_said = true;
+            const struct lb_peer *p = lb_peer_get(nic, e->peer);
+            if (p && p->down_why[0])
+                lb_err(nic, "%s", p->down_why);
+            else /* removed since: no words left */
+                lb_err(nic, "peer 0x%llx is down: %s",
+                       (unsigned long long)e->peer, strerror(-e->status));
+        }
+        out[n++] = *e;
+        tpc_fifo_pop(&nic->cq);
+    }
+    return n;
+}
+
 LB_HOT
 static int lb_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
 {
@@ -214,15 +243,12 @@ static int lb_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
         return -EINVAL;
     if (nic->armed)
         lb_wait_disarm(nic);
-    int n = 0;
-    while (n < max && nic->cq.count) {
-        struct te_plugin_cq_entry *e = tpc_fifo_at(&nic->cq, 0);
-        if (e->kind == TE_PCQ_LOCAL)
-            nic->outstanding--;
-        out[n++] = *e;
-        tpc_fifo_pop(&nic->cq);
-    }
-    if (n == max || atomic_load_explicit(&nic->dead, memory_order_relaxed))
+    bool down_said = false;
+    int n = take_queued(nic, out, 0, max, &down_said);
+    /* After a PEER_DOWN nothing else may set this poll's error (a failed
+     * op's words would replace the peer's): the rest waits. */
+    if (n == max || down_said ||
+        atomic_load_explicit(&nic->dead, memory_order_relaxed))
         return n;
 
     /*
@@ -239,14 +265,9 @@ static int lb_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
         if (now >= nic->hk_next_ns) {
             nic->hk_next_ns = now + LB_HK_INTERVAL_NS;
             lb_housekeeping(nic);
-            while (n < max && nic->cq.count) {
-                struct te_plugin_cq_entry *e = tpc_fifo_at(&nic->cq, 0);
-                if (e->kind == TE_PCQ_LOCAL)
-                    nic->outstanding--;
-                out[n++] = *e;
-                tpc_fifo_pop(&nic->cq);
-            }
-            if (n == max || atomic_load_explicit(&nic->dead, memory_order_relaxed))
+            n = take_queued(nic, out, n, max, &down_said);
+            if (n == max || down_said ||
+                atomic_load_explicit(&nic->dead, memory_order_relaxed))
                 return n;
         }
     }

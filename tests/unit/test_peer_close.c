@@ -113,7 +113,48 @@ START_TEST(close_after_count_two_processes)
 }
 END_TEST
 
+/* Two peers that close together: each one's reason names that peer (the
+ * plugin hands out one PEER_DOWN per poll and says its words in that poll;
+ * the core quotes the poll's error as the reason of each peer it reports,
+ * so two in one poll would both get the second one's words). */
+START_TEST(peers_closed_together_each_named)
+{
+    for (int round = 0; round < 20; round++) {
+        /* Caller-driven: nothing polls a until both are gone, so one
+         * housekeeping pass finds both closed together. */
+        te_engine *a = te_test_engine("[engine]\nprogress = caller\n"), *t[2];
+        te_peer ps[2];
+        for (int i = 0; i < 2; i++) {
+            t[i] = te_test_engine("");
+            ps[i] = te_test_peer(a, t[i]);
+        }
+        te_engine_destroy(t[0]);
+        te_engine_destroy(t[1]);
+        te_test_sleep_ms(5);
+        int64_t end = te_test_now_ms() + 5000;
+        while ((te_peer_status(a, 0, ps[0]) == 0 ||
+                te_peer_status(a, 0, ps[1]) == 0) && te_test_now_ms() < end)
+            ck_assert_int_ge(te_progress(a, -1, 0), 0);
+        char why[2][512];
+        for (int i = 0; i < 2; i++) {
+            int st = te_peer_status(a, 0, ps[i]);
+            ck_assert_msg(st == -ECONNRESET, "peer %d: status %d", i, st);
+            snprintf(why[i], sizeof(why[i]), "%s", te_last_error());
+        }
+        /* The plugin's words: "peer loN of pid P (0xHANDLE) is down (..)",
+         * the same but for the handle when both are right. */
+        const char *h0 = strstr(why[0], "peer lo"), *h1 = strstr(why[1],
+                                                              "peer lo");
+        ck_assert_msg(h0 && h1, "round %d: %s | %s", round, why[0], why[1]);
+        ck_assert_msg(strcmp(h0, h1) != 0, "round %d: both reasons name one "
+                      "peer: %s | %s", round, why[0], why[1]);
+        te_engine_destroy(a);
+    }
+}
+END_TEST
+
 TE_TEST_MAIN("peer_close",
              TE_TCASE_FULL("orderly", 300, NULL, NULL,
                            close_after_count_is_not_a_failure,
-                           close_after_count_two_processes))
+                           close_after_count_two_processes,
+                           peers_closed_together_each_named))
