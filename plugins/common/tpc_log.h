@@ -30,11 +30,12 @@
  */
 void tpc_err(const struct te_plugin_host *host, const char *plugin,
              const char *nic, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-/* tpc_err with a va_list, for a plugin's own variadic wrappers. */
+    __attribute__((format(printf, 4, 5), cold));
+/* tpc_err with a va_list, for a plugin's own variadic wrappers. (Both
+ * `cold`: the branches that report an error leave the hot functions.) */
 void tpc_verr(const struct te_plugin_host *host, const char *plugin,
               const char *nic, const char *fmt, va_list ap)
-    __attribute__((format(printf, 4, 0)));
+    __attribute__((format(printf, 4, 0), cold));
 
 /*
  * A log line "PLUGIN: message" at `level` (0 error .. 3 debug); nothing

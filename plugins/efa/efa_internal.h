@@ -273,6 +273,12 @@ struct te_plugin_nic {
 };
 typedef struct te_plugin_nic efa_nic;
 
+/* The small-operation path (post, poll, a completion's way to the core)
+ * placed together in .text.hot: a lone write from a thread that slept
+ * finds its code cold, and fewer lines and pages to fetch is what
+ * shortens it (core/te_hot.h, docs/benchmarks.md). */
+#define EFA_HOT __attribute__((hot))
+
 /* ------------------------------------------------------- efa_plugin.c */
 
 /* Errors of a NIC ("efa shm:shm: ...") and of the context ("efa: ...")
