@@ -24,6 +24,7 @@
 
 #define TE_MAX_PEERS_PER_GROUP 1024
 
+TE_HOT
 struct te_peer_entry *te_group_peer(struct te_group *g, te_peer p)
 {
     uint32_t slot = p & TE_PEER_SLOT_MASK;

@@ -70,6 +70,7 @@ int te_guard_post(struct te_engine *e, struct te_group *g, struct te_nic *n,
     return rc;
 }
 
+TE_HOT
 int te_guard_poll_count(struct te_engine *e, struct te_group *g,
                         struct te_nic *n, int got, int max)
 {
@@ -182,6 +183,7 @@ void te_guard_sweep(struct te_engine *e, struct te_group *g, struct turn *t,
     }
 }
 
+TE_HOT
 int te_guard_refuse(struct te_group *g, struct te_req *q)
 {
     for (uint32_t i = 0; i < q->ncursors; i++) {

@@ -2,9 +2,11 @@
 #include "op_table.h"
 
 #include <stdlib.h>
+#include "te_hot.h"
 
 #define TE_OP_TABLE_FIRST 256u
 
+TE_HOT
 uint32_t te_op_table_room(struct te_op_table *t, uint32_t want)
 {
     uint32_t have = t->cap - t->used;

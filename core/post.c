@@ -150,6 +150,7 @@ void te_post_accept(struct te_engine *e, struct te_group *g, struct turn *t,
 
 /* Fill op number k of cursor c without consuming it. -EAGAIN when a send
  * slot is missing. */
+TE_HOT
 static int fill_op(struct te_group *g, struct te_cursor *c, uint32_t k,
                    struct te_plugin_op *op)
 {
@@ -191,6 +192,7 @@ static int fill_op(struct te_group *g, struct te_cursor *c, uint32_t k,
     return 0;
 }
 
+TE_HOT
 static void release_send_slot(struct te_nic *n, const struct te_plugin_op *op)
 {
     if (TE_CTX_TAG(op->context) == TE_CTX_SEND) {
@@ -224,6 +226,7 @@ static void skip_failed(struct te_engine *e, struct turn *t, struct te_nic *n,
 
 /* The peer's side of `posted` ops taken from cursor h on: its liveness
  * clock, the heartbeat's target, its outstanding count. */
+TE_HOT
 static void note_posted(struct te_group *g, struct turn *t,
                         const struct te_cursor *h, size_t posted)
 {

@@ -84,6 +84,7 @@ static void progress_unlock(struct te_group *g)
 }
 
 /* Which groups a call names: [*lo, *hi). */
+TE_HOT
 static int groups_of(te_engine *e, int group, const char *fn, uint32_t *lo,
                      uint32_t *hi)
 {

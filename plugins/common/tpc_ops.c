@@ -10,6 +10,8 @@ const char *tpc_op_name(uint32_t kind)
     return kind <= TE_POP_RECV ? names[kind] : "op";
 }
 
+/* hot: every plugin's post checks each op with it (core/te_hot.h). */
+__attribute__((hot))
 const char *tpc_op_malformed(const struct te_plugin_op *op, const void *mr_nic,
                              const void *nic)
 {
