@@ -84,9 +84,18 @@ static int fail_if_peer_gone(struct te_req *q)
 
 static int fill_op(struct te_group *g, struct te_cursor *c, uint32_t k,
                    struct te_plugin_op *op);
-static void note_posted(struct te_group *g, struct turn *t,
-                        const struct te_cursor *h, size_t posted);
+static void note_posted(struct turn *t, const struct te_cursor *h,
+                        size_t posted);
 static void release_send_slot(struct te_nic *n, const struct te_plugin_op *op);
+
+/* The plugin refused q's op outright (post returned rc < 0): q fails with
+ * rc, in the plugin's words if it gave any. */
+static void fail_refused(const struct te_nic *n, struct te_req *q, int rc)
+{
+    const char *said = te_last_error(); /* the plugin's, if any */
+    te_req_fail(q, rc, "post on NIC %s refused: %s%s%s", n->info.name,
+                te_strerror(rc), said[0] ? ": " : "", said);
+}
 
 /*
  * A request of one operation (a lone small write, the latency case) whose
@@ -109,7 +118,7 @@ static int post_lone(struct te_engine *e, struct te_group *g, struct turn *t,
         return 0;
     int rc = te_guard_post(e, g, n, &op, 1);
     if (rc == 1) {
-        note_posted(g, t, c, 1);
+        note_posted(t, c, 1);
         c->remaining = 0;
         c->inflight = 1;
         return 1;
@@ -117,9 +126,7 @@ static int post_lone(struct te_engine *e, struct te_group *g, struct turn *t,
     release_send_slot(n, &op);
     if (rc == 0)
         return 0;
-    const char *said = te_last_error(); /* the plugin's, if any */
-    te_req_fail(c->req, rc, "post on NIC %s refused: %s%s%s", n->info.name,
-                te_strerror(rc), said[0] ? ": " : "", said);
+    fail_refused(n, c->req, rc);
     c->req->ops_skipped += c->remaining;
     c->remaining = 0;
     te_req_settle(e, t, c->req);
@@ -225,12 +232,12 @@ static void skip_failed(struct te_engine *e, struct turn *t, struct te_nic *n,
 }
 
 /* The peer's side of `posted` ops taken from cursor h on: its liveness
- * clock, the heartbeat's target, its outstanding count. */
+ * clock, the heartbeat's target, its outstanding count (and the turn did
+ * work). */
 TE_HOT
-static void note_posted(struct te_group *g, struct turn *t,
-                        const struct te_cursor *h, size_t posted)
+static void note_posted(struct turn *t, const struct te_cursor *h,
+                        size_t posted)
 {
-    (void)g;
     struct te_peer_entry *pe = h->peer;
     uint32_t nic = h->nic;
     if (pe->outstanding[nic] == 0)
@@ -249,12 +256,12 @@ static void note_posted(struct te_group *g, struct turn *t,
 }
 
 /* Account for `posted` ops taken from the head of pq. */
-static void commit(struct te_group *g, struct turn *t, struct te_nic *n,
+static void commit(struct turn *t, struct te_nic *n,
                    struct te_peer_queue *pq, size_t posted)
 {
     if (!posted)
         return;
-    note_posted(g, t, pq->head, posted);
+    note_posted(t, pq->head, posted);
     while (posted) {
         struct te_cursor *h = pq->head;
         uint32_t take = posted < h->remaining ? (uint32_t)posted : h->remaining;
@@ -266,7 +273,6 @@ static void commit(struct te_group *g, struct turn *t, struct te_nic *n,
         if (h->remaining == 0)
             drop_head(n, pq);
     }
-    t->did_work = 1;
 }
 
 /* Fill up to `room` ops from the head of pq into ops; 0 if none (a
@@ -335,17 +341,14 @@ void te_post_nic(struct te_engine *e, struct te_group *g, struct turn *t,
         if (rc < 0) {
             /* The plugin refused the first op outright: fail its request
              * (skip_failed drops it on the next visit) and go on. */
-            const char *said = te_last_error(); /* the plugin's, if any */
-            te_req_fail(segq[0]->head->req, rc, "post on NIC %s refused: "
-                        "%s%s%s", n->info.name, te_strerror(rc),
-                        said[0] ? ": " : "", said);
+            fail_refused(n, segq[0]->head->req, rc);
         }
         size_t off = 0;
         for (size_t s = 0; s < nseg; s++) {
             size_t take = posted > off ? posted - off : 0;
             if (take > segn[s])
                 take = segn[s];
-            commit(g, t, n, segq[s], take);
+            commit(t, n, segq[s], take);
             off += segn[s];
             if (segq[s]->head) {
                 push_active(n, segq[s]);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "efa_internal.h"
+#include "tpc_cq.h"
 
 /* ---------------------------------------------------------------- fifo */
 
@@ -29,51 +30,48 @@ void efa_cq_push(efa_nic *nic, const struct te_plugin_cq_entry *e)
                 "(kind %u)", nic->name, e->kind);
 }
 
-/* Hand one entry to the core, keeping the outstanding counts. */
-EFA_HOT
-static void emit(efa_nic *nic, const struct te_plugin_cq_entry *e,
-                 struct te_plugin_cq_entry *out, int *n)
+/* An entry leaves for the core: the outstanding counts. */
+static void count_out(efa_nic *nic, const struct te_plugin_cq_entry *e)
 {
     if (e->kind == TE_PCQ_LOCAL)
         nic->tx_out--;
     else if (e->kind == TE_PCQ_RECV)
         nic->rx_out--;
+}
+
+/* Hand one entry to the core, keeping the outstanding counts. */
+EFA_HOT
+static void emit(efa_nic *nic, const struct te_plugin_cq_entry *e,
+                 struct te_plugin_cq_entry *out, int *n)
+{
+    count_out(nic, e);
     out[(*n)++] = *e;
 }
 
-/* Why the peer of a PEER_DOWN entry is down, as the poll's error (the
- * core's te_peer_status and warning quote it). A peer removed since has
- * no words left: its status then. */
-static void say_down(efa_nic *nic, const struct te_plugin_cq_entry *e)
+/* A queued entry on its way to the core (tpc_cq_take): its counts, and a
+ * PEER_DOWN's words as this poll's error (the core's te_peer_status and
+ * warning quote it). A peer removed since has no words left: its status
+ * then. */
+static void taking(void *arg, const struct te_plugin_cq_entry *e)
 {
+    efa_nic *nic = arg;
+    count_out(nic, e);
+    if (e->kind != TE_PCQ_PEER_DOWN)
+        return;
     const struct efa_peer *p = efa_peer_get(nic, e->peer);
-    if (p && p->state == EFA_PEER_DOWN && p->down_why[0])
-        efa_err(nic, "peer 0x%llx is down: %s", (unsigned long long)e->peer,
-                p->down_why);
-    else
-        efa_err(nic, "peer 0x%llx is down: %s", (unsigned long long)e->peer,
-                strerror(-e->status));
+    efa_err(nic, "peer 0x%llx is down: %s", (unsigned long long)e->peer,
+            p && p->state == EFA_PEER_DOWN && p->down_why[0]
+                ? p->down_why
+                : strerror(-e->status));
 }
 
+/* The fifo's entries, one PEER_DOWN per poll (nic->down_said). */
 EFA_HOT
 static void fifo_drain(efa_nic *nic, struct te_plugin_cq_entry *out, int max,
                        int *n)
 {
-    struct tpc_fifo *f = &nic->cq_fifo;
-    while (*n < max && f->count) {
-        const struct te_plugin_cq_entry *e = tpc_fifo_at(f, 0);
-        if (e->kind == TE_PCQ_PEER_DOWN) {
-            /* The core quotes this poll's error as the reason of each
-             * peer it reports down: one per poll, so the words are that
-             * peer's (the next waits in the fifo for the next poll). */
-            if (nic->down_said)
-                break;
-            nic->down_said = true;
-            say_down(nic, e);
-        }
-        emit(nic, e, out, n);
-        tpc_fifo_pop(f);
-    }
+    *n = tpc_cq_take(&nic->cq_fifo, out, *n, max, &nic->down_said, taking,
+                     nic);
 }
 
 /* ---------------------------------------------------------------- entries */

@@ -294,7 +294,7 @@ struct lb_peer {
     uint32_t outstanding;
     bool dead;
     char down_why[256]; /* once dead: said by the poll that hands out its
-                         * PEER_DOWN (lb_plugin.c take_queued) */
+                         * PEER_DOWN (lb_plugin.c taking) */
     int bell; /* rung after publishing requests (eventfd or the socket) */
     int wait; /* in our epoll set: rung when responses are published */
 };

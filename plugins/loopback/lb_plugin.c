@@ -11,6 +11,7 @@
 
 #include "lb_auth.h"
 #include "lb_internal.h"
+#include "tpc_cq.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -207,33 +208,21 @@ static int lb_nic_address(te_plugin_nic *nic, void *buf, size_t *len)
 
 /* ------------------------------------------------------------------ poll */
 
-/* Entries queued for the core. The core quotes the poll's error as the
- * reason of each peer the poll reports down: one PEER_DOWN per poll, its
- * words said here (the peer may have gone down in an earlier call, whose
- * error the core has cleared since); the next waits for the next poll. */
-LB_HOT
-static int take_queued(lb_nic *nic, struct te_plugin_cq_entry *out, int n,
-                       int max, bool *down_said)
+/* A queued entry on its way to the core (tpc_cq_take): a LOCAL's op is
+ * no longer outstanding; a PEER_DOWN's words become this poll's error. */
+static void taking(void *arg, const struct te_plugin_cq_entry *e)
 {
-    while (n < max && nic->cq.count) {
-        struct te_plugin_cq_entry *e = tpc_fifo_at(&nic->cq, 0);
-        if (e->kind == TE_PCQ_LOCAL) {
-            nic->outstanding--;
-        } else if (e->kind == TE_PCQ_PEER_DOWN) {
-            if (*down_said)
-                break;
-            *down_said = true;
-            const struct lb_peer *p = lb_peer_get(nic, e->peer);
-            if (p && p->down_why[0])
-                lb_err(nic, "%s", p->down_why);
-            else /* removed since: no words left */
-                lb_err(nic, "peer 0x%llx is down: %s",
-                       (unsigned long long)e->peer, strerror(-e->status));
-        }
-        out[n++] = *e;
-        tpc_fifo_pop(&nic->cq);
+    lb_nic *nic = arg;
+    if (e->kind == TE_PCQ_LOCAL) {
+        nic->outstanding--;
+    } else if (e->kind == TE_PCQ_PEER_DOWN) {
+        const struct lb_peer *p = lb_peer_get(nic, e->peer);
+        if (p && p->down_why[0])
+            lb_err(nic, "%s", p->down_why);
+        else /* removed since: no words left */
+            lb_err(nic, "peer 0x%llx is down: %s", (unsigned long long)e->peer,
+                   strerror(-e->status));
     }
-    return n;
 }
 
 LB_HOT
@@ -244,7 +233,7 @@ static int lb_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
     if (nic->armed)
         lb_wait_disarm(nic);
     bool down_said = false;
-    int n = take_queued(nic, out, 0, max, &down_said);
+    int n = tpc_cq_take(&nic->cq, out, 0, max, &down_said, taking, nic);
     /* After a PEER_DOWN nothing else may set this poll's error (a failed
      * op's words would replace the peer's): the rest waits. */
     if (n == max || down_said ||
@@ -265,7 +254,7 @@ static int lb_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
         if (now >= nic->hk_next_ns) {
             nic->hk_next_ns = now + LB_HK_INTERVAL_NS;
             lb_housekeeping(nic);
-            n = take_queued(nic, out, n, max, &down_said);
+            n = tpc_cq_take(&nic->cq, out, n, max, &down_said, taking, nic);
             if (n == max || down_said ||
                 atomic_load_explicit(&nic->dead, memory_order_relaxed))
                 return n;

@@ -160,6 +160,16 @@ static struct mx_conn *mx_conn_new(mx_nic *nic, const struct mx_addr *ra,
 
 /* ----------------------------------------------------------- down, renew */
 
+void mx_conn_say_down(mx_nic *nic, const struct mx_conn *c, int status,
+                      const char *why)
+{
+    if (status == -EACCES) /* why: "failed authentication: ..." */
+        mx_err(nic, "peer NIC %016llx %s", (unsigned long long)c->rid, why);
+    else
+        mx_err(nic, "peer NIC %016llx is down: %s", (unsigned long long)c->rid,
+               why);
+}
+
 /* c is down: its ops and later posts fail with status; the PEER_DOWN
  * says -ESHUTDOWN instead when the remote closed in order (its bye), as
  * the plugin ABI asks, so the core tells a close from a failure. */
@@ -181,11 +191,7 @@ static void mx_conn_down_as(mx_nic *nic, struct mx_conn *c, int status,
     }
     c->down_status = status;
     c->down_why = why;
-    if (status == -EACCES) /* why: "failed authentication: ..." */
-        mx_err(nic, "peer NIC %016llx %s", (unsigned long long)c->rid, why);
-    else
-        mx_err(nic, "peer NIC %016llx is down: %s", (unsigned long long)c->rid,
-               why);
+    mx_conn_say_down(nic, c, status, why);
     if (!c->down_reported) {
         c->down_reported = true;
         struct te_plugin_cq_entry e = {.kind = TE_PCQ_PEER_DOWN,

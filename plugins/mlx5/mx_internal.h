@@ -348,6 +348,10 @@ static inline struct mx_conn *mx_handle_conn(mx_nic *nic, te_plugin_peer h)
     struct mx_handle *e = &nic->handles[idx - 1];
     return e->conn && e->seq == (uint32_t)(h >> 32) ? e->conn : NULL;
 }
+/* c's down words as the NIC's error (set_error): when it goes down, and
+ * again by the poll that hands its PEER_DOWN to the core (mx_plugin.c). */
+void mx_conn_say_down(mx_nic *nic, const struct mx_conn *c, int status,
+                      const char *why);
 /* A handshake datagram from the remote NIC (authenticated by mx_oob.c). */
 void mx_conn_on_datagram(mx_nic *nic, struct mx_conn *c,
                          const struct mx_hs_wire *m);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "mx_internal.h"
+#include "tpc_cq.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -46,35 +47,20 @@ static int mx_device_count(te_plugin_ctx *ctx) { return ctx->ndev; }
 
 /* ------------------------------------------------------------------ poll */
 
-/* Entries queued for the core. The core quotes the poll's error as the
- * reason of each peer the poll reports down: one PEER_DOWN per poll, its
- * words set here (mx_conn_down may have said them in an earlier call,
- * whose error the core has cleared since); the next waits for the next
- * poll. */
-static int take_queued(mx_nic *nic, struct te_plugin_cq_entry *out, int n,
-                       int max, bool *down_said)
+/* A queued entry on its way to the core (tpc_cq_take): a PEER_DOWN's
+ * words become this poll's error (mx_conn_down said them in an earlier
+ * call, maybe, whose error the core has cleared since). */
+static void taking(void *arg, const struct te_plugin_cq_entry *e)
 {
-    while (n < max && nic->cq.count) {
-        const struct te_plugin_cq_entry *e = tpc_fifo_at(&nic->cq, 0);
-        if (e->kind == TE_PCQ_PEER_DOWN) {
-            if (*down_said)
-                break;
-            *down_said = true;
-            const struct mx_conn *c = mx_handle_conn(nic, e->peer);
-            if (!c || !c->down_why) /* removed since: no words left */
-                mx_err(nic, "peer 0x%llx is down: %s",
-                       (unsigned long long)e->peer, strerror(-e->status));
-            else if (e->status == -EACCES) /* "failed authentication: .." */
-                mx_err(nic, "peer NIC %016llx %s", (unsigned long long)c->rid,
-                       c->down_why);
-            else
-                mx_err(nic, "peer NIC %016llx is down: %s",
-                       (unsigned long long)c->rid, c->down_why);
-        }
-        out[n++] = *e;
-        tpc_fifo_pop(&nic->cq);
-    }
-    return n;
+    mx_nic *nic = arg;
+    if (e->kind != TE_PCQ_PEER_DOWN)
+        return;
+    const struct mx_conn *c = mx_handle_conn(nic, e->peer);
+    if (c && c->down_why)
+        mx_conn_say_down(nic, c, e->status, c->down_why);
+    else /* removed since: no words left */
+        mx_err(nic, "peer 0x%llx is down: %s", (unsigned long long)e->peer,
+               strerror(-e->status));
 }
 
 static int mx_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
@@ -82,7 +68,7 @@ static int mx_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
     if (!out || max < 0)
         return -EINVAL;
     bool down_said = false;
-    int n = take_queued(nic, out, 0, max, &down_said);
+    int n = tpc_cq_take(&nic->cq, out, 0, max, &down_said, taking, nic);
     if (down_said)
         return n; /* nothing may replace that peer's words in this poll */
     /* Alternate which CQ goes first so a flood of send completions cannot
@@ -113,7 +99,7 @@ static int mx_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
             if (nic->connecting)
                 mx_conn_timers(nic);
         }
-        n = take_queued(nic, out, n, max, &down_said);
+        n = tpc_cq_take(&nic->cq, out, n, max, &down_said, taking, nic);
     }
     if (n == 0)
         nic->hk_polls |= 0x80000000u; /* idle: look at the clock next time */

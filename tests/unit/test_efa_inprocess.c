@@ -58,7 +58,7 @@ START_TEST(destroyed_in_process_peer_is_down_not_a_crash)
     int st = te_test_wait_peer_down(a, 0, p, 5000);
     ck_assert_msg(st == -ECONNRESET, "peer status %d after 5 s", st);
     /* The transport's own words, not only "unreachable" (efa_cq.c
-     * say_down: the PEER_DOWN's poll sets them). */
+     * taking, through tpc_cq_take: the PEER_DOWN's poll sets them). */
     ck_assert_msg(strstr(te_last_error(), "is down: its endpoint in this "
                          "process was closed"), "%s", te_last_error());
     /* A write to it fails with the reason; nothing crashes. */

@@ -354,7 +354,7 @@ static int side_a_down(struct side *s)
     printf("te-mlx5-pair: unreachable peer: write failed after %.3f s: %s\n",
            now_s() - t0, c.reason);
     /* The peer is down, and its reason is the plugin's own words (said
-     * in the poll that reported it, mx_plugin.c take_queued). */
+     * in the poll that reported it, mx_plugin.c taking). */
     int st = te_peer_status(s->e, 0, s->peer);
     if (st != -ECONNRESET)
         return fail(s, "unreachable peer not down after its write failed",
