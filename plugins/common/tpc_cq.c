@@ -1,7 +1,8 @@
 /* Queued completions to the core, one PEER_DOWN per poll (tpc_cq.h). */
 #include "tpc_cq.h"
+#include "tpc_hot.h"
 
-__attribute__((hot)) /* every poll of every plugin (core/te_hot.h) */
+TPC_HOT /* every poll of every plugin */
 int tpc_cq_take(struct tpc_fifo *q, struct te_plugin_cq_entry *out, int n,
                 int max, bool *down_said,
                 void (*taking)(void *nic, const struct te_plugin_cq_entry *e),

@@ -1,6 +1,7 @@
 /* Checks of posted operations (tpc_ops.h). */
 #include <errno.h>
 
+#include "tpc_hot.h"
 #include "tpc_log.h"
 #include "tpc_ops.h"
 
@@ -10,8 +11,7 @@ const char *tpc_op_name(uint32_t kind)
     return kind <= TE_POP_RECV ? names[kind] : "op";
 }
 
-/* hot: every plugin's post checks each op with it (core/te_hot.h). */
-__attribute__((hot))
+TPC_HOT /* every plugin's post checks each op with it */
 const char *tpc_op_malformed(const struct te_plugin_op *op, const void *mr_nic,
                              const void *nic)
 {

@@ -40,7 +40,7 @@ static void count_out(efa_nic *nic, const struct te_plugin_cq_entry *e)
 }
 
 /* Hand one entry to the core, keeping the outstanding counts. */
-EFA_HOT
+TPC_HOT
 static void emit(efa_nic *nic, const struct te_plugin_cq_entry *e,
                  struct te_plugin_cq_entry *out, int *n)
 {
@@ -66,7 +66,7 @@ static void taking(void *arg, const struct te_plugin_cq_entry *e)
 }
 
 /* The fifo's entries, one PEER_DOWN per poll (nic->down_said). */
-EFA_HOT
+TPC_HOT
 static void fifo_drain(efa_nic *nic, struct te_plugin_cq_entry *out, int max,
                        int *n)
 {
@@ -88,14 +88,14 @@ static bool conn_error(int err)
     }
 }
 
-EFA_HOT
+TPC_HOT
 static struct efa_peer *slot_peer(efa_nic *nic, const struct efa_slot *s)
 {
     return s->peer && s->peer <= nic->npeers ? &nic->peers[s->peer - 1] : NULL;
 }
 
 /* A slot's provider completion arrived; its op is done with `status`. */
-EFA_HOT
+TPC_HOT
 static void finish(efa_nic *nic, struct efa_slot *s, int status, uint64_t len,
                    fi_addr_t src, struct te_plugin_cq_entry *out, int *n)
 {
@@ -129,7 +129,7 @@ static void finish(efa_nic *nic, struct efa_slot *s, int status, uint64_t len,
     emit(nic, &e, out, n);
 }
 
-EFA_HOT
+TPC_HOT
 static void on_entry(efa_nic *nic, const struct fi_cq_data_entry *ce,
                      fi_addr_t src, struct te_plugin_cq_entry *out, int *n)
 {
@@ -285,7 +285,7 @@ int efa_wait_arm(te_plugin_nic *nic)
     return rc;
 }
 
-EFA_HOT
+TPC_HOT
 int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
 {
     if (!out || max < 0)

@@ -32,6 +32,7 @@
 #include "tpc_entry.h"
 #include "tpc_fifo.h"
 #include "tpc_host.h"
+#include "tpc_hot.h"
 #include "tpc_log.h"
 #include "tpc_ops.h"
 #include "tpc_rng.h"
@@ -272,12 +273,6 @@ struct te_plugin_nic {
     struct efa_auth auth;      /* job authentication (efa_auth.h) */
 };
 typedef struct te_plugin_nic efa_nic;
-
-/* The small-operation path (post, poll, a completion's way to the core)
- * placed together in .text.hot: a lone write from a thread that slept
- * finds its code cold, and fewer lines and pages to fetch is what
- * shortens it (core/te_hot.h, docs/benchmarks.md). */
-#define EFA_HOT __attribute__((hot))
 
 /* ------------------------------------------------------- efa_plugin.c */
 

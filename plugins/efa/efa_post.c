@@ -117,7 +117,7 @@ int efa_recv_repost(efa_nic *nic, struct efa_slot *s)
 }
 
 /* The provider call of a WRITE/READ/SEND; -FI_EAGAIN when full. */
-EFA_HOT
+TPC_HOT
 static ssize_t issue(efa_nic *nic, const struct te_plugin_op *op,
                      struct efa_peer *p, struct efa_slot *s, uint64_t raddr,
                      uint64_t rkey)
@@ -177,7 +177,7 @@ static bool stalled(efa_nic *nic, struct efa_peer *p)
  * is enough: efa_internal.h). Reading it before every post that came
  * 50 us after the last one cost a poll(2), 0.3-0.7 us, in each operation
  * of a low-rate stream. A dead peer is turned down here. */
-EFA_HOT
+TPC_HOT
 static void check_alive(efa_nic *nic, struct efa_peer *p)
 {
     if (p->guarded) {
@@ -221,7 +221,7 @@ static int injected(efa_nic *nic, const struct te_plugin_op *op,
 }
 
 /* 1 = consumed (posted or completed here), 0 = no room now, <0 = invalid. */
-EFA_HOT
+TPC_HOT
 static int post_one(efa_nic *nic, const struct te_plugin_op *op)
 {
     if (op->kind == TE_POP_RECV)
@@ -263,7 +263,7 @@ static int post_one(efa_nic *nic, const struct te_plugin_op *op)
 }
 
 /* post_one for a peer that was found valid. */
-EFA_HOT
+TPC_HOT
 static int post_to(efa_nic *nic, const struct te_plugin_op *op,
                    struct efa_peer *p)
 {
@@ -350,7 +350,7 @@ static int post_to(efa_nic *nic, const struct te_plugin_op *op,
     return 1;
 }
 
-EFA_HOT
+TPC_HOT
 int efa_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
 {
     if (!ops && n)

@@ -141,7 +141,7 @@ static int lb_write_done(lb_nic *nic, const struct lb_work *w, int rc,
 }
 
 /* Execute one request; returns 1 if it produced a completion in *e. */
-LB_HOT
+TPC_HOT
 static int lb_exec(lb_nic *nic, const struct lb_work *w,
                    struct te_plugin_cq_entry *e)
 {
@@ -389,7 +389,7 @@ static uint64_t lb_take_entries(struct lb_ring *ring, uint64_t take,
     return 1 + conts;
 }
 
-LB_HOT
+TPC_HOT
 int lb_target_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
 {
     int n = 0;

@@ -80,7 +80,7 @@ static bool lb_inline_room(struct lb_peer *p, uint32_t conts)
     return lb_ring_prod_free(&p->req, need) >= need;
 }
 
-LB_HOT
+TPC_HOT
 int lb_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
 {
     if (!ops)
@@ -273,7 +273,7 @@ static void lb_report(lb_nic *nic, const struct lb_peer *p,
  * between its bounds check and its use. The status must be 0 or a negative
  * errno: anything else fails the op with -EPROTO.
  */
-LB_HOT
+TPC_HOT
 static int lb_complete(lb_nic *nic, struct lb_peer *p, const void *entry,
                        struct te_plugin_cq_entry *e)
 {
@@ -300,7 +300,7 @@ static int lb_complete(lb_nic *nic, struct lb_peer *p, const void *entry,
     return 1;
 }
 
-LB_HOT
+TPC_HOT
 int lb_initiator_progress(lb_nic *nic, struct te_plugin_cq_entry *out, int room)
 {
     int n = 0;

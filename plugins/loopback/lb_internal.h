@@ -20,15 +20,10 @@
 #include "te/plugin.h"
 #include "lb_copy_pool.h"
 #include "lb_ring.h"
-
-/* The small-operation path (post, poll, the target's execution and the
- * completion) placed together in .text.hot: a lone write from a thread
- * that slept finds its code cold, and fewer lines and pages to fetch is
- * what shortens it (core/te_hot.h, docs/benchmarks.md). */
-#define LB_HOT __attribute__((hot))
 #include "tpc_clock.h"
 #include "tpc_entry.h"
 #include "tpc_fifo.h"
+#include "tpc_hot.h"
 #include "tpc_host.h"
 #include "tpc_log.h"
 #include "tpc_ops.h"

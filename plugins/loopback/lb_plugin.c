@@ -225,7 +225,7 @@ static void taking(void *arg, const struct te_plugin_cq_entry *e)
     }
 }
 
-LB_HOT
+TPC_HOT
 static int lb_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
 {
     if (!out || max < 0)

@@ -122,7 +122,7 @@ int lb_sock_drain(int fd)
     }
 }
 
-LB_HOT
+TPC_HOT
 void lb_peer_publish(struct lb_peer *p)
 {
     /* The requests are visible since their push: only the doorbell. */
@@ -132,7 +132,7 @@ void lb_peer_publish(struct lb_peer *p)
         bell_ring(p->bell, p->map_len != 0);
 }
 
-LB_HOT
+TPC_HOT
 void lb_bell_initiator(struct lb_inbound *in)
 {
     atomic_thread_fence(memory_order_seq_cst);
