@@ -22,6 +22,19 @@ def fail(msg, out=""):
     sys.exit(1)
 
 
+def check_immlat_series(r):
+    """immlat splits its end-to-end time: the te_submit() call always,
+    submit -> arrival whenever both the probe's arrival and the shared
+    clock's end to end are there."""
+    lat = r["latency"]
+    want = ["submit_call_us"]
+    if "arrival_to_callback_us" in lat and "submit_to_callback_us" in lat:
+        want.append("submit_to_arrival_us")
+    for k in want:
+        if k not in lat or not lat[k].get("samples"):
+            fail("immlat lacks the %s series: %r" % (k, lat))
+
+
 def main():
     if len(sys.argv) < 2:
         fail("usage: check_json.py TE_BENCH [args...]")
@@ -50,6 +63,8 @@ def main():
         for k in ("median", "min", "max", "reps"):
             if k not in r["gbs"] or k not in r["mops"]:
                 fail("case %s: series lacks %s" % (r["test"], k))
+        if r["test"] == "immlat":
+            check_immlat_series(r)
     if p.returncode != 0:
         fail("te-bench exited with %d" % p.returncode, p.stderr)
     tests = sorted({r["test"] for r in doc["results"]})

@@ -14,7 +14,10 @@
  * thread keeps a core to itself on a small machine.
  *
  * Also reported: submit -> callback, end to end on the shared clock of one
- * host (client submit stamp vs server callback stamp).
+ * host (client submit stamp vs server callback stamp), and its two client-
+ * side parts: submit -> arrival (te_submit, the plugin's post and the
+ * transport's hand-off to the receiver's poll; needs the probe) and the
+ * te_submit() call itself.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -50,9 +53,10 @@ void tb_test_immlat(struct tb_session *s, struct tb_result_row *row)
     uint8_t *buf = NULL;
     te_mr *mr = NULL;
     uint64_t *t_sub = calloc(o->lat_iters, sizeof(*t_sub));
+    uint64_t *t_ret = calloc(o->lat_iters, sizeof(*t_ret));
     if (!rc) {
         buf = tb_alloc(4096);
-        if (!buf || !t_sub) {
+        if (!buf || !t_sub || !t_ret) {
             rc = -ENOMEM;
             snprintf(err, sizeof(err), "out of memory");
         } else if ((rc = te_mr_reg(env.e, 0, buf, 4096, 0, TE_MEM_HOST, &mr))) {
@@ -76,7 +80,14 @@ void tb_test_immlat(struct tb_session *s, struct tb_result_row *row)
     if (same_host) {
         row->lat_what[k] = "submit -> ImmCounter callback (end to end)";
         row->lat_key[k] = "submit_to_callback_us";
+        if (row->probe_used) {
+            row->lat_what[k + 1] = "submit -> imm arrival";
+            row->lat_key[k + 1] = "submit_to_arrival_us";
+        }
     }
+    int k_call = k + 1 + (same_host && row->probe_used);
+    row->lat_what[k_call] = "te_submit() call";
+    row->lat_key[k_call] = "submit_call_us";
 
     /* imm set per sample below */
     te_request r = tb_imm_write(env.peer[0], mr, &env.desc[0], 0, 0);
@@ -98,6 +109,7 @@ void tb_test_immlat(struct tb_session *s, struct tb_result_row *row)
             r.imm = base + i;
             t_sub[i] = tb_now_ns();
             int64_t id = te_submit(env.e, &r);
+            t_ret[i] = tb_now_ns();
             if (id < 0) {
                 rc = (int)id;
                 snprintf(err, sizeof(err), "te_submit: %s", te_last_error());
@@ -128,7 +140,11 @@ void tb_test_immlat(struct tb_session *s, struct tb_result_row *row)
                 tb_samples_add(&row->lat[0], (double)(cb - arr) / 1e3);
             if (same_host && cb >= t_sub[i])
                 tb_samples_add(&row->lat[k], (double)(cb - t_sub[i]) / 1e3);
+            if (same_host && row->probe_used && arr >= t_sub[i])
+                tb_samples_add(&row->lat[k + 1], (double)(arr - t_sub[i]) / 1e3);
         }
+        for (uint32_t i = 0; !warm && i < o->lat_iters; i++)
+            tb_samples_add(&row->lat[k_call], (double)(t_ret[i] - t_sub[i]) / 1e3);
         free(pairs);
     }
 out:
@@ -138,4 +154,5 @@ out:
     tb_env_close(s, &env);
     free(buf);
     free(t_sub);
+    free(t_ret);
 }
