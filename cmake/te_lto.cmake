@@ -1,7 +1,7 @@
 # Link-time optimisation of the library and its plugins (TE_LTO, default
 # ON): the per-operation path crosses many small files (request.c, shard.c,
 # request_abi.c, mr.c, error.c, wait.c, ...), and a call or a jump that the
-# branch predictor has not seen costs about 2 ns each when the thread comes
+# branch predictor has not seen costs 2-3 ns each when the thread comes
 # back from a sleep (docs/benchmarks.md, "Cold submits"). LTO inlines them
 # into te_submit() and te_progress().
 #
