@@ -145,23 +145,19 @@ int main(int argc, char **argv)
     volatile uint64_t sink = 0;
     for (uint32_t r = 0; r < rounds; r++) {
         for (int k = 0; k < NBODY; k++) {
-            uint64_t t0, t1, t2;
+            uint64_t t[3]; /* before the cold run, the warm run, after */
             nap(sleep_us);
-            t0 = now_ns();
-            if (k == 0)
-                sink += body_straight((uint64_t)r);
-            else if (k < 4)
-                sink += body_branches((uint64_t)r, patterns[k - 1]);
-            else
-                sink += body_chain(k == 4 ? chain : chain1);
-            t1 = now_ns();
-            if (k == 0)
-                sink += body_straight((uint64_t)r);
-            else if (k < 4)
-                sink += body_branches((uint64_t)r, patterns[k - 1]);
-            else
-                sink += body_chain(k == 4 ? chain : chain1);
-            t2 = now_ns();
+            for (int pass = 0; pass < 2; pass++) {
+                t[pass] = now_ns();
+                if (k == 0)
+                    sink += body_straight((uint64_t)r);
+                else if (k < 4)
+                    sink += body_branches((uint64_t)r, patterns[k - 1]);
+                else
+                    sink += body_chain(k == 4 ? chain : chain1);
+            }
+            t[2] = now_ns();
+            uint64_t t0 = t[0], t1 = t[1], t2 = t[2];
             s[k].cold += (double)(t1 - t0);
             s[k].warm += (double)(t2 - t1);
         }
