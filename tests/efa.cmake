@@ -210,6 +210,14 @@ if(TARGET fi-raw-bench)
                    --sizes 8,65536 --iters 200 --warmup 20 --ms 20 --json)
   set_tests_properties(efa_fi_raw_bench_smoke PROPERTIES TIMEOUT 60
     LABELS efa PASS_REGULAR_EXPRESSION "\"mode\": \"stream\".*\"gbps\"")
+  # Its immlat loop (te-bench's, against raw libfabric): B's stamps come
+  # back and give a latency above zero.
+  add_test(NAME efa_fi_raw_bench_immlat
+           COMMAND fi-raw-bench --provider shm --mode immlat --sizes 0,8
+                   --iters 200 --warmup 20 --gap-us 5 --idle-sleep-us 0 --json)
+  set_tests_properties(efa_fi_raw_bench_immlat PROPERTIES TIMEOUT 60
+    LABELS efa PASS_REGULAR_EXPRESSION
+    "\"mode\": \"immlat\", \"size\": 8, \"iters\": 200, \"gap_us\": 5, \"lat_us_p50\": ([1-9][0-9]*\\.[0-9]+|0\\.[0-9]*[1-9])")
 endif()
 
 # The shm guard's count of watched deaths (what a post to a guarded peer

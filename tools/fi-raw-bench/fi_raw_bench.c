@@ -9,13 +9,20 @@
  *   stream    A keeps `window` writes + imm in flight; B counts the imms and
  *             answers the last with a zero-length write; bandwidth and
  *             message rate from A's first post to that answer.
+ *   immlat    te-bench's immlat loop: A writes `size` bytes + imm, waits
+ *             for its own completion, sleeps --gap-us, and writes the next;
+ *             B stamps each imm when its CQ hands it over. Latency = A's
+ *             stamp before the post -> B's stamp (one clock: same host),
+ *             the provider's floor under te-bench's "submit -> imm
+ *             arrival" of the efa plugin (docs/benchmarks.md).
  *
  * B is a child process (this binary re-executed with --child FD, through
  * --remote-wrapper, e.g. "ip netns exec ns-b", for two hosts); addresses
  * and parameters travel over a socketpair.
  *
  *   fi-raw-bench --provider shm|tcp;ofi_rxm|efa [--node A] [--peer-node B]
- *                [--mode pingpong,stream] [--sizes 8,4096,65536]
+ *                [--mode pingpong,stream,immlat] [--sizes 8,4096,65536]
+ *                [--gap-us G]
  *                [--iters N] [--warmup N] [--window W] [--stream-mib M]
  *                [--region-mib R] [--ms T]
  *                [--completion default|transmit|delivery]
@@ -50,11 +57,12 @@
 
 struct opts {
     const char *provider, *node, *peer_node, *wrapper, *completion;
-    int pingpong, stream, json, inject, child_fd;
+    int pingpong, stream, immlat, json, inject, child_fd;
     uint64_t sizes[MAX_SIZES];
     int nsizes;
     uint64_t iters, warmup, window, stream_mib, region_mib, ms;
     uint64_t spin_us, sleep_us;
+    uint64_t gap_us; /* immlat: the client's sleep between writes */
 };
 
 /* The engine's idle policy (engine.idle_spin_us / idle_sleep_us): busy-poll,
@@ -87,7 +95,7 @@ struct ep {
 
 /* Sent A -> B before each test; B answers with a status. */
 struct cmd {
-    uint32_t mode; /* 1 pingpong, 2 stream, 0 quit */
+    uint32_t mode; /* 1 pingpong, 2 stream, 3 immlat, 0 quit */
     uint32_t pad;
     uint64_t size, count, window;
 };
@@ -387,6 +395,17 @@ static int run_child(const struct opts *o)
                 wait_imms(&e, base + i + 1);
                 write_imm(&e, o, offset_of(o, i, c.size), c.size, (uint32_t)i);
             }
+        } else if (c.mode == 3) {
+            /* Stamp each arrival; the stamps go back when all are in. */
+            uint64_t *arr = calloc(c.count, sizeof(*arr));
+            if (!arr)
+                die("out of memory");
+            for (uint64_t i = 0; i < c.count; i++) {
+                wait_imms(&e, base + i + 1);
+                arr[i] = now_ns();
+            }
+            xwrite(o->child_fd, arr, c.count * sizeof(*arr));
+            free(arr);
         } else {
             wait_imms(&e, base + c.count);
             write_imm(&e, o, 0, 0, ACK_IMM);
@@ -463,6 +482,57 @@ static void pingpong(struct ep *e, const struct opts *o, int fd, uint64_t size,
                (unsigned long long)size, p50, p99, avg, post50,
                (unsigned long long)o->iters);
     free(rtt);
+    free(post);
+}
+
+/* te-bench's immlat loop against raw libfabric (see the top comment). */
+static void immlat(struct ep *e, const struct opts *o, int fd, uint64_t size,
+                   int first)
+{
+    uint64_t n = o->warmup + o->iters;
+    uint64_t *t0 = calloc(n, sizeof(*t0)), *arr = calloc(n, sizeof(*arr));
+    uint64_t *lat = calloc(o->iters, sizeof(*lat));
+    uint64_t *post = calloc(o->iters, sizeof(*post));
+    if (!t0 || !arr || !lat || !post)
+        die("out of memory");
+    send_cmd(fd, 3, size, n, 1);
+    struct timespec gap = {(time_t)(o->gap_us / 1000000),
+                           (long)(o->gap_us % 1000000) * 1000};
+    for (uint64_t i = 0; i < n; i++) {
+        t0[i] = now_ns();
+        write_imm(e, o, offset_of(o, i, size), size, (uint32_t)i);
+        uint64_t t1 = now_ns();
+        if (i >= o->warmup)
+            post[i - o->warmup] = t1 - t0[i];
+        for (uint64_t idle = 0; e->outstanding;)
+            progress_wait(e, &idle);
+        if (o->gap_us)
+            nanosleep(&gap, NULL);
+    }
+    xread(fd, arr, n * sizeof(*arr));
+    for (uint64_t i = 0; i < o->iters; i++) {
+        uint64_t k = o->warmup + i;
+        lat[i] = arr[k] > t0[k] ? arr[k] - t0[k] : 0;
+    }
+    qsort(lat, o->iters, sizeof(*lat), cmp_u64);
+    qsort(post, o->iters, sizeof(*post), cmp_u64);
+    double p50 = lat[o->iters / 2] / 1e3, p99 = lat[o->iters * 99 / 100] / 1e3;
+    double post50 = post[o->iters / 2] / 1e3;
+    if (o->json)
+        printf("%s    {\"mode\": \"immlat\", \"size\": %llu, \"iters\": %llu, "
+               "\"gap_us\": %llu, \"lat_us_p50\": %.3f, \"lat_us_p99\": %.3f, "
+               "\"post_us_p50\": %.3f}",
+               first ? "" : ",\n", (unsigned long long)size,
+               (unsigned long long)o->iters, (unsigned long long)o->gap_us,
+               p50, p99, post50);
+    else
+        printf("immlat   %10llu B  post -> imm seen p50 %6.2f us  p99 %8.2f us  "
+               "post call p50 %6.2f us  (gap %llu us, %llu iters)\n",
+               (unsigned long long)size, p50, p99, post50,
+               (unsigned long long)o->gap_us, (unsigned long long)o->iters);
+    free(t0);
+    free(arr);
+    free(lat);
     free(post);
 }
 
@@ -560,7 +630,8 @@ static void usage(FILE *f)
         "  --provider NAME      libfabric provider (default shm)\n"
         "  --node ADDR          source address (FI_SOURCE), e.g. 127.0.0.1\n"
         "  --peer-node ADDR     the target's source address (default --node)\n"
-        "  --mode LIST          pingpong,stream (default both)\n"
+        "  --mode LIST          pingpong,stream,immlat (default pingpong,stream)\n"
+        "  --gap-us G           immlat: sleep between writes (20, as te-bench)\n"
         "  --sizes LIST         bytes, e.g. 8,4096,65536,1048576 (K/M suffixes)\n"
         "  --iters N            pingpong iterations; stream minimum (1000)\n"
         "  --warmup N           untimed iterations first (100)\n"
@@ -601,7 +672,7 @@ static void parse(int argc, char **argv, struct opts *o)
         {"completion", 1, 0, 'c'}, {"inject", 0, 0, 'I'},
         {"remote-wrapper", 1, 0, 'r'}, {"json", 0, 0, 'j'},
         {"ms", 1, 0, 'T'}, {"idle-spin-us", 1, 0, 'P'},
-        {"idle-sleep-us", 1, 0, 'L'},
+        {"idle-sleep-us", 1, 0, 'L'}, {"gap-us", 1, 0, 'G'},
         {"child", 1, 0, 'C'},    {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof(*o));
     o->provider = "shm";
@@ -615,6 +686,7 @@ static void parse(int argc, char **argv, struct opts *o)
     o->child_fd = -1;
     o->spin_us = 50;
     o->sleep_us = 20;
+    o->gap_us = 20;
     static const uint64_t def[] = {8, 64, 512, 4096, 65536, 1 << 20, 8 << 20};
     for (size_t k = 0; k < sizeof(def) / sizeof(def[0]); k++)
         o->sizes[o->nsizes++] = def[k];
@@ -627,6 +699,7 @@ static void parse(int argc, char **argv, struct opts *o)
         case 'm':
             o->pingpong = strstr(optarg, "pingpong") != NULL;
             o->stream = strstr(optarg, "stream") != NULL;
+            o->immlat = strstr(optarg, "immlat") != NULL;
             break;
         case 's': {
             o->nsizes = 0;
@@ -650,11 +723,13 @@ static void parse(int argc, char **argv, struct opts *o)
         case 'T': o->ms = strtoull(optarg, NULL, 10); break;
         case 'P': o->spin_us = strtoull(optarg, NULL, 10); break;
         case 'L': o->sleep_us = strtoull(optarg, NULL, 10); break;
+        case 'G': o->gap_us = strtoull(optarg, NULL, 10); break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
         }
     }
-    if (!o->iters || !o->window || !o->nsizes || (!o->pingpong && !o->stream)) {
+    if (!o->iters || !o->window || !o->nsizes || o->gap_us > 1000000 ||
+        (!o->pingpong && !o->stream && !o->immlat)) {
         usage(stderr);
         exit(2);
     }
@@ -702,6 +777,10 @@ int main(int argc, char **argv)
         }
         if (o.stream) {
             stream(&e, &o, fd, o.sizes[k], first);
+            first = 0;
+        }
+        if (o.immlat) {
+            immlat(&e, &o, fd, o.sizes[k], first);
             first = 0;
         }
         fflush(stdout);
