@@ -38,6 +38,16 @@ if(TARGET te-bench)
     ENVIRONMENT "${TE_BENCH_ENV}" TIMEOUT 60 LABELS bench
     PASS_REGULAR_EXPRESSION "idle_turn_ns [0-9.]+ .*turn/clock")
 
+  # The pair script of docs/benchmarks.md ("Cold submits") runs a round
+  # and its summary reads every series and the UCX reference back.
+  if(TARGET ucx-raw-bench AND Python3_Interpreter_FOUND)
+    add_test(NAME bench_ab_immlat_round COMMAND sh -c
+      "d=$(mktemp -d) && ${PROJECT_SOURCE_DIR}/tools/te-bench/ab-immlat.sh ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR} $d 1 --plugin loopback --lat-iters 200 && ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/te-bench/ab-immlat-summary.py $d; rc=$?; cat $d/*.err; rm -rf $d; exit $rc")
+    set_tests_properties(bench_ab_immlat_round PROPERTIES TIMEOUT 120
+      LABELS bench PASS_REGULAR_EXPRESSION
+      "1 rounds with both builds.*te_submit\\(\\) call.*end to end.*UCX \\(same runs\\)")
+  endif()
+
   # The table (what people read) and --help (every option documented).
   add_test(NAME bench_smoke_table
            COMMAND te-bench --test write,imm --size 4K --reps 1 --warmup 0

@@ -336,6 +336,9 @@ struct tb_result_row {
     const char *lat_what[TB_LAT_SERIES];
     const char *lat_key[TB_LAT_SERIES]; /* JSON name */
     int probe_used;
+    /* latency references (--reference ucx|ucx-tcp on immlat, send): the
+     * raw UCX program's p50 in us, 0 = none; kinds as in tb_opts.refs */
+    double ref_lat_p50[3];
     const char *note;
     char note_buf[512];      /* storage for note when composed */
     char settings[1024];     /* per-case engine settings, both sides */

@@ -12,7 +12,8 @@ import subprocess
 import sys
 
 REQUIRED = ["test", "plugin", "ok", "error", "size", "page", "nics", "window",
-            "gbs", "mops", "reference", "latency", "link_gbps", "probe"]
+            "gbs", "mops", "reference", "reference_latency", "latency",
+            "link_gbps", "probe"]
 
 
 def fail(msg, out=""):

@@ -409,8 +409,10 @@ int main(int argc, char **argv)
         double ref_p50[3] = {0, 0, 0};
         latency_refs(&s, &rows[i], ref_p50);
         run_case(&s, &rows[i]);
-        if (rows[i].ok)
+        if (rows[i].ok) {
             latency_note(&o, &rows[i], ref_p50);
+            memcpy(rows[i].ref_lat_p50, ref_p50, sizeof(ref_p50));
+        }
         snprintf(rows[i].settings, sizeof(rows[i].settings), "%s", s.settings);
         if (!rows[i].error[0] && !rows[i].ok)
             snprintf(rows[i].error, sizeof(rows[i].error), "did not run");

@@ -284,6 +284,18 @@ void tb_report_json(const struct tb_opts *o, struct tb_result_row *rows, int n,
         jstr(f, r->settings);
         fprintf(f, ", \"probe\": %s, \"note\": ", r->probe_used ? "true" : "false");
         jstr(f, r->note ? r->note : "");
+        /* The latency references as numbers (the note words them). */
+        fprintf(f, ",\n     \"reference_latency\": [");
+        for (int k = 0, shown = 0; k < o->nrefs; k++) {
+            if (!(r->ref_lat_p50[k] > 0))
+                continue;
+            fprintf(f, "%s{\"kind\": ", shown++ ? ", " : "");
+            jstr(f, o->refs[k]);
+            fprintf(f, ", \"p50_us\": ");
+            jnum(f, r->ref_lat_p50[k]);
+            fprintf(f, "}");
+        }
+        fprintf(f, "]");
         fprintf(f, ",\n     \"latency\": {");
         int first = 1;
         for (int k = 0; k < TB_LAT_SERIES; k++) {
