@@ -364,6 +364,18 @@ static void wait_imms(struct ep *e, uint64_t want)
     }
 }
 
+/* Until every local write completion is in (same bound as wait_imms). */
+static void wait_outstanding(struct ep *e)
+{
+    uint64_t deadline = now_ns() + DEADLINE_NS, idle = 0;
+    while (e->outstanding) {
+        progress_wait(e, &idle);
+        if (now_ns() > deadline)
+            die("waited 60 s for %llu write completions",
+                (unsigned long long)e->outstanding);
+    }
+}
+
 static uint64_t offset_of(const struct opts *o, uint64_t i, uint64_t size)
 {
     uint64_t region = o->region_mib << 20;
@@ -410,8 +422,7 @@ static int run_child(const struct opts *o)
             wait_imms(&e, base + c.count);
             write_imm(&e, o, 0, 0, ACK_IMM);
         }
-        for (uint64_t idle = 0; e.outstanding;)
-            progress_wait(&e, &idle);
+        wait_outstanding(&e);
     }
     ep_close(&e);
     return 0;
@@ -459,8 +470,7 @@ static void pingpong(struct ep *e, const struct opts *o, int fd, uint64_t size,
             post[i - o->warmup] = t1 - t0;
         }
     }
-    for (uint64_t idle = 0; e->outstanding;)
-        progress_wait(e, &idle);
+    wait_outstanding(e);
     qsort(rtt, o->iters, sizeof(*rtt), cmp_u64);
     qsort(post, o->iters, sizeof(*post), cmp_u64);
     double post50 = post[o->iters / 2] / 1e3;
@@ -504,8 +514,7 @@ static void immlat(struct ep *e, const struct opts *o, int fd, uint64_t size,
         uint64_t t1 = now_ns();
         if (i >= o->warmup)
             post[i - o->warmup] = t1 - t0[i];
-        for (uint64_t idle = 0; e->outstanding;)
-            progress_wait(e, &idle);
+        wait_outstanding(e);
         if (o->gap_us)
             nanosleep(&gap, NULL);
     }
@@ -566,8 +575,7 @@ static void stream(struct ep *e, const struct opts *o, int fd, uint64_t size,
         }
         wait_imms(e, base + 1); /* B's zero-length answer to the last */
         secs_ns = now_ns() - t0;
-        for (uint64_t idle = 0; e->outstanding;)
-            progress_wait(e, &idle);
+        wait_outstanding(e);
     }
     double s = (double)secs_ns / 1e9;
     double bytes = (double)count * (double)size;
