@@ -157,9 +157,8 @@ int main(int argc, char **argv)
                     sink += body_chain(k == 4 ? chain : chain1);
             }
             t[2] = now_ns();
-            uint64_t t0 = t[0], t1 = t[1], t2 = t[2];
-            s[k].cold += (double)(t1 - t0);
-            s[k].warm += (double)(t2 - t1);
+            s[k].cold += (double)(t[1] - t[0]);
+            s[k].warm += (double)(t[2] - t[1]);
         }
     }
     printf("cold-branch-bench: %u rounds, %u us sleep; mean ns per run "
@@ -169,5 +168,5 @@ int main(int argc, char **argv)
     for (int k = 0; k < NBODY; k++)
         printf("%-34s %12.0f %12.0f %10.0f\n", s[k].name, s[k].cold / rounds,
                s[k].warm / rounds, (s[k].cold - s[k].warm) / rounds);
-    return sink == 42 ? 3 : 0; /* sink keeps the bodies; never 42 in practice */
+    return 0;
 }
