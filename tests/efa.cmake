@@ -37,6 +37,10 @@ te_efa_unit_test(test_efa_inprocess 300)
 # and engines of this process over shm with the same, another or no secret.
 te_efa_unit_test(test_efa_auth 120)
 
+# Orderly close (plugins/efa/efa_bye.h): the goodbye message, and engines
+# of this process over shm reporting a destroyed one closed in order.
+te_efa_unit_test(test_efa_bye 120)
+
 # Writes without an immediate to a sleepy target over tcp;ofi_rxm (manual
 # progress: plugins/efa/efa_cq.c inbound_pending). Two processes (the
 # target is forked): "twoproc" in the name puts it in the tsan-twoproc

@@ -714,6 +714,44 @@ uint64_t efa_auth_key_secret(efa_nic *nic, const struct efa_peer *p)
     return r ? r->peer_key_secret : p->key_secret;
 }
 
+/* Goodbyes (efa_bye_wire.h) travel only between authenticated NICs. */
+static bool authenticated(const struct efa_auth_rec *r)
+{
+    return r && r->rx_ok && !r->ini && !r->challenged && !r->failed;
+}
+
+int efa_auth_bye_mac(efa_nic *nic, const struct efa_peer *p, uint8_t *mac)
+{
+    struct efa_auth_rec *r = rec_at(nic, p->auth);
+    if (!authenticated(r) || !r->tx_ok)
+        return -EAGAIN;
+    /* Our address first: the sender's (efa_auth_wire.h). */
+    return mac_for(nic, r, EFA_AUTH_ROLE_BYE, true, mac, NULL);
+}
+
+int efa_auth_bye_verify(efa_nic *nic, fi_addr_t src, const uint8_t *mac,
+                        uint32_t *rec)
+{
+    struct efa_auth_rec *r = rec_of_src(nic, src);
+    if (!authenticated(r) ||
+        mac_for(nic, r, EFA_AUTH_ROLE_BYE, false, NULL, mac))
+        return -EACCES;
+    /* It is gone: whoever answers at its address proves itself anew. */
+    progress_set(&nic->auth, r, 0, 0);
+    r->rx_ok = r->tx_ok = 0;
+    *rec = rec_index(nic, r);
+    if (!r->refs) {
+        /* No peer of ours to turn down: only its record goes. */
+        nic->auth.forgotten++;
+        efa_log(nic->ctx, 2, "%s: forgot the authentication of pid %u: it "
+                "closed its NIC in order (its goodbye came; %llu forgotten "
+                "so far)", nic->name, r->pid,
+                (unsigned long long)nic->auth.forgotten);
+        rec_free(nic, r);
+    }
+    return 0;
+}
+
 bool efa_auth_accept(efa_nic *nic, fi_addr_t src, const char *what)
 {
     struct efa_auth_rec *r = rec_of_src(nic, src);

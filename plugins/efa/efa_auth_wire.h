@@ -39,6 +39,7 @@
 #define EFA_AUTH_ROLE_TARGET 2u
 #define EFA_AUTH_ROLE_FORGET 3u /* MAC of a FORGET */
 #define EFA_AUTH_ROLE_FORGOT 4u /* MAC of a FORGOT */
+#define EFA_AUTH_ROLE_BYE 5u    /* MAC of a goodbye (efa_bye_wire.h) */
 
 enum efa_auth_type {
     EFA_AUTH_HELLO = 1,

@@ -84,6 +84,14 @@ const struct te_plugin_config_param efa_config_params[] = {
         "authentication and prove itself again before its next operation "
         "(its record and address vector entry are freed); 0 = keep every "
         "record for the NIC's life (docs/efa.md, Authentication)"),
+    TE_PCFG_U64_KEY(
+        "bye_wait_ms", "100", 0, 10000,
+        "as a NIC closes it sends each live peer a goodbye, so the peer "
+        "reports it down as an orderly close (-ESHUTDOWN) at once; the "
+        "longest each NIC waits for those sends; 0 = no goodbyes, sent or "
+        "received (peers then learn of a close from a failed write, the "
+        "process's exit or engine.peer_timeout_ms; docs/efa.md, Orderly "
+        "close)"),
     TE_PCFG_END};
 
 /* A text key into a fixed buffer (the core has checked nothing of it). */
@@ -107,7 +115,7 @@ int efa_config_parse(efa_ctx *ctx)
     const struct te_plugin_host *h = &ctx->host;
     void *hc = h->host_ctx;
     struct efa_cfg *c = &ctx->cfg;
-    uint64_t devices, qd, stall, probe, forget;
+    uint64_t devices, qd, stall, probe, forget, bye;
     int native, watch, repair, rc;
     if ((rc = cfg_str(ctx, "provider", c->provider, sizeof(c->provider))) ||
         (rc = cfg_str(ctx, "node", c->node, sizeof(c->node))) ||
@@ -123,7 +131,8 @@ int efa_config_parse(efa_ctx *ctx)
         (rc = h->config_bool(hc, "shm_lock_repair", &repair)) ||
         (rc = h->config_u64(hc, "stall_timeout_ms", &stall)) ||
         (rc = h->config_u64(hc, "probe_timeout_ms", &probe)) ||
-        (rc = h->config_u64(hc, "auth_forget_idle_ms", &forget)))
+        (rc = h->config_u64(hc, "auth_forget_idle_ms", &forget)) ||
+        (rc = h->config_u64(hc, "bye_wait_ms", &bye)))
         return rc;
     /* The choices' order is the enums' (efa_tristate, efa_completion,
      * efa_av_mode); the ranges fit 32 bits. */
@@ -135,6 +144,7 @@ int efa_config_parse(efa_ctx *ctx)
     c->stall_timeout_ms = (uint32_t)stall;
     c->probe_timeout_ms = (uint32_t)probe;
     c->auth_forget_idle_ms = forget;
+    c->bye_wait_ms = (uint32_t)bye;
     if (!c->provider[0]) {
         efa_ctx_err(ctx, "key provider is empty: name a libfabric provider "
                     "(efa, shm, tcp;ofi_rxm, ...)");

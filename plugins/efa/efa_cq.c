@@ -155,6 +155,10 @@ static void on_entry(efa_nic *nic, const struct fi_cq_data_entry *ce,
         efa_auth_completion(nic, ce->op_context, src, ce->len, 0);
         return;
     }
+    if (efa_bye_owns(nic, ce->op_context)) {
+        efa_bye_completion(nic, ce->op_context, src, ce->len, 0);
+        return;
+    }
     struct efa_slot *s = efa_slot_of(nic, ce->op_context);
     if (!s) {
         efa_log(nic->ctx, 3, "%s: completion without an operation of ours "
@@ -183,6 +187,11 @@ static int on_error(efa_nic *nic, struct te_plugin_cq_entry *out, int *n)
     if (efa_auth_owns(nic, ee.op_context)) {
         efa_auth_completion(nic, ee.op_context, FI_ADDR_NOTAVAIL, 0,
                             ee.err ? ee.err : FI_EIO);
+        return 0;
+    }
+    if (efa_bye_owns(nic, ee.op_context)) {
+        efa_bye_completion(nic, ee.op_context, FI_ADDR_NOTAVAIL, 0,
+                           ee.err ? ee.err : FI_EIO);
         return 0;
     }
     struct efa_slot *s = efa_slot_of(nic, ee.op_context);
@@ -272,6 +281,7 @@ int efa_wait_arm(te_plugin_nic *nic)
      * mark stays fresh while it lasts. */
     if (nic->cq_fifo.count || nic->pending || nic->reposts_due ||
         nic->auth.busy || nic->auth.due || nic->auth.recv_due ||
+        nic->bye.recv_due || nic->exits_seen ||
         (nic->held_ns && tpc_now_ns() - nic->held_ns < EFA_HELD_SPIN_NS)) {
         rc = -EAGAIN;
     } else {
@@ -303,6 +313,8 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
         efa_peers_resolve(nic);
     if (nic->auth.due || nic->auth.recv_due)
         efa_auth_housekeeping(nic, false); /* messages waiting for room */
+    if (nic->bye.recv_due)
+        efa_bye_housekeeping(nic);
     for (uint32_t i = 0; nic->reposts_due && i < nic->nslots; i++) {
         struct efa_slot *s = &nic->slots[i];
         if (s->repost && s->state == EFA_SLOT_LIVE &&
@@ -327,6 +339,7 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
     }
     struct fi_cq_data_entry ce[EFA_POLL_BATCH];
     fi_addr_t src[EFA_POLL_BATCH];
+    bool cq_empty = false;
     while (n < max) {
         size_t want = (size_t)(max - n) < EFA_POLL_BATCH ? (size_t)(max - n)
                                                          : EFA_POLL_BATCH;
@@ -338,7 +351,8 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
                          out, &n);
             /* Entries that went to the fifo (peer down, reposts). */
             fifo_drain(nic, out, max, &n);
-            if ((size_t)got < want || nic->down_said)
+            cq_empty = (size_t)got < want;
+            if (cq_empty || nic->down_said)
                 break;
         } else if (got == -FI_EAVAIL) {
             if (on_error(nic, out, &n) < 0)
@@ -350,11 +364,16 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
             if (got != -FI_EAGAIN)
                 efa_log(nic->ctx, 0, "%s: fi_cq_read: %s", nic->name,
                         fi_strerror((int)-got));
+            cq_empty = true;
             break;
         }
     }
     if (nic->down_said)
         goto out;
+    /* Exits seen by the housekeeping above, now that a goodbye sent
+     * before the exit has been read (it says the close was orderly). */
+    if (nic->exits_seen && cq_empty)
+        efa_peers_exited(nic);
     /* A handshake in progress waits for the other side's next message
      * within microseconds: a worker without a wait object (shm) would
      * otherwise nap through each of its hops (efa_auth.c). */

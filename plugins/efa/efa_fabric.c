@@ -88,17 +88,24 @@ int efa_discover(efa_ctx *ctx)
                                           FI_REMOTE_CQ_DATA | FI_HMEM,
                                           FI_REMOTE_CQ_DATA | FI_HMEM |
                                               FI_SOURCE};
-    /* A job secret: the handshake travels in tagged messages, apart from
-     * the application's untagged SENDs (efa_auth_wire.h). Not asked for
-     * otherwise: nothing changes without a secret. */
-    uint64_t base = EFA_BASE_CAPS | (efa_auth_required(ctx) ? FI_TAGGED : 0);
+    /* Tagged messages carry the handshake of a job secret and the
+     * goodbyes of an orderly close, apart from the application's untagged
+     * SENDs (efa_auth_wire.h, efa_bye_wire.h): required with a secret;
+     * without one, a provider that lacks them is still used, closing
+     * without goodbyes (tried last). */
+    bool keyed = efa_auth_required(ctx);
     int rc = -FI_ENODATA;
     uint64_t caps = 0;
-    for (size_t i = 0; i < sizeof(drop_order) / sizeof(drop_order[0]); i++) {
-        caps = base | (optional & ~drop_order[i]);
-        rc = getinfo(ctx, caps, &ctx->infos);
-        if (rc != -FI_ENODATA)
-            break;
+    for (int tagged = 1; tagged >= (keyed ? 1 : 0) && rc == -FI_ENODATA;
+         tagged--) {
+        uint64_t base = EFA_BASE_CAPS | (tagged ? FI_TAGGED : 0);
+        for (size_t i = 0; i < sizeof(drop_order) / sizeof(drop_order[0]);
+             i++) {
+            caps = base | (optional & ~drop_order[i]);
+            rc = getinfo(ctx, caps, &ctx->infos);
+            if (rc != -FI_ENODATA)
+                break;
+        }
     }
     if (rc) {
         efa_ctx_err(ctx, "libfabric provider '%s' offers no FI_EP_RDM "

@@ -37,6 +37,7 @@
 #include "tpc_ops.h"
 #include "tpc_rng.h"
 #include "efa_auth.h"
+#include "efa_bye.h"
 #include "efa_local.h"
 #include "efa_proc.h"
 #include "efa_shm_name.h"
@@ -83,6 +84,7 @@ struct efa_cfg {
     uint32_t stall_timeout_ms; /* EAGAIN streak that declares a peer down */
     uint32_t probe_timeout_ms;
     uint64_t auth_forget_idle_ms; /* efa_auth.c forget_idle; 0 = never */
+    uint32_t bye_wait_ms;    /* efa_bye.c; 0 = no goodbyes */
 };
 
 /* ------------------------------------------------------------ context */
@@ -191,6 +193,8 @@ struct efa_peer {
     uint64_t pidfd_read_ns;  /* last pidfd check before a post */
     bool guarded;            /* its pidfd is watched by the shm guard */
     uint64_t deaths_seen;    /* efa_shm_guard_deaths() at that check */
+    uint8_t exit_seen;       /* its pidfd fired: down after the CQ is read
+                              * (efa_peers_exited) */
     struct efa_local *local; /* an endpoint of this process, or NULL */
     uint32_t auth;           /* its efa_auth_rec index + 1, 0 without auth */
     int down_status;         /* why it is down (-EACCES: refused) */
@@ -268,9 +272,11 @@ struct te_plugin_nic {
     bool down_said;          /* this poll handed out a PEER_DOWN (one per
                               * poll: the poll's error names that peer) */
     uint64_t hk_next_ns;
+    uint32_t exits_seen;      /* peers with exit_seen set */
     uint32_t reposts_due;     /* FI_RX_CQ_DATA receives to post again */
     uint64_t unmatched_errors; /* error entries with no op context */
     struct efa_auth auth;      /* job authentication (efa_auth.h) */
+    struct efa_bye bye;        /* orderly close (efa_bye.h) */
 };
 typedef struct te_plugin_nic efa_nic;
 
@@ -372,8 +378,11 @@ void efa_peer_orphan_done(efa_nic *nic, uint32_t peer_idx);
 /* Peer unreachable: fail its ops now, report TE_PCQ_PEER_DOWN once. */
 void efa_peer_down(efa_nic *nic, struct efa_peer *p, int status,
                    const char *why);
-/* Same-host peers whose process died (rate-limited, one poll(2)). */
+/* Same-host peers whose process died (rate-limited, one poll(2)): marked
+ * exit_seen; efa_peers_exited turns them down once poll() has read the CQ,
+ * so a goodbye they sent before exiting is read first (efa_bye.h). */
 void efa_peers_housekeeping(efa_nic *nic);
+void efa_peers_exited(efa_nic *nic);
 void efa_peers_free(efa_nic *nic);
 /* This process's identity for same-host liveness. */
 
@@ -412,6 +421,33 @@ void efa_auth_housekeeping(efa_nic *nic, bool deadlines);
 /* Answer the FORGETs whose remotes no longer have our operations in
  * flight (nic->auth.owed); from poll(), after the completions it read. */
 void efa_auth_answer_owed(efa_nic *nic);
+
+/* A goodbye's MAC for p (efa_bye_wire.h): 0, or -EAGAIN when p's address
+ * is not authenticated (nothing to tell it). */
+int efa_auth_bye_mac(efa_nic *nic, const struct efa_peer *p, uint8_t *mac);
+/* A keyed goodbye from src: 0 when src is authenticated and mac verifies
+ * (its record loses its acceptance, *rec = its index + 1 for the peers
+ * that refer to it), else -EACCES. */
+int efa_auth_bye_verify(efa_nic *nic, fi_addr_t src, const uint8_t *mac,
+                        uint32_t *rec);
+
+/* ---------------------------------------------------------- efa_bye.c */
+
+/* Post the goodbye receives when the provider has tagged messages and
+ * efa.bye_wait_ms is not 0 (else nothing: bye.on stays false). */
+int efa_bye_open(efa_nic *nic);
+/* Release what efa_bye_open made (after the endpoint is closed). */
+void efa_bye_close(efa_nic *nic);
+/* Say goodbye to every live peer address, waiting at most
+ * efa.bye_wait_ms for the sends (before the endpoint closes). */
+void efa_bye_send_all(efa_nic *nic);
+/* Is op_context one of the goodbyes' messages? */
+bool efa_bye_owns(efa_nic *nic, void *op_context);
+/* A goodbye's completion (err 0) or error completion (err > 0, FI_*). */
+void efa_bye_completion(efa_nic *nic, void *op_context, fi_addr_t src,
+                        uint64_t len, int err);
+/* Receives waiting to be posted again; from poll(). */
+void efa_bye_housekeeping(efa_nic *nic);
 
 /* --------------------------------------------------------- efa_post.c */
 

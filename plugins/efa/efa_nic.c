@@ -22,6 +22,7 @@ static void nic_free(efa_nic *nic)
     if (nic->ep)
         fi_close(&nic->ep->fid);
     efa_auth_close(nic);
+    efa_bye_close(nic);
     while (nic->mrs) {
         efa_mr *m = nic->mrs;
         nic->mrs = m->next;
@@ -254,6 +255,8 @@ int efa_nic_open(te_plugin_ctx *ctx, int idx,
     if (nic->auth.on && (rc = efa_auth_open(nic)))
         goto fail; /* message already set */
     build_address(nic, raw, raw_len);
+    if ((rc = efa_bye_open(nic)))
+        goto fail; /* message already set */
     efa_log(ctx, 2, "%s: opened (queue depth %u, %u receives, %zu-byte "
             "address)", nic->name, nic->qd, nic->recv_cap, nic->addr_len);
     *out = nic;
@@ -274,6 +277,8 @@ void efa_nic_close(te_plugin_nic *nic)
 {
     if (!nic)
         return;
+    /* Peers hear of the close now, not at their next write (efa_bye.h). */
+    efa_bye_send_all(nic);
     /* Completions still queued are discarded with the NIC (plugin.h). */
     nic_free(nic);
 }

@@ -108,6 +108,8 @@ static void peer_release(efa_nic *nic, struct efa_peer *p)
     }
     if (p->pidfd >= 0)
         close(p->pidfd);
+    if (p->exit_seen)
+        nic->exits_seen--;
     efa_local_put(p->local);
     memset(p, 0, sizeof(*p));
     p->state = EFA_PEER_FREE;
@@ -345,7 +347,9 @@ void efa_peer_down(efa_nic *nic, struct efa_peer *p, int status,
     /* Gone for good: whoever answers at its address proves itself anew. */
     if (p->auth && status != -EACCES)
         efa_auth_peer_lost(nic, p);
-    orphan_ops(nic, p, status);
+    /* An orderly close fails what was in flight like a lost peer; the
+     * PEER_DOWN alone says it was orderly. */
+    orphan_ops(nic, p, status == -ESHUTDOWN ? -ECONNRESET : status);
     struct te_plugin_cq_entry e = {.kind = TE_PCQ_PEER_DOWN,
                                    .status = status, .peer = p->handle};
     efa_cq_push(nic, &e);
@@ -403,12 +407,24 @@ void efa_peers_housekeeping(efa_nic *nic)
         if (!n || poll(fds, n, 0) <= 0)
             continue;
         for (nfds_t k = 0; k < n; k++)
-            if (fds[k].revents) {
-                struct efa_peer *p = &nic->peers[who[k]];
-                char why[64];
-                snprintf(why, sizeof(why), "its process %u exited", p->pid);
-                efa_peer_down(nic, p, -ECONNRESET, why);
+            if (fds[k].revents && !nic->peers[who[k]].exit_seen) {
+                nic->peers[who[k]].exit_seen = 1;
+                nic->exits_seen++;
             }
+    }
+}
+
+void efa_peers_exited(efa_nic *nic)
+{
+    for (uint32_t i = 0; nic->exits_seen && i < nic->npeers; i++) {
+        struct efa_peer *p = &nic->peers[i];
+        if (!p->exit_seen)
+            continue;
+        p->exit_seen = 0;
+        nic->exits_seen--;
+        char why[64];
+        snprintf(why, sizeof(why), "its process %u exited", p->pid);
+        efa_peer_down(nic, p, -ECONNRESET, why); /* unless down already */
     }
 }
 

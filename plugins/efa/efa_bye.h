@@ -1,0 +1,46 @@
+/*
+ * Orderly close of the efa transport (docs/efa.md "Orderly close"): as a
+ * NIC closes it says goodbye (efa_bye_wire.h) to each of its live peers,
+ * and a goodbye received turns the core's peers of that address down with
+ * -ESHUTDOWN, the plugin ABI's orderly close. Without it a peer learns of
+ * the close only when a write to it fails, from its process's exit (same
+ * host), or from the core's peer timeout; shm reports nothing at all.
+ *
+ * Best effort: the goodbyes are sent and their completions awaited at most
+ * efa.bye_wait_ms per NIC; a peer that misses one still learns of the
+ * close in those other ways. Needs tagged messages (FI_TAGGED); a provider
+ * without them closes without goodbyes, as before.
+ */
+#ifndef EFA_BYE_H
+#define EFA_BYE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+
+#include "efa_bye_wire.h"
+
+#define EFA_BYE_NRECV 4  /* tagged receives kept posted for goodbyes */
+#define EFA_BYE_NSEND 32 /* goodbyes in flight at once while closing */
+
+/* A goodbye's provider context. */
+struct efa_bye_op {
+    struct fi_context2 fctx;
+    uint32_t next_free;
+};
+
+struct efa_bye {
+    bool on;                 /* receives posted; goodbyes sent at close */
+    uint8_t *buf;            /* NRECV + NSEND messages, registered */
+    struct fid_mr *mr;
+    void *desc;
+    struct efa_bye_op ops[EFA_BYE_NRECV + EFA_BYE_NSEND];
+    uint32_t send_free;      /* free send op, or NRECV + NSEND */
+    uint32_t recv_due;       /* receives to post again (bit i) */
+    uint64_t received;       /* goodbyes that turned peers down */
+    uint64_t dropped;        /* malformed, unverified or of no peer */
+};
+
+#endif
