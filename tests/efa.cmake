@@ -87,12 +87,12 @@ set(TE_EFA_2NIC --set engine.nics_per_group=2 --set efa.devices=2)
 
 # Each run includes peer_closed, and the two-process runs peer_killed (a
 # remote SIGKILLed with the engine's timers off: efa itself must report it,
-# through the pidfd, provider errors or the stall rule). efa reports an
-# orderly close as a failure, not -ESHUTDOWN (optional in plugin.h), so
-# peer_closed passes with a NOTE line; no --strict here.
+# through the pidfd, provider errors or the stall rule). --strict: efa has
+# every optional behaviour too, the orderly close (-ESHUTDOWN, noticed
+# without traffic) since its goodbyes (plugins/efa/efa_bye.h).
 function(te_efa_conformance name)
   add_test(NAME efa_conformance_${name}
-           COMMAND te-conformance --plugin efa ${ARGN})
+           COMMAND te-conformance --plugin efa --strict ${ARGN})
   set_tests_properties(efa_conformance_${name} PROPERTIES
     ENVIRONMENT "${TE_EFA_ENV}" TIMEOUT 180 LABELS "efa;conformance"
     PASS_REGULAR_EXPRESSION " 0 failed"

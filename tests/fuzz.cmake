@@ -40,7 +40,8 @@ set(TE_FUZZ_TARGETS
     lb_addr:loopback
     lb_hello:loopback
     lb_ring:loopback
-    submit:engine)
+    submit:engine
+    efa_bye_parse:efa_wire)
 
 if(TE_BUILD_FUZZERS AND NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
   message(FATAL_ERROR "TE_BUILD_FUZZERS=ON needs clang (libFuzzer): configure "
@@ -67,6 +68,10 @@ foreach(entry ${TE_FUZZ_TARGETS})
     ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/core)
   if(kind STREQUAL "wire")
     target_sources(${exe} PRIVATE ${TE_FUZZ_CORE_WIRE})
+  elseif(kind STREQUAL "efa_wire")
+    # A pure parser of the efa plugin: no libfabric needed.
+    target_sources(${exe} PRIVATE ${PROJECT_SOURCE_DIR}/plugins/efa/efa_bye_wire.c)
+    target_include_directories(${exe} PRIVATE ${PROJECT_SOURCE_DIR}/plugins/efa)
   elseif(kind STREQUAL "config")
     target_sources(${exe} PRIVATE ${TE_FUZZ_CORE_CONFIG})
     target_link_libraries(${exe} PRIVATE PkgConfig::INIH m)

@@ -30,5 +30,13 @@ int efa_bye_msg_parse(const void *buf, size_t len, struct efa_bye_msg *out)
         out->keyed > 1 || out->reserved || out->raw_len == 0 ||
         out->raw_len > EFA_BYE_RAW_MAX)
         return -EPROTO;
+    /* One encoding per message: the name's unused bytes are zero, and an
+     * unkeyed message has no MAC. */
+    for (size_t i = out->raw_len; i < EFA_BYE_RAW_MAX; i++)
+        if (out->raw[i])
+            return -EPROTO;
+    for (size_t i = 0; !out->keyed && i < sizeof(out->mac); i++)
+        if (out->mac[i])
+            return -EPROTO;
     return 0;
 }

@@ -46,8 +46,10 @@ int efa_bye_msg_build(struct efa_bye_msg *m, const void *raw, size_t raw_len,
                       int keyed);
 
 /* Check a received message of len bytes and copy it to *out: 0, or
- * -EPROTO (wrong size, magic, version, keyed flag, name length, or a
- * reserved byte set). */
+ * -EPROTO (wrong size, magic, version, keyed flag or name length, a
+ * reserved byte or a name byte past the name's length set, or a MAC in an
+ * unkeyed message): a message parses only in the one encoding
+ * efa_bye_msg_build gives it. */
 int efa_bye_msg_parse(const void *buf, size_t len, struct efa_bye_msg *out);
 
 #endif

@@ -26,12 +26,13 @@ START_TEST(build_then_parse_gives_the_message_back)
     for (int keyed = 0; keyed <= 1; keyed++) {
         struct efa_bye_msg m, out;
         ck_assert_int_eq(efa_bye_msg_build(&m, RAW, sizeof(RAW), keyed), 0);
-        memset(m.mac, 0x5a, sizeof(m.mac));
+        if (keyed)
+            memset(m.mac, 0x5a, sizeof(m.mac));
         ck_assert_int_eq(efa_bye_msg_parse(&m, sizeof(m), &out), 0);
         ck_assert_int_eq(out.keyed, keyed);
         ck_assert_int_eq(out.raw_len, sizeof(RAW));
         ck_assert_mem_eq(out.raw, RAW, sizeof(RAW));
-        ck_assert_int_eq(out.mac[31], 0x5a);
+        ck_assert_int_eq(out.mac[31], keyed ? 0x5a : 0);
     }
     /* The longest name fits, one byte more does not. */
     uint8_t big[EFA_BYE_RAW_MAX + 1];
@@ -66,6 +67,13 @@ START_TEST(parse_refuses_damage)
     m = good; m.raw_len = 0;
     ck_assert_int_eq(efa_bye_msg_parse(&m, sizeof(m), &out), -EPROTO);
     m = good; m.raw_len = EFA_BYE_RAW_MAX + 1;
+    ck_assert_int_eq(efa_bye_msg_parse(&m, sizeof(m), &out), -EPROTO);
+    /* One encoding only: a byte past the name, a MAC when not keyed. */
+    m = good; m.raw[sizeof(RAW)] = 1;
+    ck_assert_int_eq(efa_bye_msg_parse(&m, sizeof(m), &out), -EPROTO);
+    m = good; m.mac[0] = 1;
+    ck_assert_int_eq(efa_bye_msg_parse(&m, sizeof(m), &out), -EPROTO);
+    m = good; m.raw_len = 1; /* the rest of the name is now "past" it */
     ck_assert_int_eq(efa_bye_msg_parse(&m, sizeof(m), &out), -EPROTO);
 }
 END_TEST
