@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,8 +111,8 @@ static bool is_sender(const efa_nic *nic, const struct efa_peer *p,
     if (p->raw_len != m->raw_len || memcmp(p->raw, m->raw, m->raw_len))
         return false;
     /* A provider that names senders must name this one (a sender it
-     * cannot name is in no peer's address vector entry: not a peer). */
-    return !nic->source || p->fi_addr == src;
+     * cannot name is at no address vector entry of ours: not a peer). */
+    return !nic->source || (src != FI_ADDR_NOTAVAIL && p->fi_addr == src);
 }
 
 static void on_message(efa_nic *nic, const void *buf, uint64_t len,
@@ -143,8 +144,11 @@ static void on_message(efa_nic *nic, const void *buf, uint64_t len,
     }
     if (n)
         nic->bye.received++;
-    else if (!m.keyed)
-        dropped(nic, "from an address that is none of our live peers");
+    else
+        /* A remote that wrote to us without being our peer, or one we
+         * already know to be down: nothing to do, nothing suspicious. */
+        efa_log(nic->ctx, 3, "%s: a goodbye from no live peer of ours",
+                nic->name);
 }
 
 void efa_bye_completion(efa_nic *nic, void *op_context, fi_addr_t src,
@@ -236,11 +240,24 @@ static bool said_already(const efa_nic *nic, uint32_t i)
     return false;
 }
 
+/* A same-host peer whose process is gone: nobody to tell, and shm would
+ * enter its region through a lock it may have died holding (efa_post.c
+ * check_alive). */
+static bool exited(const struct efa_peer *p)
+{
+    if (p->exit_seen)
+        return true;
+    struct pollfd pf = {.fd = p->pidfd, .events = POLLIN};
+    return p->pidfd >= 0 && poll(&pf, 1, 0) > 0;
+}
+
 /* Send one goodbye to p, waiting (until the deadline) for a free op and
  * for the provider to take it. */
 static void say_bye(efa_nic *nic, struct efa_peer *p, struct closing *c)
 {
     struct efa_bye *b = &nic->bye;
+    if (exited(p))
+        return;
     while (b->send_free >= NOPS) {
         reap(nic, c);
         if (b->send_free < NOPS || tpc_now_ns() >= c->deadline_ns)

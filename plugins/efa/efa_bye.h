@@ -40,7 +40,7 @@ struct efa_bye {
     uint32_t send_free;      /* free send op, or NRECV + NSEND */
     uint32_t recv_due;       /* receives to post again (bit i) */
     uint64_t received;       /* goodbyes that turned peers down */
-    uint64_t dropped;        /* malformed, unverified or of no peer */
+    uint64_t dropped;        /* malformed, unverified, or keyed amiss */
 };
 
 #endif
