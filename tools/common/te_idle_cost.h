@@ -19,4 +19,16 @@ struct te_idle_cost {
  */
 struct te_idle_cost te_idle_cost_measure(unsigned seconds);
 
+/** No exit: te_idle_cost_args() found SECONDS (or none) and the tool goes on. */
+#define TE_IDLE_COST_GO_ON (-1)
+
+/**
+ * The idle tools' command line, `tool [SECONDS]` (1..60, default kept in
+ * *seconds), parsed strictly (te_args.h): TE_IDLE_COST_GO_ON, or the
+ * status to exit with: 0 after -h/--help (usage on stderr), TE_ARGS_EXIT
+ * for a bad command line (the reason on stderr).
+ */
+int te_idle_cost_args(const char *tool, int argc, char **argv,
+                      unsigned *seconds);
+
 #endif

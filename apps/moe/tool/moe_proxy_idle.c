@@ -20,14 +20,10 @@
 
 int main(int argc, char **argv)
 {
-    uint32_t seconds = 3;
-    if (argc > 2 || (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))) {
-        fprintf(stderr, "usage: te-moe-proxy-idle [SECONDS]   (1..60, default 3)\n");
-        return argc == 2 ? 0 : TE_ARGS_EXIT;
-    }
-    if (argc == 2 &&
-        te_arg_u32("te-moe-proxy-idle", "SECONDS", argv[1], 1, 60, &seconds))
-        return TE_ARGS_EXIT;
+    unsigned seconds = 3;
+    int ex = te_idle_cost_args("te-moe-proxy-idle", argc, argv, &seconds);
+    if (ex != TE_IDLE_COST_GO_ON)
+        return ex;
     te_engine *e;
     if (te_engine_create(NULL, &e)) {
         fprintf(stderr, "te-moe-proxy-idle: engine: %s\n", te_last_error());
