@@ -1,8 +1,9 @@
 /*
  * Job authentication of the efa transport: the records, the handshake's
  * state machine and the gate on inbound events (efa_auth.h). Messages are
- * tagged sends from a small registered pool; their completions come
- * through poll() like every other (efa_cq.c hands them here).
+ * tagged sends from a small registered pool (efa_msgpool.h); their
+ * completions come through poll() like every other (efa_cq.c hands them
+ * here).
  *
  * Who waits for what (every wait bounded by EFA_AUTH_TIMEOUT_NS):
  *   initiator: HELLO sent -> CHALLENGE verified (rx_ok) -> PROOF sent ->
@@ -28,12 +29,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include <rdma/fi_tagged.h>
-
 #include "efa_internal.h"
 
-#define NOPS (EFA_AUTH_NRECV + EFA_AUTH_NSEND)
-#define MSG_LEN sizeof(struct efa_auth_msg)
 #define FAILED_KEEP_NS 1000000000ull /* a refused stranger's record */
 
 static const struct te_plugin_host *host_of(const efa_ctx *ctx)
@@ -216,11 +213,6 @@ static void rec_free(efa_nic *nic, struct efa_auth_rec *r)
 
 /* ---------------------------------------------------------- messages */
 
-static uint8_t *msg_buf(efa_nic *nic, uint32_t i)
-{
-    return nic->auth.buf + (size_t)i * MSG_LEN;
-}
-
 /* The MAC of role over r's handshake (we_initiate: this NIC is the
  * initiator); with check, verify that instead: 0 or -EACCES. */
 static int mac_for(efa_nic *nic, const struct efa_auth_rec *r, uint32_t role,
@@ -239,28 +231,19 @@ static int mac_for(efa_nic *nic, const struct efa_auth_rec *r, uint32_t role,
                  : h->auth_mac(h->host_ctx, b, n, mac);
 }
 
-static int post_recv(efa_nic *nic, uint32_t i)
-{
-    struct iovec iov = {.iov_base = msg_buf(nic, i), .iov_len = MSG_LEN};
-    void *desc = nic->auth.desc;
-    struct fi_msg_tagged m = {.msg_iov = &iov, .desc = &desc, .iov_count = 1,
-                              .addr = FI_ADDR_UNSPEC, .tag = EFA_AUTH_TAG,
-                              .ignore = 0, .context = &nic->auth.ops[i].fctx};
-    return (int)fi_trecvmsg(nic->ep, &m, 0);
-}
-
 /* Send a message of type to r now, or mark it due (no buffer free, or the
  * provider says -FI_EAGAIN while it connects): housekeeping retries it. */
 static int send_msg(efa_nic *nic, struct efa_auth_rec *r, uint8_t type,
                     uint8_t reason)
 {
     struct efa_auth *a = &nic->auth;
-    if (a->send_free >= NOPS) {
+    if (a->msgs.send_free >= a->msgs.nops) {
         due_set(a, r, type, reason);
         return 0;
     }
-    uint32_t i = a->send_free;
-    struct efa_auth_msg *m = (struct efa_auth_msg *)msg_buf(nic, i);
+    uint32_t i = a->msgs.send_free;
+    struct efa_auth_msg *m = (struct efa_auth_msg *)efa_msgpool_buf(&a->msgs,
+                                                                   i);
     memset(m, 0, sizeof(*m));
     m->magic = EFA_AUTH_MAGIC;
     m->version = EFA_AUTH_VERSION;
@@ -288,14 +271,9 @@ static int send_msg(efa_nic *nic, struct efa_auth_rec *r, uint8_t type,
     }
     if (rc)
         return rc;
-    struct iovec iov = {.iov_base = m, .iov_len = MSG_LEN};
-    void *desc = a->desc;
-    struct fi_msg_tagged tm = {.msg_iov = &iov, .desc = &desc, .iov_count = 1,
-                               .addr = r->fi_addr, .tag = EFA_AUTH_TAG,
-                               .context = &a->ops[i].fctx};
     if (r->local && !efa_local_enter(r->local))
         return -ECONNRESET; /* its engine in this process is gone */
-    ssize_t s = fi_tsendmsg(nic->ep, &tm, FI_COMPLETION);
+    ssize_t s = efa_msgpool_send(nic, &a->msgs, i, r->fi_addr);
     if (r->local)
         efa_local_leave(r->local);
     if (s == -FI_EAGAIN) {
@@ -308,7 +286,6 @@ static int send_msg(efa_nic *nic, struct efa_auth_rec *r, uint8_t type,
                 nic->name, r->pid, fi_strerror((int)-s));
         return efa_errno((int)s);
     }
-    a->send_free = a->ops[i].next_free;
     return 0;
 }
 
@@ -601,32 +578,10 @@ static void on_message(efa_nic *nic, const void *buf, uint64_t len,
 int efa_auth_open(efa_nic *nic)
 {
     struct efa_auth *a = &nic->auth;
-    if (posix_memalign((void **)&a->buf, 64, NOPS * MSG_LEN)) {
-        efa_err(nic, "out of memory for authentication messages");
-        return -ENOMEM;
-    }
-    memset(a->buf, 0, NOPS * MSG_LEN);
-    for (uint32_t i = EFA_AUTH_NRECV; i < NOPS; i++)
-        a->ops[i].next_free = i + 1;
-    a->send_free = EFA_AUTH_NRECV;
     a->forget_idle_ns = (uint64_t)nic->ctx->cfg.auth_forget_idle_ms * 1000000ull;
-    uint64_t key;
-    pthread_mutex_lock(&nic->lock);
-    int rc = efa_mr_register_locked(nic, a->buf, NOPS * MSG_LEN,
-                                    FI_SEND | FI_RECV, TE_PMEM_HOST, 0,
-                                    &a->mr, &key);
-    if (!rc) {
-        a->desc = fi_mr_desc(a->mr);
-        for (uint32_t i = 0; i < EFA_AUTH_NRECV && !rc; i++)
-            rc = post_recv(nic, i);
-        if (rc) {
-            efa_err(nic, "fi_trecvmsg (authentication): %s",
-                    fi_strerror(-rc));
-            rc = efa_errno(rc);
-        }
-    }
-    pthread_mutex_unlock(&nic->lock);
-    return rc;
+    return efa_msgpool_open(nic, &a->msgs, EFA_AUTH_TAG,
+                            sizeof(struct efa_auth_msg), EFA_AUTH_NRECV,
+                            EFA_AUTH_NSEND, "authentication");
 }
 
 void efa_auth_close(efa_nic *nic)
@@ -637,9 +592,7 @@ void efa_auth_close(efa_nic *nic)
             efa_local_put(a->recs[i].local);
     free(a->recs);
     free(a->map);
-    if (a->mr)
-        fi_close(&a->mr->fid);
-    free(a->buf);
+    efa_msgpool_close(&a->msgs);
     memset(a, 0, sizeof(*a));
 }
 
@@ -771,31 +724,27 @@ bool efa_auth_accept(efa_nic *nic, fi_addr_t src, const char *what)
 
 bool efa_auth_owns(efa_nic *nic, void *op_context)
 {
-    uintptr_t p = (uintptr_t)op_context, b = (uintptr_t)nic->auth.ops;
-    return nic->auth.on && p >= b && p < b + sizeof(nic->auth.ops) &&
-           (p - b) % sizeof(struct efa_auth_op) == 0;
+    return nic->auth.on && efa_msgpool_index(&nic->auth.msgs, op_context) >= 0;
 }
 
 void efa_auth_completion(efa_nic *nic, void *op_context, fi_addr_t src,
                          uint64_t len, int err)
 {
     struct efa_auth *a = &nic->auth;
-    uint32_t i = (uint32_t)((struct efa_auth_op *)op_context - a->ops);
-    if (i >= EFA_AUTH_NRECV) {
-        a->ops[i].next_free = a->send_free;
-        a->send_free = i;
+    uint32_t i = (uint32_t)efa_msgpool_index(&a->msgs, op_context);
+    if (i >= a->msgs.nrecv) {
+        efa_msgpool_send_done(&a->msgs, i);
         if (err)
             efa_log(nic->ctx, 2, "%s: an authentication message was not "
                     "delivered: %s", nic->name, fi_strerror(err));
         return;
     }
     if (!err)
-        on_message(nic, msg_buf(nic, i), len, src);
+        on_message(nic, efa_msgpool_buf(&a->msgs, i), len, src);
     else if (err != FI_ECANCELED)
         efa_log(nic->ctx, 2, "%s: authentication receive: %s", nic->name,
                 fi_strerror(err));
-    if (post_recv(nic, i))
-        a->recv_due |= 1u << i;
+    efa_msgpool_recv_done(nic, &a->msgs, i);
 }
 
 #define EXIT_SCAN_NS 1000000000ull
@@ -886,10 +835,9 @@ static void forget_unanswered(efa_nic *nic, struct efa_auth_rec *r,
 void efa_auth_housekeeping(efa_nic *nic, bool deadlines)
 {
     struct efa_auth *a = &nic->auth;
-    for (uint32_t i = 0; a->recv_due && i < EFA_AUTH_NRECV; i++)
-        if ((a->recv_due & (1u << i)) && post_recv(nic, i) == 0)
-            a->recv_due &= ~(1u << i);
-    for (uint32_t i = 0; a->due && a->send_free < NOPS && i < a->nrecs; i++) {
+    efa_msgpool_repost(nic, &a->msgs);
+    for (uint32_t i = 0; a->due && a->msgs.send_free < a->msgs.nops &&
+                         i < a->nrecs; i++) {
         struct efa_auth_rec *r = &a->recs[i];
         if (r->used && r->due && send_msg(nic, r, r->due, r->due_reason))
             rec_fail(nic, r, "cannot send an authentication message");

@@ -31,6 +31,7 @@
 #include <rdma/fi_domain.h>
 
 #include "efa_auth_wire.h"
+#include "efa_msgpool.h"
 
 struct efa_local;
 
@@ -70,26 +71,15 @@ struct efa_auth_rec {
     uint8_t addr[TE_PLUGIN_MAX_ADDR_LEN]; /* its NIC address */
 };
 
-/* A control message's provider context. */
-struct efa_auth_op {
-    struct fi_context2 fctx;
-    uint32_t next_free;
-};
-
 struct efa_auth {
     bool on;
     struct efa_auth_rec *recs;
     uint32_t nrecs, cap;
     uint32_t *map;            /* fi_addr -> record index + 1 */
     size_t map_cap;
-    uint8_t *buf;             /* NRECV + NSEND messages, registered */
-    struct fid_mr *mr;
-    void *desc;
-    struct efa_auth_op ops[EFA_AUTH_NRECV + EFA_AUTH_NSEND];
-    uint32_t send_free;       /* free send op, or EFA_AUTH_NRECV+NSEND */
+    struct efa_msgpool msgs;  /* tag EFA_AUTH_TAG: NRECV + NSEND */
     uint32_t busy;            /* handshakes in progress */
     uint32_t due;             /* records with a message waiting */
-    uint32_t recv_due;        /* receives to post again (bit i) */
     uint64_t dropped;         /* events of unauthenticated senders */
     uint64_t next_exit_scan_ns; /* next look for exited and idle remotes */
     uint64_t forgotten;       /* records of exited remotes freed */

@@ -1,10 +1,10 @@
 /*
  * Orderly close (efa_bye.h): goodbyes sent by a closing NIC to its live
  * peers, and received ones turned into PEER_DOWN with -ESHUTDOWN. The
- * messages are tagged sends from a small registered pool of their own;
- * received ones come through poll() like every completion (efa_cq.c hands
- * them here), the sent ones are reaped here while the NIC closes (the core
- * reads nothing from a NIC it is closing: plugin.h).
+ * messages are tagged sends from a small registered pool of their own
+ * (efa_msgpool.h); received ones come through poll() like every completion
+ * (efa_cq.c hands them here), the sent ones are reaped here while the NIC
+ * closes (the core reads nothing from a NIC it is closing: plugin.h).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -13,27 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <rdma/fi_tagged.h>
-
 #include "efa_internal.h"
-
-#define NOPS (EFA_BYE_NRECV + EFA_BYE_NSEND)
-#define MSG_LEN sizeof(struct efa_bye_msg)
-
-static uint8_t *msg_buf(efa_nic *nic, uint32_t i)
-{
-    return nic->bye.buf + (size_t)i * MSG_LEN;
-}
-
-static int post_recv(efa_nic *nic, uint32_t i)
-{
-    struct iovec iov = {.iov_base = msg_buf(nic, i), .iov_len = MSG_LEN};
-    void *desc = nic->bye.desc;
-    struct fi_msg_tagged m = {.msg_iov = &iov, .desc = &desc, .iov_count = 1,
-                              .addr = FI_ADDR_UNSPEC, .tag = EFA_BYE_TAG,
-                              .ignore = 0, .context = &nic->bye.ops[i].fctx};
-    return (int)fi_trecvmsg(nic->ep, &m, 0);
-}
 
 /* This NIC's endpoint name: the raw part of its address. */
 static const uint8_t *own_raw(const efa_nic *nic)
@@ -43,50 +23,24 @@ static const uint8_t *own_raw(const efa_nic *nic)
 
 int efa_bye_open(efa_nic *nic)
 {
-    struct efa_bye *b = &nic->bye;
     if (!(nic->info->caps & FI_TAGGED) || !nic->ctx->cfg.bye_wait_ms)
         return 0; /* closes without goodbyes; receives none either */
-    if (posix_memalign((void **)&b->buf, 64, NOPS * MSG_LEN)) {
-        efa_err(nic, "out of memory for goodbye messages");
-        return -ENOMEM;
-    }
-    memset(b->buf, 0, NOPS * MSG_LEN);
-    for (uint32_t i = EFA_BYE_NRECV; i < NOPS; i++)
-        b->ops[i].next_free = i + 1;
-    b->send_free = EFA_BYE_NRECV;
-    uint64_t key;
-    pthread_mutex_lock(&nic->lock);
-    int rc = efa_mr_register_locked(nic, b->buf, NOPS * MSG_LEN,
-                                    FI_SEND | FI_RECV, TE_PMEM_HOST, 0,
-                                    &b->mr, &key);
-    if (!rc) {
-        b->desc = fi_mr_desc(b->mr);
-        for (uint32_t i = 0; i < EFA_BYE_NRECV && !rc; i++)
-            rc = post_recv(nic, i);
-        if (rc) {
-            efa_err(nic, "fi_trecvmsg (goodbyes): %s", fi_strerror(-rc));
-            rc = efa_errno(rc);
-        }
-    }
-    pthread_mutex_unlock(&nic->lock);
-    b->on = rc == 0;
+    int rc = efa_msgpool_open(nic, &nic->bye.msgs, EFA_BYE_TAG,
+                              sizeof(struct efa_bye_msg), EFA_BYE_NRECV,
+                              EFA_BYE_NSEND, "goodbye");
+    nic->bye.on = rc == 0;
     return rc;
 }
 
 void efa_bye_close(efa_nic *nic)
 {
-    struct efa_bye *b = &nic->bye;
-    if (b->mr)
-        fi_close(&b->mr->fid);
-    free(b->buf);
-    memset(b, 0, sizeof(*b));
+    efa_msgpool_close(&nic->bye.msgs);
+    memset(&nic->bye, 0, sizeof(nic->bye));
 }
 
 bool efa_bye_owns(efa_nic *nic, void *op_context)
 {
-    uintptr_t p = (uintptr_t)op_context, base = (uintptr_t)nic->bye.ops;
-    return nic->bye.on && p >= base && p < base + sizeof(nic->bye.ops) &&
-           (p - base) % sizeof(struct efa_bye_op) == 0;
+    return nic->bye.on && efa_msgpool_index(&nic->bye.msgs, op_context) >= 0;
 }
 
 /* ---------------------------------------------------------- receiving */
@@ -154,30 +108,25 @@ static void on_message(efa_nic *nic, const void *buf, uint64_t len,
 void efa_bye_completion(efa_nic *nic, void *op_context, fi_addr_t src,
                         uint64_t len, int err)
 {
-    struct efa_bye *b = &nic->bye;
-    uint32_t i = (uint32_t)((struct efa_bye_op *)op_context - b->ops);
-    if (i >= EFA_BYE_NRECV) {
+    struct efa_msgpool *mp = &nic->bye.msgs;
+    uint32_t i = (uint32_t)efa_msgpool_index(mp, op_context);
+    if (i >= mp->nrecv) {
         /* A send's completion outside a close: cannot happen (goodbyes
-         * are sent only while closing); give the op back anyway. */
-        b->ops[i].next_free = b->send_free;
-        b->send_free = i;
+         * are sent only while closing); give the slot back anyway. */
+        efa_msgpool_send_done(mp, i);
         return;
     }
     if (!err)
-        on_message(nic, msg_buf(nic, i), len, src);
+        on_message(nic, efa_msgpool_buf(mp, i), len, src);
     else if (err != FI_ECANCELED)
         efa_log(nic->ctx, 2, "%s: goodbye receive: %s", nic->name,
                 fi_strerror(err));
-    if (post_recv(nic, i))
-        b->recv_due |= 1u << i;
+    efa_msgpool_recv_done(nic, mp, i);
 }
 
 void efa_bye_housekeeping(efa_nic *nic)
 {
-    struct efa_bye *b = &nic->bye;
-    for (uint32_t i = 0; b->recv_due && i < EFA_BYE_NRECV; i++)
-        if ((b->recv_due & (1u << i)) && post_recv(nic, i) == 0)
-            b->recv_due &= ~(1u << i);
+    efa_msgpool_repost(nic, &nic->bye.msgs);
 }
 
 /* ---------------------------------------------------------- sending */
@@ -192,7 +141,7 @@ struct closing {
  * other entry is dropped (the core reads nothing more from this NIC). */
 static void reap(efa_nic *nic, struct closing *c)
 {
-    struct efa_bye *b = &nic->bye;
+    struct efa_msgpool *mp = &nic->bye.msgs;
     struct fi_cq_data_entry ce[EFA_POLL_BATCH];
     for (;;) {
         ssize_t got = fi_cq_read(nic->cq, ce, EFA_POLL_BATCH);
@@ -214,13 +163,10 @@ static void reap(efa_nic *nic, struct closing *c)
                                                          : ce[k].op_context;
         }
         for (ssize_t k = 0; k < got; k++) {
-            if (!efa_bye_owns(nic, ctx[k]))
-                continue;
-            uint32_t i = (uint32_t)((struct efa_bye_op *)ctx[k] - b->ops);
-            if (i < EFA_BYE_NRECV)
-                continue; /* a goodbye to us: we are leaving too */
-            b->ops[i].next_free = b->send_free;
-            b->send_free = i;
+            int i = efa_msgpool_index(mp, ctx[k]);
+            if (i < (int)mp->nrecv)
+                continue; /* not ours, or a goodbye to us: we leave too */
+            efa_msgpool_send_done(mp, (uint32_t)i);
             c->out--;
             if (err)
                 c->failed++;
@@ -255,36 +201,30 @@ static bool exited(const struct efa_peer *p)
  * for the provider to take it. */
 static void say_bye(efa_nic *nic, struct efa_peer *p, struct closing *c)
 {
-    struct efa_bye *b = &nic->bye;
+    struct efa_msgpool *mp = &nic->bye.msgs;
     if (exited(p))
         return;
-    while (b->send_free >= NOPS) {
+    while (mp->send_free >= mp->nops) {
         reap(nic, c);
-        if (b->send_free < NOPS || tpc_now_ns() >= c->deadline_ns)
+        if (mp->send_free < mp->nops || tpc_now_ns() >= c->deadline_ns)
             break;
     }
-    if (b->send_free >= NOPS) {
+    if (mp->send_free >= mp->nops) {
         c->failed++;
         return;
     }
-    uint32_t i = b->send_free;
-    struct efa_bye_msg *m = (struct efa_bye_msg *)msg_buf(nic, i);
+    uint32_t i = mp->send_free;
+    struct efa_bye_msg *m = (struct efa_bye_msg *)efa_msgpool_buf(mp, i);
     if (efa_bye_msg_build(m, own_raw(nic), nic->raw_len, nic->auth.on) ||
         (nic->auth.on && efa_auth_bye_mac(nic, p, m->mac)))
         return; /* not authenticated with it (nothing to tell), or no MAC */
-    struct iovec iov = {.iov_base = m, .iov_len = MSG_LEN};
-    void *desc = b->desc;
-    struct fi_msg_tagged tm = {.msg_iov = &iov, .desc = &desc, .iov_count = 1,
-                               .addr = p->fi_addr, .tag = EFA_BYE_TAG,
-                               .context = &b->ops[i].fctx};
     for (;;) {
         if (p->local && !efa_local_enter(p->local))
             return; /* its endpoint in this process closed first */
-        ssize_t s = fi_tsendmsg(nic->ep, &tm, FI_COMPLETION);
+        ssize_t s = efa_msgpool_send(nic, mp, i, p->fi_addr);
         if (p->local)
             efa_local_leave(p->local);
         if (s == 0) {
-            b->send_free = b->ops[i].next_free;
             c->out++;
             c->sent++;
             return;

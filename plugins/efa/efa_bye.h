@@ -17,28 +17,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include <rdma/fabric.h>
-#include <rdma/fi_domain.h>
-
 #include "efa_bye_wire.h"
+#include "efa_msgpool.h"
 
 #define EFA_BYE_NRECV 4  /* tagged receives kept posted for goodbyes */
 #define EFA_BYE_NSEND 32 /* goodbyes in flight at once while closing */
 
-/* A goodbye's provider context. */
-struct efa_bye_op {
-    struct fi_context2 fctx;
-    uint32_t next_free;
-};
-
 struct efa_bye {
     bool on;                 /* receives posted; goodbyes sent at close */
-    uint8_t *buf;            /* NRECV + NSEND messages, registered */
-    struct fid_mr *mr;
-    void *desc;
-    struct efa_bye_op ops[EFA_BYE_NRECV + EFA_BYE_NSEND];
-    uint32_t send_free;      /* free send op, or NRECV + NSEND */
-    uint32_t recv_due;       /* receives to post again (bit i) */
+    struct efa_msgpool msgs; /* tag EFA_BYE_TAG */
     uint64_t received;       /* goodbyes that turned peers down */
     uint64_t dropped;        /* malformed, unverified, or keyed amiss */
 };

@@ -280,8 +280,8 @@ int efa_wait_arm(te_plugin_nic *nic)
      * CQ wait fd does not watch). The core retries it every turn, so the
      * mark stays fresh while it lasts. */
     if (nic->cq_fifo.count || nic->pending || nic->reposts_due ||
-        nic->auth.busy || nic->auth.due || nic->auth.recv_due ||
-        nic->bye.recv_due || nic->exits_seen ||
+        nic->auth.busy || nic->auth.due || nic->auth.msgs.recv_due ||
+        nic->bye.msgs.recv_due || nic->exits_seen ||
         (nic->held_ns && tpc_now_ns() - nic->held_ns < EFA_HELD_SPIN_NS)) {
         rc = -EAGAIN;
     } else {
@@ -311,9 +311,9 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
         goto out;
     if (nic->pending)
         efa_peers_resolve(nic);
-    if (nic->auth.due || nic->auth.recv_due)
+    if (nic->auth.due || nic->auth.msgs.recv_due)
         efa_auth_housekeeping(nic, false); /* messages waiting for room */
-    if (nic->bye.recv_due)
+    if (nic->bye.msgs.recv_due)
         efa_bye_housekeeping(nic);
     for (uint32_t i = 0; nic->reposts_due && i < nic->nslots; i++) {
         struct efa_slot *s = &nic->slots[i];

@@ -118,6 +118,20 @@ static void stranger_close(struct stranger *s)
     fi_freeinfo(s->info);
 }
 
+/* The stranger's post returned rc (after retrying -FI_EAGAIN until end):
+ * it must have been taken, and its completion must come. */
+static void stranger_complete(struct stranger *s, ssize_t rc, int64_t end,
+                              const char *what)
+{
+    ck_assert_msg(rc == 0, "%s: %s", what, fi_strerror((int)-rc));
+    struct fi_cq_data_entry ce;
+    while ((rc = fi_cq_read(s->cq, &ce, 1)) == -FI_EAGAIN &&
+           te_test_now_ms() < end)
+        ;
+    ck_assert_msg(rc == 1, "the stranger's %s did not complete: %s", what,
+                  fi_strerror((int)-rc));
+}
+
 /* One WriteImm of len bytes from buf (len 0: none) and its completion. */
 static void stranger_write(struct stranger *s, const void *buf, size_t len,
                            uint64_t addr, uint64_t key, uint32_t imm)
@@ -129,13 +143,7 @@ static void stranger_write(struct stranger *s, const void *buf, size_t len,
                               key, &ctx)) == -FI_EAGAIN &&
            te_test_now_ms() < end)
         fi_cq_read(s->cq, NULL, 0);
-    ck_assert_msg(rc == 0, "fi_writedata: %s", fi_strerror((int)-rc));
-    struct fi_cq_data_entry ce;
-    while ((rc = fi_cq_read(s->cq, &ce, 1)) == -FI_EAGAIN &&
-           te_test_now_ms() < end)
-        ;
-    ck_assert_msg(rc == 1, "the stranger's write did not complete: %s",
-                  fi_strerror((int)-rc));
+    stranger_complete(s, rc, end, "write");
 }
 
 /* A goodbye in the name of the endpoint `as` (keyed: with a MAC of zeros,
@@ -156,13 +164,7 @@ static void stranger_goodbye(struct stranger *s,
     while ((rc = fi_tsend(s->ep, &m, sizeof(m), NULL, s->target, EFA_BYE_TAG,
                           &ctx)) == -FI_EAGAIN && te_test_now_ms() < end)
         fi_cq_read(s->cq, NULL, 0);
-    ck_assert_msg(rc == 0, "fi_tsend: %s", fi_strerror((int)-rc));
-    struct fi_cq_data_entry ce;
-    while ((rc = fi_cq_read(s->cq, &ce, 1)) == -FI_EAGAIN &&
-           te_test_now_ms() < end)
-        ;
-    ck_assert_msg(rc == 1, "the stranger's goodbye did not complete: %s",
-                  fi_strerror((int)-rc));
+    stranger_complete(s, rc, end, "goodbye");
 }
 
 /* The efa NIC address inside an engine's address (static storage). */
