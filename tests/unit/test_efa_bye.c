@@ -6,9 +6,11 @@
  *    secret: one is destroyed, and the other, which never writes to it
  *    again and has heartbeats and the peer timeout off, reports it down as
  *    closed in order (only a goodbye can tell it so); with efa.bye_wait_ms
- *    = 0 on the closing side it does not.
+ *    = 0 on the closing side it does not; four engines, all peers of each
+ *    other, destroyed at once from four threads, all return.
  * The engine tests skip (77) without the efa plugin or shm. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +179,58 @@ START_TEST(without_goodbyes_nothing_tells_the_peer)
 }
 END_TEST
 
+/* Four engines of this process, each a peer of the others and written to
+ * by them, destroyed at once from four threads: each says goodbye to
+ * endpoints that are closing too (efa_local.h: a send to one that closed
+ * first is skipped). Every destroy returns (the ctest timeout catches a
+ * hang), ten rounds. */
+enum { NENG = 4 };
+static te_engine *eng[NENG];
+
+static void *destroy_one(void *arg)
+{
+    te_engine_destroy(arg);
+    return NULL;
+}
+
+START_TEST(engines_closing_together_all_return)
+{
+    static char bufs[NENG][4096] __attribute__((aligned(4096)));
+    for (int round = 0; round < 10; round++) {
+        te_mr_desc d[NENG];
+        te_mr *mr[NENG];
+        te_peer peer[NENG][NENG];
+        for (int i = 0; i < NENG; i++) {
+            eng[i] = engine(round & 1 ? KEY : NULL, "");
+            mr[i] = te_test_reg(eng[i], bufs[i], sizeof(bufs[i]),
+                                TE_MR_REMOTE_WRITE, &d[i]);
+        }
+        for (int i = 0; i < NENG; i++)
+            for (int j = 0; j < NENG; j++)
+                if (i != j)
+                    peer[i][j] = add(eng[i], eng[j]);
+        for (int i = 0; i < NENG; i++)
+            for (int j = 0; j < NENG; j++) {
+                if (i == j)
+                    continue;
+                te_request r = te_test_write(peer[i][j], mr[i], &d[j], 8,
+                                             DEADLINE_MS);
+                ck_assert_int_gt(te_submit(eng[i], &r), 0);
+                te_completion c = te_test_completion(eng[i], DEADLINE_MS);
+                ck_assert_msg(c.status == 0, "%s", c.reason);
+            }
+        for (int i = 0; i < NENG; i++)
+            ck_assert_int_eq(te_mr_dereg(eng[i], mr[i]), 0);
+        pthread_t th[NENG];
+        for (int i = 0; i < NENG; i++)
+            ck_assert_int_eq(pthread_create(&th[i], NULL, destroy_one,
+                                            eng[i]), 0);
+        for (int i = 0; i < NENG; i++)
+            pthread_join(th[i], NULL);
+    }
+}
+END_TEST
+
 int main(void)
 {
     int rc = TE_TEST_RUN("efa_bye_wire",
@@ -190,5 +244,6 @@ int main(void)
         TE_TCASE_FULL("engines", 60, NULL, NULL,
                       a_closed_engine_is_reported_closed_in_order,
                       a_closed_keyed_engine_is_reported_closed_in_order,
-                      without_goodbyes_nothing_tells_the_peer));
+                      without_goodbyes_nothing_tells_the_peer,
+                      engines_closing_together_all_return));
 }
