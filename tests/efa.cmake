@@ -40,6 +40,10 @@ te_efa_unit_test(test_efa_auth 120)
 # Orderly close (plugins/efa/efa_bye.h): the goodbye message, and engines
 # of this process over shm reporting a destroyed one closed in order.
 te_efa_unit_test(test_efa_bye 120)
+# A writer learns that its target (a forked process, which never added the
+# writer) closed its engine: the goodbye with a secret, the shm region's
+# absence at its heartbeat without one. tsan-twoproc pass.
+te_efa_unit_test(test_efa_bye_twoproc 120)
 
 # Writes without an immediate to a sleepy target over tcp;ofi_rxm (manual
 # progress: plugins/efa/efa_cq.c inbound_pending). Two processes (the

@@ -673,13 +673,29 @@ static bool authenticated(const struct efa_auth_rec *r)
     return r && r->rx_ok && !r->ini && !r->challenged && !r->failed;
 }
 
-int efa_auth_bye_mac(efa_nic *nic, const struct efa_peer *p, uint8_t *mac)
+void efa_auth_bye_targets(efa_nic *nic, efa_auth_bye_fn fn, void *arg)
 {
-    struct efa_auth_rec *r = rec_at(nic, p->auth);
-    if (!authenticated(r) || !r->tx_ok)
-        return -EAGAIN;
-    /* Our address first: the sender's (efa_auth_wire.h). */
-    return mac_for(nic, r, EFA_AUTH_ROLE_BYE, true, mac, NULL);
+    struct efa_auth *a = &nic->auth;
+    for (uint32_t i = 0; i < a->nrecs; i++) {
+        struct efa_auth_rec *r = &a->recs[i];
+        if (!r->used || !authenticated(r) || !r->tx_ok ||
+            r->fi_addr == FI_ADDR_NOTAVAIL || same_raw(r->addr, nic->addr))
+            continue; /* nothing to tell, or ourselves */
+        /* A same-host remote whose process is gone: nobody to tell, and
+         * shm would enter its region through a lock it may have died
+         * holding. */
+        struct efa_wire_addr h = hdr_of(r->addr);
+        if (nic->ctx->host_id && h.host_id == nic->ctx->host_id &&
+            !efa_proc_running(nic->ctx->host_id, h.host_id, h.pid,
+                              h.start_time))
+            continue;
+        uint8_t mac[TE_PLUGIN_AUTH_MAC_LEN];
+        /* Our address first: the sender's (efa_auth_wire.h). */
+        if (mac_for(nic, r, EFA_AUTH_ROLE_BYE, true, mac, NULL))
+            continue;
+        if (fn(nic, r->fi_addr, r->local, mac, arg))
+            return;
+    }
 }
 
 int efa_auth_bye_verify(efa_nic *nic, fi_addr_t src, const uint8_t *mac,

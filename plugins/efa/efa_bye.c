@@ -197,13 +197,13 @@ static bool exited(const struct efa_peer *p)
     return p->pidfd >= 0 && poll(&pf, 1, 0) > 0;
 }
 
-/* Send one goodbye to p, waiting (until the deadline) for a free op and
- * for the provider to take it. */
-static void say_bye(efa_nic *nic, struct efa_peer *p, struct closing *c)
+/* Send one goodbye to fa (an endpoint of this process: local), with the
+ * MAC mac (NULL: unkeyed), waiting until the deadline for a free slot
+ * and for the provider to take it. */
+static int say_bye(efa_nic *nic, fi_addr_t fa, struct efa_local *local,
+                   const uint8_t *mac, struct closing *c)
 {
     struct efa_msgpool *mp = &nic->bye.msgs;
-    if (exited(p))
-        return;
     while (mp->send_free >= mp->nops) {
         reap(nic, c);
         if (mp->send_free < mp->nops || tpc_now_ns() >= c->deadline_ns)
@@ -211,30 +211,37 @@ static void say_bye(efa_nic *nic, struct efa_peer *p, struct closing *c)
     }
     if (mp->send_free >= mp->nops) {
         c->failed++;
-        return;
+        return 0;
     }
     uint32_t i = mp->send_free;
     struct efa_bye_msg *m = (struct efa_bye_msg *)efa_msgpool_buf(mp, i);
-    if (efa_bye_msg_build(m, own_raw(nic), nic->raw_len, nic->auth.on) ||
-        (nic->auth.on && efa_auth_bye_mac(nic, p, m->mac)))
-        return; /* not authenticated with it (nothing to tell), or no MAC */
+    if (efa_bye_msg_build(m, own_raw(nic), nic->raw_len, mac != NULL))
+        return 0;
+    if (mac)
+        memcpy(m->mac, mac, sizeof(m->mac));
     for (;;) {
-        if (p->local && !efa_local_enter(p->local))
-            return; /* its endpoint in this process closed first */
-        ssize_t s = efa_msgpool_send(nic, mp, i, p->fi_addr);
-        if (p->local)
-            efa_local_leave(p->local);
+        if (local && !efa_local_enter(local))
+            return 0; /* its endpoint in this process closed first */
+        ssize_t s = efa_msgpool_send(nic, mp, i, fa);
+        if (local)
+            efa_local_leave(local);
         if (s == 0) {
             c->out++;
             c->sent++;
-            return;
+            return 0;
         }
         if (s != -FI_EAGAIN || tpc_now_ns() >= c->deadline_ns) {
             c->failed++;
-            return;
+            return 0;
         }
         reap(nic, c); /* the provider needs progress to take more */
     }
+}
+
+static int say_bye_keyed(efa_nic *nic, fi_addr_t fa, struct efa_local *local,
+                         const uint8_t *mac, void *arg)
+{
+    return say_bye(nic, fa, local, mac, arg);
 }
 
 void efa_bye_send_all(efa_nic *nic)
@@ -245,25 +252,33 @@ void efa_bye_send_all(efa_nic *nic)
         .deadline_ns = tpc_now_ns() +
                        (uint64_t)nic->ctx->cfg.bye_wait_ms * 1000000ull};
     pthread_mutex_lock(&nic->lock);
-    for (uint32_t i = 0; i < nic->npeers; i++) {
-        struct efa_peer *p = &nic->peers[i];
-        if (p->state != EFA_PEER_LIVE || p->fi_addr == FI_ADDR_NOTAVAIL ||
-            (p->raw_len == nic->raw_len &&
-             !memcmp(p->raw, own_raw(nic), nic->raw_len)) ||
-            said_already(nic, i))
-            continue; /* not reachable, ourselves, or told already */
-        say_bye(nic, p, &c);
+    if (nic->auth.on) {
+        /* Every authenticated remote, our peer or one that only wrote to
+         * us: its peers of us learn that their target closed. */
+        efa_auth_bye_targets(nic, say_bye_keyed, &c);
+    } else {
+        /* Unkeyed, a remote that only wrote to us is unknown here (no
+         * address of it): our live peers. */
+        for (uint32_t i = 0; i < nic->npeers; i++) {
+            struct efa_peer *p = &nic->peers[i];
+            if (p->state != EFA_PEER_LIVE || p->fi_addr == FI_ADDR_NOTAVAIL ||
+                (p->raw_len == nic->raw_len &&
+                 !memcmp(p->raw, own_raw(nic), nic->raw_len)) ||
+                said_already(nic, i) || exited(p))
+                continue; /* unreachable, ourselves, told, or gone */
+            say_bye(nic, p->fi_addr, p->local, NULL, &c);
+        }
     }
     while (c.out && tpc_now_ns() < c.deadline_ns)
         reap(nic, &c);
     pthread_mutex_unlock(&nic->lock);
     if (c.failed || c.out)
-        efa_log(nic->ctx, 1, "%s: closing: goodbyes to %u peer addresses "
+        efa_log(nic->ctx, 1, "%s: closing: goodbyes to %u remote addresses "
                 "sent, %u not sent, %u unconfirmed within efa.bye_wait_ms = "
-                "%u (those peers learn of the close otherwise: docs/efa.md)",
-                nic->name, c.sent, c.failed, c.out,
+                "%u (those remotes learn of the close otherwise: "
+                "docs/efa.md)", nic->name, c.sent, c.failed, c.out,
                 nic->ctx->cfg.bye_wait_ms);
     else if (c.sent)
-        efa_log(nic->ctx, 3, "%s: closing: goodbyes to %u peer addresses "
+        efa_log(nic->ctx, 3, "%s: closing: goodbyes to %u remote addresses "
                 "sent", nic->name, c.sent);
 }

@@ -249,6 +249,8 @@ struct te_plugin_nic {
     bool source;
     bool prov_errno_is_errno; /* tcp family: prov_errno holds the cause */
     int progress_fd;          /* CQ wait fd: inbound bytes pending, or -1 */
+    bool shm_regions;         /* shm, our own region seen in /dev/shm: a
+                               * heartbeat checks its peer's (efa_post.c) */
     uint64_t held_ns;         /* last post() held an op back then, or 0 */
 
     /* operation slots */
@@ -422,9 +424,15 @@ void efa_auth_housekeeping(efa_nic *nic, bool deadlines);
  * flight (nic->auth.owed); from poll(), after the completions it read. */
 void efa_auth_answer_owed(efa_nic *nic);
 
-/* A goodbye's MAC for p (efa_bye_wire.h): 0, or -EAGAIN when p's address
- * is not authenticated (nothing to tell it). */
-int efa_auth_bye_mac(efa_nic *nic, const struct efa_peer *p, uint8_t *mac);
+/* Whom a closing NIC says goodbye to with a secret (efa_bye.c): every
+ * authenticated remote address, a peer of ours or one that only wrote to
+ * us (not ourselves, not a same-host remote whose process is gone), each
+ * with its goodbye's MAC; fn returning nonzero stops the walk. Caller
+ * holds nic->lock. */
+typedef int (*efa_auth_bye_fn)(efa_nic *nic, fi_addr_t fa,
+                               struct efa_local *local, const uint8_t *mac,
+                               void *arg);
+void efa_auth_bye_targets(efa_nic *nic, efa_auth_bye_fn fn, void *arg);
 /* A keyed goodbye from src: 0 when src is authenticated and mac verifies
  * (its record loses its acceptance, *rec = its index + 1 for the peers
  * that refer to it), else -EACCES. */

@@ -255,6 +255,8 @@ int efa_nic_open(te_plugin_ctx *ctx, int idx,
     if (nic->auth.on && (rc = efa_auth_open(nic)))
         goto fail; /* message already set */
     build_address(nic, raw, raw_len);
+    nic->shm_regions = !strcmp(prov, "shm") &&
+                       efa_shm_region_visible(raw, raw_len);
     if ((rc = efa_bye_open(nic)))
         goto fail; /* message already set */
     efa_log(ctx, 2, "%s: opened (queue depth %u, %u receives, %zu-byte "

@@ -221,6 +221,14 @@ static int injected(efa_nic *nic, const struct te_plugin_op *op,
 }
 
 /* 1 = consumed (posted or completed here), 0 = no room now, <0 = invalid. */
+/* The core's heartbeat (plugin.h): a zero-length WRITE without an
+ * immediate and without a local registration. */
+static bool is_heartbeat(const struct te_plugin_op *op)
+{
+    return op->kind == TE_POP_WRITE && op->len == 0 && !op->mr &&
+           !(op->flags & TE_POP_F_IMM);
+}
+
 TPC_HOT
 static int post_one(efa_nic *nic, const struct te_plugin_op *op)
 {
@@ -247,6 +255,19 @@ static int post_one(efa_nic *nic, const struct te_plugin_op *op)
     if (p->state == EFA_PEER_LIVE && p->pidfd >= 0 && p != nic->post_checked) {
         nic->post_checked = p;
         check_alive(nic, p);
+    }
+    if (p->state == EFA_PEER_LIVE && nic->shm_regions && !p->local &&
+        is_heartbeat(op) && efa_shm_region_gone(p->raw, p->raw_len)) {
+        /* Its engine closed in another process that lives on and that did
+         * not say goodbye to us (we only write to it; one of this process
+         * is efa_local's, below): shm would take this
+         * write, and every other, into the closed region and report
+         * success. Not a failure of the core's heartbeat (-ESHUTDOWN:
+         * not a connection errno), the PEER_DOWN before it says why. */
+        efa_peer_down(nic, p, -ESHUTDOWN, "it closed its endpoint (its shm "
+                      "region is gone)");
+        complete_now(nic, op, -ESHUTDOWN, op->peer);
+        return 1;
     }
     if (p->state == EFA_PEER_LIVE && p->local) {
         /* Another endpoint of this process: it cannot close while we are

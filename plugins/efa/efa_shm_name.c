@@ -4,6 +4,7 @@
 #include "efa_shm_name.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -55,4 +56,30 @@ int efa_shm_reap_stale(void)
     }
     closedir(d);
     return removed;
+}
+
+/* "/dev/shm/NAME" for one of our names (NUL-terminated within raw_len),
+ * or false. */
+static bool region_path(const uint8_t *raw, size_t raw_len, char *path,
+                        size_t len)
+{
+    size_t n = strnlen((const char *)raw, raw_len);
+    if (n == raw_len || n < sizeof(NAME_PREFIX) - 1 ||
+        memcmp(raw, NAME_PREFIX, sizeof(NAME_PREFIX) - 1) || memchr(raw, '/', n))
+        return false;
+    return snprintf(path, len, "/dev/shm/%s", (const char *)raw) < (int)len;
+}
+
+bool efa_shm_region_gone(const uint8_t *raw, size_t raw_len)
+{
+    char path[96];
+    return region_path(raw, raw_len, path, sizeof(path)) &&
+           access(path, F_OK) != 0 && errno == ENOENT;
+}
+
+bool efa_shm_region_visible(const uint8_t *raw, size_t raw_len)
+{
+    char path[96];
+    return region_path(raw, raw_len, path, sizeof(path)) &&
+           access(path, F_OK) == 0;
 }

@@ -14,6 +14,10 @@
 #ifndef TE_EFA_SHM_NAME_H
 #define TE_EFA_SHM_NAME_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
@@ -25,5 +29,15 @@ int efa_shm_name_endpoint(struct fid_ep *ep, const struct fi_info *info);
 /* Remove "te-PID-STARTTIME-N" regions in /dev/shm whose process is gone
  * (no process PID, or one with another start time). Returns how many. */
 int efa_shm_reap_stale(void);
+
+/* Whether the shm region of endpoint name raw (raw_len bytes, as
+ * fi_getname gives it) is gone from /dev/shm: true only for one of our
+ * names whose region is missing (its endpoint was closed: libfabric's shm
+ * unlinks it then). Our names only: another name may live elsewhere. */
+bool efa_shm_region_gone(const uint8_t *raw, size_t raw_len);
+
+/* Whether this endpoint's own region is where efa_shm_region_gone looks
+ * (checked once at open: false turns the check off). */
+bool efa_shm_region_visible(const uint8_t *raw, size_t raw_len);
 
 #endif

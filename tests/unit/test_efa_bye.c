@@ -7,7 +7,9 @@
  *    again and has heartbeats and the peer timeout off, reports it down as
  *    closed in order (only a goodbye can tell it so); with efa.bye_wait_ms
  *    = 0 on the closing side it does not; four engines, all peers of each
- *    other, destroyed at once from four threads, all return.
+ *    other, destroyed at once from four threads, all return; with a
+ *    secret, a writer the closing engine never added hears it too
+ *    (without one: test_efa_bye_twoproc).
  * The engine tests skip (77) without the efa plugin or shm. */
 #include <errno.h>
 #include <pthread.h>
@@ -114,19 +116,20 @@ static te_peer add(te_engine *from, te_engine *to)
 static char abuf[4096] __attribute__((aligned(4096)));
 static char bbuf[4096] __attribute__((aligned(4096)));
 
-/* a and b peers of each other, a wrote to b (both know each other's
- * address now), then b is destroyed with b_efa as its [efa] lines.
- * Returns te_peer_status of b at a after waiting up to wait_ms for it
- * to go down; *why: te_last_error() then. */
-static int close_b(const char *key, const char *b_efa, int wait_ms,
-                   char *why, size_t why_len)
+/* a wrote to b, and b has a as a peer too unless one_sided; then b is
+ * destroyed with b_efa as its [efa] lines. Returns te_peer_status of b at
+ * a after waiting up to wait_ms for it to go down; *why: te_last_error()
+ * then. */
+static int close_b_ex(const char *key, const char *b_efa, int one_sided,
+                      int wait_ms, char *why, size_t why_len)
 {
     te_engine *a = engine(key, ""), *b = engine(key, b_efa);
     te_mr_desc d;
     te_mr *ma = te_test_reg(a, abuf, sizeof(abuf), 0, NULL);
     te_mr *mb = te_test_reg(b, bbuf, sizeof(bbuf), TE_MR_REMOTE_WRITE, &d);
     te_peer pb = add(a, b);
-    (void)add(b, a);
+    if (!one_sided)
+        (void)add(b, a);
     te_request r = te_test_write(pb, ma, &d, 64, DEADLINE_MS);
     r.flags |= TE_F_IMM;
     r.imm = 31;
@@ -148,10 +151,16 @@ static int close_b(const char *key, const char *b_efa, int wait_ms,
     return st;
 }
 
-static void says_goodbye(const char *key)
+static int close_b(const char *key, const char *b_efa, int wait_ms,
+                   char *why, size_t why_len)
+{
+    return close_b_ex(key, b_efa, 0, wait_ms, why, why_len);
+}
+
+static void says_goodbye(const char *key, int one_sided)
 {
     char why[512];
-    int st = close_b(key, "", DEADLINE_MS, why, sizeof(why));
+    int st = close_b_ex(key, "", one_sided, DEADLINE_MS, why, sizeof(why));
     ck_assert_msg(st == -ECONNRESET, "the closed peer was not reported "
                   "down (status %d)", st);
     ck_assert_msg(strstr(why, "in order") && strstr(why, "goodbye"),
@@ -160,13 +169,21 @@ static void says_goodbye(const char *key)
 
 START_TEST(a_closed_engine_is_reported_closed_in_order)
 {
-    says_goodbye(NULL);
+    says_goodbye(NULL, 0);
 }
 END_TEST
 
 START_TEST(a_closed_keyed_engine_is_reported_closed_in_order)
 {
-    says_goodbye(KEY);
+    says_goodbye(KEY, 0);
+}
+END_TEST
+
+/* With a secret the closing side knows every remote that authenticated
+ * with it: a writer it never added as a peer hears the goodbye too. */
+START_TEST(a_keyed_target_tells_a_writer_it_never_added)
+{
+    says_goodbye(KEY, 1);
 }
 END_TEST
 
@@ -244,6 +261,7 @@ int main(void)
         TE_TCASE_FULL("engines", 60, NULL, NULL,
                       a_closed_engine_is_reported_closed_in_order,
                       a_closed_keyed_engine_is_reported_closed_in_order,
+                      a_keyed_target_tells_a_writer_it_never_added,
                       without_goodbyes_nothing_tells_the_peer,
                       engines_closing_together_all_return));
 }
