@@ -683,9 +683,11 @@ void efa_auth_bye_targets(efa_nic *nic, efa_auth_bye_fn fn, void *arg)
             continue; /* nothing to tell, or ourselves */
         /* A same-host remote whose process is gone: nobody to tell, and
          * shm would enter its region through a lock it may have died
-         * holding. */
+         * holding. Only where its exit can be told (alive_seen: under
+         * qemu-user a process reads its own start time as 0, so another
+         * one never matches it). */
         struct efa_wire_addr h = hdr_of(r->addr);
-        if (nic->ctx->host_id && h.host_id == nic->ctx->host_id &&
+        if (r->alive_seen &&
             !efa_proc_running(nic->ctx->host_id, h.host_id, h.pid,
                               h.start_time))
             continue;
