@@ -371,8 +371,10 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
     if (nic->down_said)
         goto out;
     /* Exits seen by the housekeeping above, now that a goodbye sent
-     * before the exit has been read (it says the close was orderly). */
-    if (nic->exits_seen && cq_empty)
+     * before the exit has been read (it says the close was orderly); a CQ
+     * that never runs dry (a busy NIC) holds them back a bounded time. */
+    if (nic->exits_seen &&
+        (cq_empty || tpc_now_ns() - nic->exits_since_ns >= EFA_EXIT_HOLD_NS))
         efa_peers_exited(nic);
     /* A handshake in progress waits for the other side's next message
      * within microseconds: a worker without a wait object (shm) would

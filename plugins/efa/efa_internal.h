@@ -57,6 +57,9 @@
 #define EFA_LANDING_LEN 64    /* target of imm-only writes without a key */
 #define EFA_POLL_BATCH 64     /* CQ entries read per fi_cq_read call */
 #define EFA_HK_INTERVAL_NS 2000000ull /* peer liveness checks */
+/* How long a peer's exit seen by its pidfd waits for poll() to read the
+ * CQ dry (a goodbye sent before the exit goes first: efa_cq.c). */
+#define EFA_EXIT_HOLD_NS 20000000ull
 /* A same-host peer's pidfd is read before posting to it at most this
  * often (a poll(2) costs ~0.3 us here, per post() call; the kernel itself
  * makes a SIGKILLed peer's pidfd readable only 2-50 ms after the kill,
@@ -275,6 +278,7 @@ struct te_plugin_nic {
                               * poll: the poll's error names that peer) */
     uint64_t hk_next_ns;
     uint32_t exits_seen;      /* peers with exit_seen set */
+    uint64_t exits_since_ns;  /* when exits_seen left 0 */
     uint32_t reposts_due;     /* FI_RX_CQ_DATA receives to post again */
     uint64_t unmatched_errors; /* error entries with no op context */
     struct efa_auth auth;      /* job authentication (efa_auth.h) */

@@ -409,7 +409,8 @@ void efa_peers_housekeeping(efa_nic *nic)
         for (nfds_t k = 0; k < n; k++)
             if (fds[k].revents && !nic->peers[who[k]].exit_seen) {
                 nic->peers[who[k]].exit_seen = 1;
-                nic->exits_seen++;
+                if (!nic->exits_seen++)
+                    nic->exits_since_ns = tpc_now_ns();
             }
     }
 }
