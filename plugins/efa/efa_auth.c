@@ -637,13 +637,42 @@ void efa_auth_peer_detach(efa_nic *nic, struct efa_peer *p)
         r->idle_since_ns = 0; /* idle from the next scan on */
 }
 
+/* r's remote is gone for good: whoever answers at its address proves
+ * itself anew. */
+static void rec_lost(efa_nic *nic, struct efa_auth_rec *r)
+{
+    progress_set(&nic->auth, r, 0, 0);
+    r->rx_ok = r->tx_ok = 0;
+}
+
+/* A same-host remote whose process has exited, where that can be told
+ * (alive_seen: its process was seen running here, start time and all;
+ * under qemu-user a process reads its own start time as 0, so its address
+ * never matches). */
+static bool rec_exited(const efa_nic *nic, const struct efa_auth_rec *r)
+{
+    if (!r->alive_seen)
+        return false;
+    struct efa_wire_addr h = hdr_of(r->addr);
+    return !efa_proc_running(nic->ctx->host_id, h.host_id, h.pid,
+                             h.start_time);
+}
+
+/* Free r, whose remote exited or closed (why), counted and said. */
+static void rec_forget(efa_nic *nic, struct efa_auth_rec *r, const char *why)
+{
+    nic->auth.forgotten++;
+    efa_log(nic->ctx, 2, "%s: forgot the authentication of pid %u: %s (%llu "
+            "forgotten so far)", nic->name, r->pid, why,
+            (unsigned long long)nic->auth.forgotten);
+    rec_free(nic, r);
+}
+
 void efa_auth_peer_lost(efa_nic *nic, struct efa_peer *p)
 {
     struct efa_auth_rec *r = rec_at(nic, p->auth);
-    if (!r || r->failed)
-        return;
-    progress_set(&nic->auth, r, 0, 0);
-    r->rx_ok = r->tx_ok = 0;
+    if (r && !r->failed)
+        rec_lost(nic, r);
 }
 
 int efa_auth_tx_ready(efa_nic *nic, const struct efa_peer *p)
@@ -683,13 +712,8 @@ void efa_auth_bye_targets(efa_nic *nic, efa_auth_bye_fn fn, void *arg)
             continue; /* nothing to tell, or ourselves */
         /* A same-host remote whose process is gone: nobody to tell, and
          * shm would enter its region through a lock it may have died
-         * holding. Only where its exit can be told (alive_seen: under
-         * qemu-user a process reads its own start time as 0, so another
-         * one never matches it). */
-        struct efa_wire_addr h = hdr_of(r->addr);
-        if (r->alive_seen &&
-            !efa_proc_running(nic->ctx->host_id, h.host_id, h.pid,
-                              h.start_time))
+         * holding. */
+        if (rec_exited(nic, r))
             continue;
         uint8_t mac[TE_PLUGIN_AUTH_MAC_LEN];
         /* Our address first: the sender's (efa_auth_wire.h). */
@@ -707,19 +731,10 @@ int efa_auth_bye_verify(efa_nic *nic, fi_addr_t src, const uint8_t *mac,
     if (!authenticated(r) ||
         mac_for(nic, r, EFA_AUTH_ROLE_BYE, false, NULL, mac))
         return -EACCES;
-    /* It is gone: whoever answers at its address proves itself anew. */
-    progress_set(&nic->auth, r, 0, 0);
-    r->rx_ok = r->tx_ok = 0;
+    rec_lost(nic, r);
     *rec = rec_index(nic, r);
-    if (!r->refs) {
-        /* No peer of ours to turn down: only its record goes. */
-        nic->auth.forgotten++;
-        efa_log(nic->ctx, 2, "%s: forgot the authentication of pid %u: it "
-                "closed its NIC in order (its goodbye came; %llu forgotten "
-                "so far)", nic->name, r->pid,
-                (unsigned long long)nic->auth.forgotten);
-        rec_free(nic, r);
-    }
+    if (!r->refs) /* no peer of ours to turn down: only its record goes */
+        rec_forget(nic, r, "it closed its NIC in order, its goodbye came");
     return 0;
 }
 
@@ -781,18 +796,10 @@ static void forget_exited(efa_nic *nic)
     struct efa_auth *a = &nic->auth;
     for (uint32_t i = 0; i < a->nrecs; i++) {
         struct efa_auth_rec *r = &a->recs[i];
-        if (!r->used || !r->alive_seen || r->refs || r->failed || r->ini ||
-            r->challenged)
+        if (!r->used || r->refs || r->failed || r->ini || r->challenged ||
+            !rec_exited(nic, r))
             continue;
-        struct efa_wire_addr h = hdr_of(r->addr);
-        if (efa_proc_running(nic->ctx->host_id, h.host_id, h.pid,
-                             h.start_time))
-            continue;
-        a->forgotten++;
-        efa_log(nic->ctx, 2, "%s: forgot the authentication of pid %u: the "
-                "process exited (%llu forgotten so far)", nic->name, h.pid,
-                (unsigned long long)a->forgotten);
-        rec_free(nic, r);
+        rec_forget(nic, r, "the process exited");
     }
 }
 

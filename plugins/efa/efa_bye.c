@@ -8,7 +8,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,10 +190,7 @@ static bool said_already(const efa_nic *nic, uint32_t i)
  * check_alive). */
 static bool exited(const struct efa_peer *p)
 {
-    if (p->exit_seen)
-        return true;
-    struct pollfd pf = {.fd = p->pidfd, .events = POLLIN};
-    return p->pidfd >= 0 && poll(&pf, 1, 0) > 0;
+    return p->exit_seen || efa_pidfd_exited(p->pidfd);
 }
 
 /* Send one goodbye to fa (an endpoint of this process: local), with the

@@ -14,7 +14,6 @@
  * so a completion finds its op in O(1) and is reported exactly once.
  */
 #include <errno.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -191,8 +190,7 @@ static void check_alive(efa_nic *nic, struct efa_peer *p)
             return;
         p->pidfd_read_ns = now;
     }
-    struct pollfd pf = {.fd = p->pidfd, .events = POLLIN};
-    if (poll(&pf, 1, 0) > 0) {
+    if (efa_pidfd_exited(p->pidfd)) {
         char why[64];
         snprintf(why, sizeof(why), "its process %u exited", p->pid);
         efa_peer_down(nic, p, -ECONNRESET, why);
@@ -220,7 +218,6 @@ static int injected(efa_nic *nic, const struct te_plugin_op *op,
     return 1;
 }
 
-/* 1 = consumed (posted or completed here), 0 = no room now, <0 = invalid. */
 /* The core's heartbeat (plugin.h): a zero-length WRITE without an
  * immediate and without a local registration. */
 static bool is_heartbeat(const struct te_plugin_op *op)
@@ -229,6 +226,7 @@ static bool is_heartbeat(const struct te_plugin_op *op)
            !(op->flags & TE_POP_F_IMM);
 }
 
+/* 1 = consumed (posted or completed here), 0 = no room now, <0 = invalid. */
 TPC_HOT
 static int post_one(efa_nic *nic, const struct te_plugin_op *op)
 {
@@ -260,10 +258,10 @@ static int post_one(efa_nic *nic, const struct te_plugin_op *op)
         is_heartbeat(op) && efa_shm_region_gone(p->raw, p->raw_len)) {
         /* Its engine closed in another process that lives on and that did
          * not say goodbye to us (we only write to it; one of this process
-         * is efa_local's, below): shm would take this
-         * write, and every other, into the closed region and report
-         * success. Not a failure of the core's heartbeat (-ESHUTDOWN:
-         * not a connection errno), the PEER_DOWN before it says why. */
+         * is efa_local's, below): shm would take this write, and every
+         * other, into the closed region and report success. Not a failure
+         * of the core's heartbeat (-ESHUTDOWN: not a connection errno),
+         * the PEER_DOWN before it says why. */
         efa_peer_down(nic, p, -ESHUTDOWN, "it closed its endpoint (its shm "
                       "region is gone)");
         complete_now(nic, op, -ESHUTDOWN, op->peer);

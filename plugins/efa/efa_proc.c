@@ -1,6 +1,7 @@
 /* Process identity: which host (boot id) and which incarnation of a pid
  * (its start time), for same-host liveness and for our shm names. */
 #define _GNU_SOURCE
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,4 +55,10 @@ bool efa_proc_running(uint64_t our_host, uint64_t host_id, uint32_t pid,
 {
     return host_id && host_id == our_host && pid && start_time &&
            efa_proc_start_time(pid) == start_time;
+}
+
+bool efa_pidfd_exited(int pidfd)
+{
+    struct pollfd pf = {.fd = pidfd, .events = POLLIN};
+    return pidfd >= 0 && poll(&pf, 1, 0) > 0;
 }

@@ -19,4 +19,8 @@ uint64_t efa_proc_start_time(uint32_t pid);
 bool efa_proc_running(uint64_t our_host, uint64_t host_id, uint32_t pid,
                       uint64_t start_time);
 
+/* Whether the process of pidfd (a pidfd_open descriptor, or -1: false)
+ * has exited: the fd is readable then. One poll(2), no wait. */
+bool efa_pidfd_exited(int pidfd);
+
 #endif
