@@ -95,11 +95,8 @@ static void on_message(efa_nic *nic, const void *buf, uint64_t len,
                       "it closed its NIC in order (its goodbye came)");
         n++;
     }
-    if (n)
-        nic->bye.received++;
-    else
-        /* A remote that wrote to us without being our peer, or one we
-         * already know to be down: nothing to do, nothing suspicious. */
+    if (!n) /* a remote that wrote to us without being our peer, or one
+             * already down: nothing to do, nothing suspicious */
         efa_log(nic->ctx, 3, "%s: a goodbye from no live peer of ours",
                 nic->name);
 }

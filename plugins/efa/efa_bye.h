@@ -26,7 +26,6 @@
 struct efa_bye {
     bool on;                 /* receives posted; goodbyes sent at close */
     struct efa_msgpool msgs; /* tag EFA_BYE_TAG */
-    uint64_t received;       /* goodbyes that turned peers down */
     uint64_t dropped;        /* malformed, unverified, or keyed amiss */
 };
 
