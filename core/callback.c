@@ -235,15 +235,17 @@ static void run_timers(struct te_timer *due, int at_stop)
     }
 }
 
-/* How long the thread may sleep: until the next timer, at most 100 ms. */
+/* How long the thread may sleep: until the next timer; UINT64_MAX with
+ * none (an idle engine's callback thread then sleeps until something is
+ * queued: every push, timer and stop signals the condition under the lock
+ * the sleeper checked under, so nothing is missed and nothing needs a
+ * periodic look; it woke ten times a second before). */
 static uint64_t wait_ns(const struct te_callbacks *cb, uint64_t now)
 {
-    uint64_t w = 100000000ull;
-    if (cb->timers) {
-        uint64_t d = cb->timers->deadline_ns;
-        w = d <= now ? 0 : (d - now < w ? d - now : w);
-    }
-    return w;
+    if (!cb->timers)
+        return UINT64_MAX;
+    uint64_t d = cb->timers->deadline_ns;
+    return d <= now ? 0 : d - now;
 }
 
 /* What one pass took from the queues: due timers first, then events. */
@@ -297,8 +299,13 @@ static void *callback_main(void *arg)
             uint64_t w = wait_ns(cb, te_clock_ns());
             if (cb->events.count == 0 && !cb->stop && w > 0) {
                 cb->events.waiters++;
-                struct timespec ts = te_timespec_ns(te_clock_ns() + w);
-                pthread_cond_timedwait(&cb->events.cond, &cb->events.lock, &ts);
+                if (w == UINT64_MAX) {
+                    pthread_cond_wait(&cb->events.cond, &cb->events.lock);
+                } else {
+                    struct timespec ts = te_timespec_ns(te_clock_ns() + w);
+                    pthread_cond_timedwait(&cb->events.cond, &cb->events.lock,
+                                           &ts);
+                }
                 cb->events.waiters--;
             }
             pthread_mutex_unlock(&cb->events.lock);

@@ -74,9 +74,10 @@ const struct te_config_key te_engine_keys[] = {
      "where workers sleep between operations; about 2-3 us more per "
      "operation where they are awake or wake-ups are cheap); false = only "
      "the workers progress (docs/progress.md)"},
-    {"idle_block_max_ms", "100",
+    {"idle_block_max_ms", "1000",
      "longest a blocked idle worker waits with no event and no deadline due "
-     "(a safety net for a transport whose wait object misses an event); "
+     "(a safety net for a transport whose wait object misses an event, and "
+     "how often loopback looks for a peer process it has no pidfd of); "
      "0 = until an event or a deadline"},
     {"callback_spin_us", "20",
      "microseconds the callback thread spins before blocking"},

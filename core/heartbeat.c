@@ -41,14 +41,39 @@ static int connection_error(int status)
     }
 }
 
+/* One probe to peer pe (slot p) on NIC i; 0 when the NIC took it. */
+static int hb_post(struct te_engine *e, struct te_group *g, struct turn *t,
+                   struct te_peer_entry *pe, uint32_t p, uint32_t i)
+{
+    struct te_plugin_op op;
+    memset(&op, 0, sizeof(op));
+    op.kind = TE_POP_WRITE;
+    op.peer = pe->pp[i];
+    op.remote_addr = pe->hb_addr[i];
+    op.rkey = pe->hb_rkey[i];
+    op.context = ((uint64_t)p << 8 | i) << 2 | TE_CTX_HEARTBEAT;
+    /* Queue full: the NIC is busy with others; try next time. */
+    if (te_guard_post(e, g, &g->nics[i], &op, 1) != 1)
+        return -EAGAIN;
+    pe->hb_inflight[i] = 1;
+    pe->outstanding[i]++;
+    pe->last_progress_ns[i] = te_turn_now(t);
+    t->did_work = 1;
+    return 0;
+}
+
+/* When the scan next has something to do: the earliest time a watched
+ * peer (live, written to on that NIC) can fall due; never (UINT64_MAX)
+ * with none, until a first write to a peer makes one (note_posted calls
+ * te_heartbeat_watch). An idle engine then wakes for heartbeats only when
+ * one is due (once a period per idle peer), not every quarter period. */
 void te_heartbeat_send(struct te_engine *e, struct te_group *g, struct turn *t)
 {
     uint64_t idle_ns = (uint64_t)e->s.heartbeat_ms * 1000000ull;
-    /* Scan a quarter period at a time: thousands of peers cost the worker
-     * a scan every few ms otherwise; a probe is at most 1.25 periods late. */
-    if (te_turn_now(t) < t->next_hb_ns)
+    uint64_t now = te_turn_now(t);
+    if (now < t->next_hb_ns)
         return;
-    t->next_hb_ns = te_turn_now(t) + idle_ns / 4;
+    uint64_t next = UINT64_MAX;
     uint32_t np = atomic_load_explicit(&g->peer_count, memory_order_relaxed);
     for (uint32_t p = 0; p < np; p++) {
         struct te_peer_entry *pe = &g->peers[p];
@@ -56,25 +81,27 @@ void te_heartbeat_send(struct te_engine *e, struct te_group *g, struct turn *t)
             TE_PEER_LIVE)
             continue;
         for (uint32_t i = 0; i < g->nic_count; i++) {
-            if (!pe->hb_known[i] || pe->hb_inflight[i] || pe->outstanding[i] ||
-                te_turn_now(t) - pe->last_progress_ns[i] < idle_ns)
+            if (!pe->hb_known[i])
                 continue;
-            struct te_plugin_op op;
-            memset(&op, 0, sizeof(op));
-            op.kind = TE_POP_WRITE;
-            op.peer = pe->pp[i];
-            op.remote_addr = pe->hb_addr[i];
-            op.rkey = pe->hb_rkey[i];
-            op.context = ((uint64_t)p << 8 | i) << 2 | TE_CTX_HEARTBEAT;
-            /* Queue full: the NIC is busy with others; try next time. */
-            if (te_guard_post(e, g, &g->nics[i], &op, 1) != 1)
-                continue;
-            pe->hb_inflight[i] = 1;
-            pe->outstanding[i]++;
-            pe->last_progress_ns[i] = te_turn_now(t);
-            t->did_work = 1;
+            /* Busy (outstanding, or a probe in flight): its completions
+             * restart its clock, so it is due a period after them at the
+             * earliest; a later scan that finds it not yet due waits on. */
+            uint64_t due = now + idle_ns;
+            if (!pe->hb_inflight[i] && !pe->outstanding[i]) {
+                if (now - pe->last_progress_ns[i] < idle_ns)
+                    due = pe->last_progress_ns[i] + idle_ns;
+                else if (hb_post(e, g, t, pe, p, i) != 0)
+                    due = now; /* queue full: the next scan tries again */
+            }
+            if (due < next)
+                next = due;
         }
     }
+    /* Thousands of peers: one scan per quarter period at most; a probe is
+     * then at most a quarter period late. */
+    uint64_t soonest = now + idle_ns / 4;
+    t->next_hb_ns = next == UINT64_MAX ? UINT64_MAX
+                                       : (next > soonest ? next : soonest);
 }
 
 void te_heartbeat_done(struct te_engine *e, struct te_group *g, struct turn *t,

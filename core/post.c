@@ -245,6 +245,8 @@ static void note_posted(struct turn *t, const struct te_cursor *h,
     /* The heartbeat's target: where this write goes (a place the peer
      * registered for remote writes, with a key valid on that NIC pair). */
     if (h->kind == TE_POP_WRITE) {
+        if (!pe->hb_known[nic])
+            te_heartbeat_watch(t);
         pe->hb_addr[nic] = h->paged ? h->rdesc->nic[h->remote_nic].remote_base
                                     : h->remote_addr;
         pe->hb_rkey[nic] = h->paged ? h->rdesc->nic[h->remote_nic].rkey

@@ -377,6 +377,7 @@ int te_worker_start(struct te_group *g)
     g->turn = calloc(1, sizeof(*g->turn));
     if (!g->turn)
         return -ENOMEM;
+    g->turn->hb_period_ns = (uint64_t)g->e->s.heartbeat_ms * 1000000ull;
     if (g->e->s.caller_progress) { /* te_progress() runs the turns */
         for (uint32_t i = 0; i < g->nic_count; i++)
             te_repost_recvs(g->e, g, &g->nics[i]);

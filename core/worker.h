@@ -24,7 +24,9 @@ struct turn {
     uint64_t now_ns;        /* the clock, read at most once per turn:
                              * te_turn_now(), never directly */
     uint64_t next_check_ns; /* next deadline / liveness scan */
-    uint64_t next_hb_ns;    /* next heartbeat scan */
+    uint64_t next_hb_ns;    /* next heartbeat scan (UINT64_MAX: no peer
+                             * watched) */
+    uint64_t hb_period_ns;  /* engine.heartbeat_ms in ns (0: off) */
     uint64_t tick_seen;     /* te_turn_clock_due(): the coarse clock when */
     uint32_t turns_unread;  /* the precise one was last read, turns since */
     /* Peers reported closed in order during this turn, failed only after
@@ -64,6 +66,16 @@ static inline int te_turn_clock_due(struct turn *t)
     t->tick_seen = tick;
     t->turns_unread = 0;
     return 1;
+}
+
+/* A peer is written to on a NIC for the first time (or since its place
+ * was forgotten): it can fall due for a heartbeat a period from now, so
+ * the scan, which sleeps while nothing is watched, must run by then. */
+static inline void te_heartbeat_watch(struct turn *t)
+{
+    uint64_t due = te_turn_now(t) + t->hb_period_ns;
+    if (t->hb_period_ns && due < t->next_hb_ns)
+        t->next_hb_ns = due;
 }
 
 /* outcome.c */

@@ -11,7 +11,9 @@
  */
 #define _GNU_SOURCE
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -20,6 +22,8 @@
 
 #include "engine_internal.h"
 #include "te_test.h"
+#include "te_clock.h"
+#include "wait.h"
 
 /* busy_wait = block: with requests in flight the default naps (a timed
  * wake-up), which would hide a missed NIC wake-up. */
@@ -145,8 +149,9 @@ static double cpu_seconds(void)
 
 /* The point of blocking: an idle engine (default settings, peers added,
  * traffic done) costs no CPU. Sleep-polling every 20 us cost about a
- * quarter of a core here; a blocked one wakes only for its heartbeat scans
- * (4 a second). The bound is loose: 5% of one core. */
+ * quarter of a core here; a blocked one wakes only for its heartbeats (one
+ * a period per idle peer written to) and engine.idle_block_max_ms. The
+ * bound is loose: 5% of one core. */
 START_TEST(idle_engine_costs_no_cpu)
 {
     te_test_pair x;
@@ -160,6 +165,101 @@ START_TEST(idle_engine_costs_no_cpu)
     double wall = (double)(te_test_now_ms() - t0) / 1000.0;
     ck_assert_msg(used < 0.05 * wall, "two idle engines used %.3f s of CPU "
                   "in %.3f s", used, wall);
+    te_test_pair_close(&x);
+}
+END_TEST
+
+/* Sleeps (voluntary context switches) of this process's engine threads
+ * (named te-*) so far. */
+static long engine_thread_sleeps(void)
+{
+    long total = 0;
+    char path[300], line[128];
+    DIR *d = opendir("/proc/self/task");
+    ck_assert_ptr_nonnull(d);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue; /* the thread ended meanwhile */
+        int ours = fgets(line, sizeof(line), f) && strncmp(line, "te-", 3) == 0;
+        fclose(f);
+        snprintf(path, sizeof(path), "/proc/self/task/%s/status", de->d_name);
+        if (!ours || !(f = fopen(path, "r")))
+            continue;
+        while (fgets(line, sizeof(line), f))
+            if (strncmp(line, "voluntary_ctxt_switches:", 24) == 0)
+                total += atol(line + 24);
+        fclose(f);
+    }
+    closedir(d);
+    return total;
+}
+
+/* An idle engine whose peers were never written to has nothing that time
+ * could bring: its worker and callback thread sleep until an event. (They
+ * woke ten times a second each, and the heartbeat scan four more, before
+ * the callback thread slept without a timer and the scan ran only for
+ * peers it watches.) Heartbeats stay on (the default period); only the
+ * safety net is off, as in the lost-wakeup tests. */
+START_TEST(idle_engine_threads_sleep)
+{
+    const char *ini = "[engine]\nidle_block_max_ms = 0\n";
+    te_test_pair x;
+    te_test_pair_open(&x, ini, ini, 4096);
+    te_test_sleep_ms(300); /* past the spins and the first scans */
+    long s0 = engine_thread_sleeps();
+    te_test_sleep_ms(1500);
+    long woke = engine_thread_sleeps() - s0;
+    ck_assert_msg(woke <= 3, "the idle engines' threads slept %ld times in "
+                  "1.5 s (nothing was due)", woke);
+    te_test_pair_close(&x);
+}
+END_TEST
+
+static int64_t block_ms(te_engine *e)
+{
+    return te_group_block_timeout_ms(e, &e->groups[0], te_clock_ns());
+}
+
+/* The heartbeat scan is scheduled for the peers it watches (written to),
+ * a period after their last activity; with none watched it is not
+ * scheduled at all. Caller mode: this thread runs the turns, so the
+ * group's schedule is read where it is written. */
+START_TEST(heartbeat_scan_waits_for_watched_peers)
+{
+    const char *ini = "[engine]\nprogress = caller\nidle_block_max_ms = 0\n"
+                      "heartbeat_ms = 10000\nrequest_timeout_ms = 0\n"
+                      "peer_timeout_ms = 0\n";
+    te_test_pair x;
+    te_test_pair_open(&x, ini, ini, 4096);
+    for (int i = 0; i < 20; i++) {
+        ck_assert_int_ge(te_progress(x.a, -1, 0), 0);
+        ck_assert_int_ge(te_progress(x.b, -1, 0), 0);
+    }
+    ck_assert_int_eq(block_ms(x.a), -1); /* a peer, never written to */
+    ck_assert_int_eq(block_ms(x.b), -1); /* no peer */
+    te_request r = te_test_pair_write(&x, 64, 0);
+    ck_assert_int_ge(te_submit(x.a, &r), 0);
+    te_completion c;
+    int64_t end = te_test_now_ms() + WAIT_MS;
+    int n = 0;
+    while (!n && te_test_now_ms() < end) {
+        ck_assert_int_ge(te_progress(x.a, -1, 0), 0);
+        ck_assert_int_ge(te_progress(x.b, -1, 0), 0);
+        n = te_poll_completions(x.a, &c, 1, 0);
+    }
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(c.status, 0);
+    ck_assert_int_ge(te_progress(x.a, -1, 0), 0);
+    /* Watched now: due a period (10 s) after the write, not at the next
+     * quarter period (2.5 s) as a fixed-rate scan would wake. */
+    int64_t ms = block_ms(x.a);
+    ck_assert_msg(ms > 5000 && ms <= 10000, "blocks %lld ms", (long long)ms);
+    ck_assert_int_eq(block_ms(x.b), -1); /* b wrote to no one */
     te_test_pair_close(&x);
 }
 END_TEST
@@ -257,4 +357,6 @@ TE_TEST_MAIN("idle_wait",
                            no_lost_wakeup_two_processes, no_lost_wakeup_send,
                            waiter_progresses_a_sleeping_group),
              TE_TCASE_FULL("idle", 60, NULL, NULL, idle_engine_costs_no_cpu,
+                           idle_engine_threads_sleep,
+                           heartbeat_scan_waits_for_watched_peers,
                            sleep_mode_still_works, bad_idle_wait_is_named))
