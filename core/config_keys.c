@@ -50,12 +50,18 @@ const struct te_config_key te_engine_keys[] = {
      "microseconds an idle worker sleeps between polls after spinning, "
      "where it cannot block (engine.idle_wait = sleep, or a plugin without "
      "wait objects)"},
+    {"idle_sleep_max_us", "1000",
+     "idle_wait = block with a plugin without wait objects (efa over shm): "
+     "with no request of the group in flight, the worker's nap between "
+     "polls grows to an eighth of the time it has been idle, up to this "
+     "many microseconds (a submission still ends it at once); <= "
+     "idle_sleep_us = fixed naps of idle_sleep_us"},
     {"idle_wait", "block",
      "what an idle worker does after idle_spin_us: block = wait in epoll "
      "on its NICs' wait objects and a doorbell that te_submit rings (no CPU "
-     "while idle; falls back to sleep when the plugin has no wait objects); "
-     "sleep = poll every idle_sleep_us (the behaviour before plugin ABI "
-     "1.3)"},
+     "while idle; where the plugin has no wait objects, naps on that "
+     "doorbell, growing to idle_sleep_max_us); sleep = poll every "
+     "idle_sleep_us (the behaviour before plugin ABI 1.3)"},
     {"progress", "thread",
      "who moves the engine: thread = a worker thread per group and a "
      "callback thread; caller = no engine threads, the application calls "

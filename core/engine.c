@@ -153,6 +153,7 @@ static int read_settings(const te_config *cfg, struct te_settings *s)
     U32("idle_spin_us", 0, 10000000, idle_spin_us);
     U32("idle_spin_max_us", 0, 10000000, idle_spin_max_us);
     U32("idle_sleep_us", 0, 1000000, idle_sleep_us);
+    U32("idle_sleep_max_us", 0, 1000000, idle_sleep_max_us);
     U32("idle_block_max_ms", 0, 3600000, idle_block_max_ms);
     U32("request_timeout_ms", 0, 1u << 31, request_timeout_ms);
     U32("peer_timeout_ms", 0, 1u << 31, peer_timeout_ms);

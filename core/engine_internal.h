@@ -54,6 +54,7 @@ struct te_settings {
     uint32_t idle_spin_us;
     uint32_t idle_spin_max_us;       /* adaptive spin ceiling (spin_window.h) */
     uint32_t idle_sleep_us;
+    uint32_t idle_sleep_max_us;      /* longest nap without wait objects */
     int idle_block;                  /* engine.idle_wait = block */
     int busy_nap;                    /* engine.busy_wait = nap */
     int caller_progress;             /* engine.progress = caller */

@@ -14,22 +14,37 @@
 #include "worker.h"
 #include "te_hot.h"
 
+/* No wait objects to block on: the worker naps between polls, on a wake
+ * eventfd of its own (te_group_nap_idle), so that a submission, a control
+ * operation or the engine's end still ends a nap at once. */
+static int nap_only(struct te_engine *e, struct te_group *g, const char *why)
+{
+    g->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (g->wake_fd < 0)
+        return te_fail(-errno, "group %d: cannot create its wake eventfd: %s",
+                       g->index, strerror(errno));
+    te_log(e, 2, "group %d: no wait objects (%s): its worker naps between "
+           "polls when idle, %u us growing to %u us", g->index, why,
+           e->s.idle_sleep_us, e->s.idle_sleep_max_us);
+    return 0;
+}
+
 int te_group_wait_open(struct te_engine *e, struct te_group *g)
 {
     const struct te_plugin_ops *P = e->plugin.ops;
     g->epfd = g->wake_fd = -1;
     atomic_init(&g->sleeping, 0);
-    if (!e->s.idle_block || !TE_PLUGIN_HAS(P, wait_arm) || !P->wait_fd ||
-        !P->wait_arm)
+    if (!e->s.idle_block)
         return 0;
+    if (!TE_PLUGIN_HAS(P, wait_arm) || !P->wait_fd || !P->wait_arm)
+        return nap_only(e, g, "the plugin offers none");
     int fds[TE_MAX_NICS];
     for (uint32_t i = 0; i < g->nic_count; i++) {
         fds[i] = P->wait_fd(g->nics[i].pn);
         if (fds[i] < 0) {
-            te_log(e, 2, "group %d: NIC %s has no wait object (%s): its "
-                   "worker sleep-polls when idle", g->index,
-                   g->nics[i].info.name, te_strerror(fds[i]));
-            return 0;
+            te_log(e, 2, "group %d: NIC %s has no wait object (%s)",
+                   g->index, g->nics[i].info.name, te_strerror(fds[i]));
+            return nap_only(e, g, "a NIC has none");
         }
     }
     g->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -178,18 +193,45 @@ int te_engine_help(struct te_engine *e)
     return did;
 }
 
+/* Sleep us on the wake eventfd alone (announced: a ring ends it). */
+static void nap_on_wake_fd(struct te_group *g, uint64_t us)
+{
+    struct pollfd p = {.fd = g->wake_fd, .events = POLLIN};
+    struct timespec ts = te_timespec_ns(us * 1000ull);
+    if (ppoll(&p, 1, &ts, NULL) > 0)
+        te_group_awake(g);
+    else
+        atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);
+}
+
+void te_group_nap_idle(struct te_engine *e, struct te_group *g, uint64_t idle_ns)
+{
+    uint32_t us = te_idle_nap_us(e, idle_ns, g->inflight_reqs != 0);
+    if (te_group_announce_sleep(e, g)) { /* work came meanwhile */
+        pthread_mutex_unlock(&g->progress_lock);
+        return;
+    }
+    pthread_mutex_unlock(&g->progress_lock);
+    nap_on_wake_fd(g, us);
+}
+
 /* Requests in flight (engine.busy_wait = nap): sleep idle_sleep_us, as a
  * sleep-polling worker does, but on the wake eventfd, so a submission still
  * ends it at once. The NICs are not armed: their completions are taken in
  * batches when the nap ends, and peers need not ring us. */
 static void nap(struct te_engine *e, struct te_group *g)
 {
-    struct pollfd p = {.fd = g->wake_fd, .events = POLLIN};
-    struct timespec ts = te_timespec_ns(e->s.idle_sleep_us * 1000ull);
-    if (ppoll(&p, 1, &ts, NULL) > 0)
-        te_group_awake(g);
-    else
-        atomic_store_explicit(&g->sleeping, 0, memory_order_relaxed);
+    nap_on_wake_fd(g, e->s.idle_sleep_us);
+}
+
+uint32_t te_idle_nap_us(const struct te_engine *e, uint64_t idle_ns,
+                        int inflight)
+{
+    uint64_t us = e->s.idle_sleep_us, top = e->s.idle_sleep_max_us;
+    if (inflight || !us || top <= us)
+        return (uint32_t)us;
+    uint64_t grown = idle_ns / 8000u; /* an eighth of the idle time, in us */
+    return (uint32_t)(grown < us ? us : grown > top ? top : grown);
 }
 
 void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t)

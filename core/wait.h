@@ -44,6 +44,19 @@ void te_group_awake(struct te_group *g);
  *  with it released: while the worker blocks, te_submit may take it and
  *  post itself (core/request.c). */
 void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t);
+/** How long an idle worker (or te_progress_wait) without wait objects naps
+ *  after idle_ns of idleness: engine.idle_sleep_us, growing to an eighth
+ *  of idle_ns up to engine.idle_sleep_max_us while nothing is in flight
+ *  (an event after a quiet spell then waits at most an eighth of it
+ *  longer, and an idle engine polls about a thousand times a second, not
+ *  fifty thousand). */
+uint32_t te_idle_nap_us(const struct te_engine *e, uint64_t idle_ns,
+                        int inflight);
+/** Worker of a group without wait objects, idle for idle_ns, holding the
+ *  progress lock: nap te_idle_nap_us() on the wake eventfd (announced, so a
+ *  submission or control operation ends the nap); releases the lock. */
+void te_group_nap_idle(struct te_engine *e, struct te_group *g,
+                       uint64_t idle_ns);
 /** engine.waiter_progress (thread mode): a thread waiting in an API call
  *  runs the group's loop turn itself when the group's worker is blocked
  *  and its wait set has an event, instead of waiting for the worker to

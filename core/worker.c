@@ -345,6 +345,8 @@ static void *worker_main(void *arg)
         }
         if (g->can_block) {
             te_group_block(e, g, t); /* releases the lock */
+        } else if (g->wake_fd >= 0 && e->s.idle_sleep_us) {
+            te_group_nap_idle(e, g, now - idle_since); /* releases it */
         } else {
             pthread_mutex_unlock(&g->progress_lock);
             if (e->s.idle_sleep_us) {

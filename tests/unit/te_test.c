@@ -207,6 +207,35 @@ int te_test_threads_named(const char *name, long *tid)
     return n;
 }
 
+long te_test_thread_sleeps(const char *prefix)
+{
+    DIR *d = opendir("/proc/self/task");
+    ck_assert_ptr_nonnull(d);
+    long total = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        char path[300], line[128];
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue; /* the thread ended meanwhile */
+        int ours = fgets(line, sizeof(line), f) &&
+                   strncmp(line, prefix, strlen(prefix)) == 0;
+        fclose(f);
+        snprintf(path, sizeof(path), "/proc/self/task/%s/status", de->d_name);
+        if (!ours || !(f = fopen(path, "r")))
+            continue;
+        while (fgets(line, sizeof(line), f))
+            if (strncmp(line, "voluntary_ctxt_switches:", 24) == 0)
+                total += atol(line + 24);
+        fclose(f);
+    }
+    closedir(d);
+    return total;
+}
+
 int te_test_threads_named_settle(const char *name, int want, int timeout_ms)
 {
     int64_t end = te_test_now_ms() + timeout_ms;

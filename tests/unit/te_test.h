@@ -145,6 +145,10 @@ int te_test_wait_peer_down(te_engine *e, int group, te_peer peer,
 int64_t te_test_now_ms(void);
 void te_test_sleep_ms(int ms);
 
+/* Sleeps so far (voluntary context switches, /proc/self/task/N/status)
+ * of this process's threads whose name starts with `prefix` ("te-": the
+ * engines' threads). */
+long te_test_thread_sleeps(const char *prefix);
 /* Threads of this process named `name` (/proc/self/task/N/comm): how
  * many, and the task id of one of them in *tid (0: none) if tid is set. */
 int te_test_threads_named(const char *name, long *tid);

@@ -11,7 +11,6 @@
  */
 #define _GNU_SOURCE
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,36 +168,6 @@ START_TEST(idle_engine_costs_no_cpu)
 }
 END_TEST
 
-/* Sleeps (voluntary context switches) of this process's engine threads
- * (named te-*) so far. */
-static long engine_thread_sleeps(void)
-{
-    long total = 0;
-    char path[300], line[128];
-    DIR *d = opendir("/proc/self/task");
-    ck_assert_ptr_nonnull(d);
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue; /* the thread ended meanwhile */
-        int ours = fgets(line, sizeof(line), f) && strncmp(line, "te-", 3) == 0;
-        fclose(f);
-        snprintf(path, sizeof(path), "/proc/self/task/%s/status", de->d_name);
-        if (!ours || !(f = fopen(path, "r")))
-            continue;
-        while (fgets(line, sizeof(line), f))
-            if (strncmp(line, "voluntary_ctxt_switches:", 24) == 0)
-                total += atol(line + 24);
-        fclose(f);
-    }
-    closedir(d);
-    return total;
-}
-
 /* An idle engine whose peers were never written to has nothing that time
  * could bring: its worker and callback thread sleep until an event. (They
  * woke ten times a second each, and the heartbeat scan four more, before
@@ -211,12 +180,40 @@ START_TEST(idle_engine_threads_sleep)
     te_test_pair x;
     te_test_pair_open(&x, ini, ini, 4096);
     te_test_sleep_ms(300); /* past the spins and the first scans */
-    long s0 = engine_thread_sleeps();
+    long s0 = te_test_thread_sleeps("te-");
     te_test_sleep_ms(1500);
-    long woke = engine_thread_sleeps() - s0;
+    long woke = te_test_thread_sleeps("te-") - s0;
     ck_assert_msg(woke <= 3, "the idle engines' threads slept %ld times in "
                   "1.5 s (nothing was due)", woke);
     te_test_pair_close(&x);
+}
+END_TEST
+
+/* The nap of a worker without wait objects grows with its idleness: an
+ * eighth of it, between idle_sleep_us and idle_sleep_max_us; fixed with
+ * requests in flight, with a ceiling not above idle_sleep_us, and never
+ * where idle_sleep_us = 0 (spin). */
+START_TEST(idle_nap_grows_with_idleness)
+{
+    te_engine *e = te_test_engine("[engine]\nidle_sleep_us = 20\n"
+                                  "idle_sleep_max_us = 1000\n");
+    ck_assert_uint_eq(te_idle_nap_us(e, 0, 0), 20);
+    ck_assert_uint_eq(te_idle_nap_us(e, 100000, 0), 20);     /* 100 us */
+    ck_assert_uint_eq(te_idle_nap_us(e, 800000, 0), 100);    /* 800 us */
+    ck_assert_uint_eq(te_idle_nap_us(e, 7999999, 0), 999);
+    ck_assert_uint_eq(te_idle_nap_us(e, 3600000000000ull, 0), 1000);
+    ck_assert_uint_eq(te_idle_nap_us(e, 3600000000000ull, 1), 20);
+    te_engine_destroy(e);
+    e = te_test_engine("[engine]\nidle_sleep_us = 50\nidle_sleep_max_us = 10\n");
+    ck_assert_uint_eq(te_idle_nap_us(e, 3600000000000ull, 0), 50);
+    te_engine_destroy(e);
+    e = te_test_engine("[engine]\nidle_sleep_us = 0\n");
+    ck_assert_uint_eq(te_idle_nap_us(e, 3600000000000ull, 0), 0);
+    te_engine_destroy(e);
+    ck_assert_int_eq(te_test_engine_try("[engine]\nidle_sleep_max_us = "
+                                        "1000001\n", &e), -EINVAL);
+    ck_assert_msg(strstr(te_last_error(), "idle_sleep_max_us"), "%s",
+                  te_last_error());
 }
 END_TEST
 
@@ -358,5 +355,6 @@ TE_TEST_MAIN("idle_wait",
                            waiter_progresses_a_sleeping_group),
              TE_TCASE_FULL("idle", 60, NULL, NULL, idle_engine_costs_no_cpu,
                            idle_engine_threads_sleep,
+                           idle_nap_grows_with_idleness,
                            heartbeat_scan_waits_for_watched_peers,
                            sleep_mode_still_works, bad_idle_wait_is_named))

@@ -2,8 +2,10 @@
  * Idle workers of the efa plugin over tcp;ofi_rxm block on the CQ's wait
  * fd (efa_cq.c efa_wait_fd/efa_wait_arm, fi_trywait). Every timed wake-up
  * is off, as in test_idle_wait.c: a missed wake-up is a hang, caught by
- * the waits' deadlines. Exits 77 (skip) where the efa plugin or
- * tcp;ofi_rxm is not there.
+ * the waits' deadlines. Over shm there is no wait object: the worker naps
+ * between polls, longer the longer it is idle (core/wait.c
+ * te_group_nap_idle). Exits 77 (skip) where the efa plugin or tcp;ofi_rxm
+ * is not there.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -16,6 +18,11 @@
     "heartbeat_ms = 0\nrequest_timeout_ms = 0\npeer_timeout_ms = 0\n"         \
     "busy_wait = block\n"                                                     \
     "[efa]\nprovider = \"tcp;ofi_rxm\"\nnode = 127.0.0.1\n"
+
+#define SHM_NAPS                                                               \
+    "[engine]\nplugin = efa\nidle_spin_us = 0\nidle_spin_max_us = 0\n"         \
+    "idle_sleep_us = 20\nidle_sleep_max_us = 5000\n"                           \
+    "[efa]\nprovider = shm\n"
 
 enum { ROUNDS = 200, WAIT_MS = 20000 };
 
@@ -45,11 +52,50 @@ START_TEST(no_lost_wakeup_tcp)
 }
 END_TEST
 
+/* An idle efa/shm engine (a peer written to, then nothing) naps up to
+ * idle_sleep_max_us (5 ms here) between polls: two engines' threads sleep
+ * about 400 times in a second, not tens of thousands (a fixed 20 us nap:
+ * 6500 here, in this VM; the bound is 1000). Writes after the quiet spell
+ * still go through. */
+START_TEST(shm_idle_worker_naps_longer)
+{
+    te_test_pair x;
+    te_test_pair_open(&x, SHM_NAPS, SHM_NAPS, 4096);
+    for (int k = 0; k < 10; k++) {
+        te_request r = te_test_pair_write(&x, 64, 0);
+        ck_assert_int_ge(te_submit(x.a, &r), 0);
+        te_test_complete(x.a, 1, WAIT_MS);
+    }
+    te_test_sleep_ms(300); /* naps grow to 5 ms after 40 ms of idleness */
+    long s0 = te_test_thread_sleeps("te-");
+    te_test_sleep_ms(1000);
+    long naps = te_test_thread_sleeps("te-") - s0;
+    ck_assert_msg(naps <= 1000, "two idle efa/shm engines' threads slept "
+                  "%ld times in 1 s", naps);
+    for (int k = 0; k < 10; k++) {
+        te_request r = te_test_pair_write(&x, 64, 0);
+        r.flags = TE_F_IMM;
+        r.imm = 5;
+        x.src[0] = (uint8_t)(k + 1);
+        ck_assert_int_ge(te_submit(x.a, &r), 0);
+        te_test_complete(x.a, 1, WAIT_MS);
+        ck_assert_uint_eq(te_test_wait_banked(x.b, 5, (uint64_t)k + 1,
+                                              WAIT_MS),
+                          (uint64_t)k + 1);
+        ck_assert_uint_eq(x.dst[0], (uint8_t)(k + 1));
+        te_test_sleep_ms(50); /* idle again: the naps grow back */
+    }
+    te_test_pair_close(&x);
+}
+END_TEST
+
 int main(void)
 {
     te_test_require(TCP_NO_TIMED_WAKEUPS,
                     "efa plugin over tcp;ofi_rxm");
     return TE_TEST_RUN("idle_wait_efa",
                        TE_TCASE_FULL("tcp", 120, NULL, NULL,
-                                     no_lost_wakeup_tcp));
+                                     no_lost_wakeup_tcp),
+                       TE_TCASE_FULL("shm", 120, NULL, NULL,
+                                     shm_idle_worker_naps_longer));
 }

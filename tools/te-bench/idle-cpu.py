@@ -5,7 +5,9 @@ engine, as a fraction of one core ("%.4f"). Used by progress-compare.sh
 and ab-compare.sh (docs/benchmarks.md). Not a test.
 
 usage: PYTHONPATH=build/python TE_PLUGIN_PATH=build/plugins
-       idle-cpu.py [IDLE_WAIT]   (engine.idle_wait; default: the engine's)"""
+       idle-cpu.py [IDLE_WAIT] [SECTION.KEY=VALUE...]
+       (IDLE_WAIT: engine.idle_wait, default the engine's; e.g.
+        idle-cpu.py block engine.plugin=efa efa.provider=shm)"""
 import resource
 import sys
 import time
@@ -19,7 +21,15 @@ def cpu_s():
 
 
 def main():
-    cfg = {"engine.idle_wait": sys.argv[1]} if len(sys.argv) > 1 else {}
+    args = sys.argv[1:]
+    cfg = {}
+    if args and "=" not in args[0]:
+        cfg["engine.idle_wait"] = args.pop(0)
+    for a in args:
+        key, sep, value = a.partition("=")
+        if not sep or "." not in key:
+            sys.exit("idle-cpu.py: expected SECTION.KEY=VALUE, got %r" % a)
+        cfg[key] = value
     with te.Engine(cfg) as a, te.Engine(cfg) as b:
         p = a.add_peer(b.address())
         src = a.register(bytearray(4096), access=0)
