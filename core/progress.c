@@ -6,7 +6,9 @@
  * (te_poll_completions with a timeout, te_imm_wait) progress the engine
  * themselves while they wait. See te.h, "Caller-driven progress".
  */
+#define _GNU_SOURCE /* ppoll */
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <time.h>
@@ -266,6 +268,48 @@ TE_API int te_progress_fd(te_engine *e, int group)
     return fd;
 }
 
+/* te_progress_wait on groups without wait objects (efa over shm): nap as
+ * their worker would in thread mode (wait.c te_group_nap_idle): on the
+ * groups' wake eventfds, announced, so a submission or control operation
+ * of another thread ends the nap; engine.idle_sleep_us, growing with the
+ * time this call has found nothing while no request is in flight; within
+ * the call's bound and the groups' deadlines. */
+static void nap_groups(te_engine *e, uint32_t lo, uint32_t hi,
+                       uint64_t idle_since, uint64_t end_ns)
+{
+    struct pollfd p[64];
+    nfds_t n = 0;
+    int inflight = 0;
+    uint32_t i;
+    for (i = lo; i < hi; i++) {
+        struct te_group *g = &e->groups[i];
+        if (progress_lock(g))
+            break; /* progressed by another thread: a plain nap */
+        if (te_group_announce_sleep(e, g)) { /* work came meanwhile */
+            progress_unlock(g);
+            for (uint32_t j = lo; j < i; j++)
+                atomic_store(&e->groups[j].sleeping, 0);
+            unlock_groups(e, lo, i);
+            return;
+        }
+        inflight |= g->inflight_reqs != 0;
+        if (g->wake_fd >= 0 && n < 64)
+            p[n++] = (struct pollfd){.fd = g->wake_fd, .events = POLLIN};
+    }
+    uint64_t now = te_clock_ns();
+    uint64_t us = i < hi ? e->s.idle_sleep_us
+                         : te_idle_nap_us(e, now - idle_since, inflight);
+    if (i == hi) {
+        uint64_t ms = (uint64_t)wait_ms(e, lo, hi, end_ns);
+        if (us > ms * 1000u)
+            us = ms * 1000u;
+    }
+    unlock_groups(e, lo, i);
+    struct timespec ts = te_timespec_ns((us ? us : 20) * 1000ull);
+    ppoll(n ? p : NULL, n, &ts, NULL);
+    disarm_groups(e, lo, i);
+}
+
 TE_API int te_progress_wait(te_engine *e, int group, int timeout_ms)
 {
     te_error_clear();
@@ -273,15 +317,16 @@ TE_API int te_progress_wait(te_engine *e, int group, int timeout_ms)
     int rc = groups_of(e, group, "te_progress_wait", &lo, &hi);
     if (rc)
         return rc;
-    uint64_t end = te_clock_ns() +
-                   (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
+    uint64_t start = te_clock_ns();
+    uint64_t end = start + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) *
+                               1000000ull;
     int fd = wait_set_of(e, group, lo);
     for (;;) {
         rc = te_progress(e, group, 0);
         if (rc != 0 || te_clock_ns() >= end)
             return rc;
-        if (fd < 0) { /* no wait objects: nap as a sleep-polling worker */
-            nap_us(e->s.idle_sleep_us ? e->s.idle_sleep_us : 20);
+        if (fd < 0) { /* no wait objects: nap as such a worker does */
+            nap_groups(e, lo, hi, start, end);
             continue;
         }
         rc = arm_groups(e, lo, hi);

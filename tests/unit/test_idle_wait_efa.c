@@ -7,8 +7,10 @@
  * te_group_nap_idle). Exits 77 (skip) where the efa plugin or tcp;ofi_rxm
  * is not there.
  */
+#define _GNU_SOURCE /* RUSAGE_THREAD */
 #include <check.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include "te_test.h"
 
@@ -89,6 +91,43 @@ START_TEST(shm_idle_worker_naps_longer)
 }
 END_TEST
 
+/* Caller mode: te_progress_wait on an idle efa/shm engine naps as its
+ * worker would, growing while nothing is in flight: this thread sleeps a
+ * few hundred times in a 1 s wait, not tens of thousands. */
+START_TEST(shm_caller_wait_naps_longer)
+{
+    const char *ini =
+        SHM_NAPS "[engine]\nprogress = caller\nheartbeat_ms = 0\n";
+    te_test_pair x;
+    te_test_pair_open(&x, ini, ini, 4096);
+    te_request r = te_test_pair_write(&x, 64, 0);
+    ck_assert_int_ge(te_submit(x.a, &r), 0);
+    te_completion c;
+    int64_t end = te_test_now_ms() + WAIT_MS;
+    int n = 0;
+    while (!n && te_test_now_ms() < end) {
+        ck_assert_int_ge(te_progress(x.b, -1, 0), 0);
+        n = te_poll_completions(x.a, &c, 1, 0); /* progresses x.a */
+    }
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(c.status, 0);
+    while (te_progress(x.a, -1, 0) > 0)
+        ;
+    struct rusage u0, u1;
+    getrusage(RUSAGE_THREAD, &u0);
+    int64_t t0 = te_test_now_ms();
+    ck_assert_int_eq(te_progress_wait(x.a, -1, 1000), 0);
+    int64_t waited = te_test_now_ms() - t0;
+    getrusage(RUSAGE_THREAD, &u1);
+    long naps = u1.ru_nvcsw - u0.ru_nvcsw;
+    ck_assert_msg(waited >= 900, "te_progress_wait returned after %lld ms",
+                  (long long)waited);
+    ck_assert_msg(naps <= 1000, "te_progress_wait slept %ld times in 1 s",
+                  naps);
+    te_test_pair_close(&x);
+}
+END_TEST
+
 int main(void)
 {
     te_test_require(TCP_NO_TIMED_WAKEUPS,
@@ -97,5 +136,6 @@ int main(void)
                        TE_TCASE_FULL("tcp", 120, NULL, NULL,
                                      no_lost_wakeup_tcp),
                        TE_TCASE_FULL("shm", 120, NULL, NULL,
-                                     shm_idle_worker_naps_longer));
+                                     shm_idle_worker_naps_longer,
+                                     shm_caller_wait_naps_longer));
 }
