@@ -277,10 +277,15 @@ TE_API int te_progress_fd(te_engine *e, int group)
 static void nap_groups(te_engine *e, uint32_t lo, uint32_t hi,
                        uint64_t idle_since, uint64_t end_ns)
 {
-    struct pollfd p[64];
+    struct pollfd p[64]; /* engine.groups <= 64 */
     nfds_t n = 0;
     int inflight = 0;
     uint32_t i;
+    for (i = lo; i < hi; i++)
+        if (e->groups[i].wake_fd < 0) { /* engine.idle_wait = sleep */
+            nap_us(e->s.idle_sleep_us ? e->s.idle_sleep_us : 20);
+            return;
+        }
     for (i = lo; i < hi; i++) {
         struct te_group *g = &e->groups[i];
         if (progress_lock(g))
@@ -293,8 +298,7 @@ static void nap_groups(te_engine *e, uint32_t lo, uint32_t hi,
             return;
         }
         inflight |= g->inflight_reqs != 0;
-        if (g->wake_fd >= 0 && n < 64)
-            p[n++] = (struct pollfd){.fd = g->wake_fd, .events = POLLIN};
+        p[n++] = (struct pollfd){.fd = g->wake_fd, .events = POLLIN};
     }
     uint64_t now = te_clock_ns();
     uint64_t us = i < hi ? e->s.idle_sleep_us
@@ -306,7 +310,7 @@ static void nap_groups(te_engine *e, uint32_t lo, uint32_t hi,
     }
     unlock_groups(e, lo, i);
     struct timespec ts = te_timespec_ns((us ? us : 20) * 1000ull);
-    ppoll(n ? p : NULL, n, &ts, NULL);
+    ppoll(p, n, &ts, NULL);
     disarm_groups(e, lo, i);
 }
 
