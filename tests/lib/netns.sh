@@ -34,6 +34,13 @@ fail() {
   for f in $NETNS_LOGS; do
     [ -f "$f" ] && { echo "== $f"; grep -v "transferengine info\|^    #[0-9]" "$f" | tail -25; }
   done
+  # A sanitizer's report in full (frames included, first 80 lines): the
+  # tail above shows that there was one, not where (a leak seen once in a
+  # CI rehearsal could not be placed for want of its frames).
+  for f in $NETNS_LOGS; do
+    [ -f "$f" ] && grep -q "ERROR: \(Address\|Leak\)Sanitizer" "$f" &&
+      { echo "== $f: sanitizer report"; sed -n '/ERROR: \(Address\|Leak\)Sanitizer/,$p' "$f" | head -80; }
+  done
   exit 1
 }
 
