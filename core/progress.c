@@ -325,6 +325,7 @@ TE_API int te_progress_wait(te_engine *e, int group, int timeout_ms)
     uint64_t end = start + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) *
                                1000000ull;
     int fd = wait_set_of(e, group, lo);
+    uint32_t refused = 0; /* arms a NIC refused while nothing happened */
     for (;;) {
         rc = te_progress(e, group, 0);
         if (rc != 0 || te_clock_ns() >= end)
@@ -334,8 +335,13 @@ TE_API int te_progress_wait(te_engine *e, int group, int timeout_ms)
             continue;
         }
         rc = arm_groups(e, lo, hi);
-        if (rc == -EAGAIN)
+        if (rc == -EAGAIN) {
+            /* As the worker (wait.c te_group_block): the first refusal may
+             * race an arrival; the next ones poll every idle_sleep_us. */
+            if (refused++)
+                nap_groups(e, lo, hi, te_clock_ns(), end);
             continue;
+        }
         if (rc == -EBUSY)
             return te_fail(rc, "te_progress_wait: group being progressed "
                            "by another thread");

@@ -328,6 +328,7 @@ static void *worker_main(void *arg)
         int did = te_worker_turn(e, g, t);
         uint64_t now = te_turn_now(t); /* t is the lock's: read it here */
         if (did) {
+            t->arm_refused = 0;
             pthread_mutex_unlock(&g->progress_lock);
             if (idle_since)
                 te_spin_window_learn(&spin, now - idle_since);

@@ -27,6 +27,8 @@ struct turn {
     uint64_t next_hb_ns;    /* next heartbeat scan (UINT64_MAX: no peer
                              * watched) */
     uint64_t hb_period_ns;  /* engine.heartbeat_ms in ns (0: off) */
+    uint32_t arm_refused;   /* idle blocks a NIC refused (wait_arm
+                             * -EAGAIN) since a turn last did work */
     uint64_t tick_seen;     /* te_turn_clock_due(): the coarse clock when */
     uint32_t turns_unread;  /* the precise one was last read, turns since */
     /* Peers reported closed in order during this turn, failed only after

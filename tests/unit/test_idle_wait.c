@@ -261,6 +261,57 @@ START_TEST(heartbeat_scan_waits_for_watched_peers)
 }
 END_TEST
 
+/* A NIC that holds work no event will announce (loopback's
+ * fault_delay_us holds each request 0.4 s at the target) refuses to arm;
+ * the worker then polls every idle_sleep_us instead of spinning (it took
+ * a whole core for the hold before). Thread mode, then caller mode with
+ * te_progress_wait. The bound is loose: half a core. */
+#define HELD "[engine]\nidle_spin_us = 0\nidle_spin_max_us = 0\n"           \
+             "idle_sleep_us = 1000\n"
+
+static void held_write(te_test_pair *x, int caller)
+{
+    te_request r = te_test_pair_write(x, 64, 0);
+    r.flags = TE_F_IMM;
+    r.imm = 31;
+    double c0 = cpu_seconds();
+    int64_t t0 = te_test_now_ms();
+    ck_assert_int_ge(te_submit(x->a, &r), 0);
+    uint64_t banked = 0;
+    int64_t end = t0 + WAIT_MS;
+    while (banked < 1 && te_test_now_ms() < end) {
+        if (caller) {
+            ck_assert_int_ge(te_progress(x->a, -1, 0), 0);
+            ck_assert_int_ge(te_progress_wait(x->b, -1, 50), 0);
+        } else {
+            te_test_sleep_ms(10);
+        }
+        ck_assert_int_eq(te_imm_poll(x->b, 31, &banked, NULL), 0);
+    }
+    double used = cpu_seconds() - c0;
+    double wall = (double)(te_test_now_ms() - t0) / 1000.0;
+    ck_assert_uint_eq(banked, 1);
+    ck_assert_msg(wall >= 0.35, "the write was not held (%.3f s)", wall);
+    ck_assert_msg(used < 0.5 * wall, "%s: %.3f s of CPU while a request was "
+                  "held for %.3f s", caller ? "caller" : "thread", used, wall);
+}
+
+START_TEST(held_request_polls_not_spins)
+{
+    te_test_pair x;
+    te_test_pair_open(&x, HELD "[loopback]\nfault_delay_us = 400000\n", HELD,
+                      4096);
+    held_write(&x, 0);
+    te_test_pair_close(&x);
+    te_test_pair_open(&x,
+                      HELD "progress = caller\n[loopback]\n"
+                           "fault_delay_us = 400000\n",
+                      HELD "progress = caller\n", 4096);
+    held_write(&x, 1);
+    te_test_pair_close(&x);
+}
+END_TEST
+
 /*
  * engine.waiter_progress: te_imm_wait runs the turn of a group whose worker
  * sleeps through an event. Every other round is left to the worker alone
@@ -357,4 +408,5 @@ TE_TEST_MAIN("idle_wait",
                            idle_engine_threads_sleep,
                            idle_nap_grows_with_idleness,
                            heartbeat_scan_waits_for_watched_peers,
+                           held_request_polls_not_spins,
                            sleep_mode_still_works, bad_idle_wait_is_named))
