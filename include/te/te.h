@@ -850,7 +850,11 @@ TE_API int te_progress(te_engine *e, int group, int budget);
  * on the group's wait objects (a NIC's, or a submission from another
  * thread) for at most timeout_ms in all. Returns te_progress()'s result:
  * 0 when timeout_ms passed with nothing to do. Where the plugin offers no
- * wait objects it naps engine.idle_sleep_us between tries.
+ * wait objects it naps between tries: engine.idle_sleep_us, growing with
+ * the time the call has found nothing (to an eighth of it, at most
+ * engine.idle_sleep_max_us) while no request is in flight; where a NIC
+ * cannot arm yet (work it holds), engine.idle_sleep_us. A submission from
+ * another thread ends a nap.
  */
 TE_API int te_progress_wait(te_engine *e, int group, int timeout_ms);
 
