@@ -168,6 +168,22 @@ void te_test_complete(te_engine *e, int n, int timeout_ms)
     }
 }
 
+void te_test_pair_write_caller(te_test_pair *x, size_t len, int timeout_ms)
+{
+    te_request r = te_test_pair_write(x, len, 0);
+    ck_assert_int_ge(te_submit(x->a, &r), 0);
+    te_completion c;
+    int64_t end = te_test_now_ms() + timeout_ms;
+    int n = 0;
+    while (!n && te_test_now_ms() < end) {
+        ck_assert_int_ge(te_progress(x->a, -1, 0), 0);
+        ck_assert_int_ge(te_progress(x->b, -1, 0), 0);
+        n = te_poll_completions(x->a, &c, 1, 0);
+    }
+    ck_assert_int_eq(n, 1);
+    ck_assert_msg(c.status == 0, "status %d: %s", c.status, c.reason);
+}
+
 int64_t te_test_now_ms(void)
 {
     struct timespec t;

@@ -128,6 +128,10 @@ te_completion te_test_completion(te_engine *e, int timeout_ms);
 /* n completions of e, each within timeout_ms and each with status 0 (the
  * reason named when not). */
 void te_test_complete(te_engine *e, int n, int timeout_ms);
+/* Caller mode on both engines of x: a write of len bytes (as
+ * te_test_pair_write), this thread progressing both until its completion
+ * (within timeout_ms), asserted to come with status 0. */
+void te_test_pair_write_caller(te_test_pair *x, size_t len, int timeout_ms);
 
 /* Waits (polling every millisecond) until *v >= want or timeout_ms has
  * passed; returns *v. */

@@ -239,18 +239,7 @@ START_TEST(heartbeat_scan_waits_for_watched_peers)
     }
     ck_assert_int_eq(block_ms(x.a), -1); /* a peer, never written to */
     ck_assert_int_eq(block_ms(x.b), -1); /* no peer */
-    te_request r = te_test_pair_write(&x, 64, 0);
-    ck_assert_int_ge(te_submit(x.a, &r), 0);
-    te_completion c;
-    int64_t end = te_test_now_ms() + WAIT_MS;
-    int n = 0;
-    while (!n && te_test_now_ms() < end) {
-        ck_assert_int_ge(te_progress(x.a, -1, 0), 0);
-        ck_assert_int_ge(te_progress(x.b, -1, 0), 0);
-        n = te_poll_completions(x.a, &c, 1, 0);
-    }
-    ck_assert_int_eq(n, 1);
-    ck_assert_int_eq(c.status, 0);
+    te_test_pair_write_caller(&x, 64, WAIT_MS);
     ck_assert_int_ge(te_progress(x.a, -1, 0), 0);
     /* Watched now: due a period (10 s) after the write, not at the next
      * quarter period (2.5 s) as a fixed-rate scan would wake. */

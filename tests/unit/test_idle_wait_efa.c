@@ -100,17 +100,7 @@ START_TEST(shm_caller_wait_naps_longer)
         SHM_NAPS "[engine]\nprogress = caller\nheartbeat_ms = 0\n";
     te_test_pair x;
     te_test_pair_open(&x, ini, ini, 4096);
-    te_request r = te_test_pair_write(&x, 64, 0);
-    ck_assert_int_ge(te_submit(x.a, &r), 0);
-    te_completion c;
-    int64_t end = te_test_now_ms() + WAIT_MS;
-    int n = 0;
-    while (!n && te_test_now_ms() < end) {
-        ck_assert_int_ge(te_progress(x.b, -1, 0), 0);
-        n = te_poll_completions(x.a, &c, 1, 0); /* progresses x.a */
-    }
-    ck_assert_int_eq(n, 1);
-    ck_assert_int_eq(c.status, 0);
+    te_test_pair_write_caller(&x, 64, WAIT_MS);
     while (te_progress(x.a, -1, 0) > 0)
         ;
     struct rusage u0, u1;
