@@ -168,10 +168,12 @@ TE_API int te_progress(te_engine *e, int group, int budget)
     return did + ran + te_callbacks_run(&e->cb, budget > 0 ? budget - ran : 0);
 }
 
-/* Sets every group's `sleeping` and arms its NICs: 0 when the caller may
- * block on the wait sets, -EAGAIN when something is to be done now. The
- * progress locks are held on return 0 (released by disarm). */
-static int arm_groups(te_engine *e, uint32_t lo, uint32_t hi)
+/* Sets every group's `sleeping` and, with nics, arms its NICs: 0 when the
+ * caller may block on the wait sets (without nics: nap on the groups' wake
+ * eventfds), -EAGAIN when something is to be done now, -EBUSY when a group
+ * is progressed by another thread. The progress locks are held on return 0
+ * (released by unlock_groups). */
+static int arm_groups(te_engine *e, uint32_t lo, uint32_t hi, int nics)
 {
     uint32_t i;
     int rc = 0;
@@ -182,7 +184,7 @@ static int arm_groups(te_engine *e, uint32_t lo, uint32_t hi)
             break;
         }
         int nic = 0;
-        if (!(rc = te_group_announce_sleep(e, g)) &&
+        if (!(rc = te_group_announce_sleep(e, g)) && nics &&
             (rc = te_group_arm_nics(e, g, &nic)) != 0 && rc != -EAGAIN)
             te_fail(rc, "group %u: NIC %s: wait_arm failed: %s", i,
                     g->nics[nic].info.name, te_strerror(rc));
@@ -242,7 +244,7 @@ TE_API int te_progress_arm(te_engine *e, int group)
     if (wait_set_of(e, group, lo) < 0)
         return te_fail(-EOPNOTSUPP, "te_progress_arm: the plugin offers no "
                        "wait objects for these NICs: poll te_progress()");
-    rc = arm_groups(e, lo, hi);
+    rc = arm_groups(e, lo, hi, 1);
     if (rc == -EBUSY)
         return te_fail(rc, "te_progress_arm: group being progressed by "
                        "another thread");
@@ -277,41 +279,28 @@ TE_API int te_progress_fd(te_engine *e, int group)
 static void nap_groups(te_engine *e, uint32_t lo, uint32_t hi,
                        uint64_t idle_since, uint64_t end_ns)
 {
+    int rc = e->s.idle_block ? arm_groups(e, lo, hi, 0) : -EBUSY;
+    if (rc == -EAGAIN) /* work came meanwhile */
+        return;
+    if (rc) { /* engine.idle_wait = sleep, or progressed by another thread */
+        nap_us(e->s.idle_sleep_us ? e->s.idle_sleep_us : 20);
+        return;
+    }
     struct pollfd p[64]; /* engine.groups <= 64 */
     nfds_t n = 0;
     int inflight = 0;
-    uint32_t i;
-    for (i = lo; i < hi; i++)
-        if (e->groups[i].wake_fd < 0) { /* engine.idle_wait = sleep */
-            nap_us(e->s.idle_sleep_us ? e->s.idle_sleep_us : 20);
-            return;
-        }
-    for (i = lo; i < hi; i++) {
-        struct te_group *g = &e->groups[i];
-        if (progress_lock(g))
-            break; /* progressed by another thread: a plain nap */
-        if (te_group_announce_sleep(e, g)) { /* work came meanwhile */
-            progress_unlock(g);
-            for (uint32_t j = lo; j < i; j++)
-                atomic_store(&e->groups[j].sleeping, 0);
-            unlock_groups(e, lo, i);
-            return;
-        }
-        inflight |= g->inflight_reqs != 0;
-        p[n++] = (struct pollfd){.fd = g->wake_fd, .events = POLLIN};
+    for (uint32_t i = lo; i < hi; i++) {
+        inflight |= e->groups[i].inflight_reqs != 0;
+        p[n++] = (struct pollfd){.fd = e->groups[i].wake_fd, .events = POLLIN};
     }
-    uint64_t now = te_clock_ns();
-    uint64_t us = i < hi ? e->s.idle_sleep_us
-                         : te_idle_nap_us(e, now - idle_since, inflight);
-    if (i == hi) {
-        uint64_t ms = (uint64_t)wait_ms(e, lo, hi, end_ns);
-        if (us > ms * 1000u)
-            us = ms * 1000u;
-    }
-    unlock_groups(e, lo, i);
+    uint64_t us = te_idle_nap_us(e, te_clock_ns() - idle_since, inflight);
+    uint64_t ms = (uint64_t)wait_ms(e, lo, hi, end_ns);
+    if (us > ms * 1000u)
+        us = ms * 1000u;
+    unlock_groups(e, lo, hi);
     struct timespec ts = te_timespec_ns((us ? us : 20) * 1000ull);
     ppoll(p, n, &ts, NULL);
-    disarm_groups(e, lo, i);
+    disarm_groups(e, lo, hi);
 }
 
 TE_API int te_progress_wait(te_engine *e, int group, int timeout_ms)
@@ -334,7 +323,7 @@ TE_API int te_progress_wait(te_engine *e, int group, int timeout_ms)
             nap_groups(e, lo, hi, start, end);
             continue;
         }
-        rc = arm_groups(e, lo, hi);
+        rc = arm_groups(e, lo, hi, 1);
         if (rc == -EAGAIN) {
             /* As the worker (wait.c te_group_block): the first refusal may
              * race an arrival; the next ones poll every idle_sleep_us. */

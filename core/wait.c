@@ -246,16 +246,14 @@ void te_group_block(struct te_engine *e, struct te_group *g, struct turn *t)
         return;
     }
     int nic = 0, rc = te_group_arm_nics(e, g, &nic);
-    if (rc == -EAGAIN && t->arm_refused++ && e->s.idle_sleep_us &&
-        !te_group_announce_sleep(e, g)) {
+    if (rc == -EAGAIN && t->arm_refused++ && e->s.idle_sleep_us) {
         /* A NIC that cannot block while the turns find nothing (work it
          * holds that no event will announce: a request held for later, a
          * provider that moves only when polled). The first refusal may be
          * an arrival racing the arm: poll again at once; from the second
          * in a row, poll every idle_sleep_us, napping on the wake eventfd
          * (a submission still ends the nap), instead of spinning a core. */
-        pthread_mutex_unlock(&g->progress_lock);
-        nap(e, g);
+        te_group_nap_idle(e, g, 0); /* releases the lock */
         return;
     }
     if (rc != -EAGAIN)
