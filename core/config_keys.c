@@ -88,10 +88,15 @@ const struct te_config_key te_engine_keys[] = {
     {"callback_spin_us", "20",
      "microseconds the callback thread spins before blocking"},
     {"heartbeat_ms", "1000",
-     "a peer that was written to and has had nothing outstanding on a NIC "
-     "for this long gets a zero-length write (no immediate) at the place the "
-     "last write went; a connection error makes it down, a write that never "
-     "completes is caught by peer_timeout_ms; 0 = never (docs/reliability.md)"},
+     "a peer that has had nothing outstanding on a NIC for this long gets a "
+     "zero-length write (no immediate) at the place the last write went, or "
+     "without a key if it was never written to (heartbeat_keyless); a "
+     "connection error makes it down, a write that never completes is "
+     "caught by peer_timeout_ms; 0 = never (docs/reliability.md)"},
+    {"heartbeat_keyless", "true",
+     "probe peers this engine never wrote to as well (a receiver learns of "
+     "its sender's death), with a zero-length write without a key on one "
+     "NIC; false = only peers written to (docs/reliability.md)"},
     {"shard_min_bytes", "0",
      "WRITE and READ requests shorter than this go whole on one NIC of the "
      "route (rotating from request to request) instead of being split over "

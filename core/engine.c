@@ -169,7 +169,9 @@ static int read_settings(const te_config *cfg, struct te_settings *s)
     if ((rc = te_config_get_bool(cfg, "engine", "shard_by_speed", 1,
                                  &s->shard_by_speed)) ||
         (rc = te_config_get_bool(cfg, "engine", "waiter_progress", 0,
-                                 &s->waiter_progress)))
+                                 &s->waiter_progress)) ||
+        (rc = te_config_get_bool(cfg, "engine", "heartbeat_keyless", 1,
+                                 &s->heartbeat_keyless)))
         return rc;
     if ((rc = te_config_get_u64(cfg, "engine", "shard_min_bytes",
                                 te_default_u64("shard_min_bytes"), 0,

@@ -66,6 +66,7 @@ struct te_settings {
     int callback_cpu;                /* -1 = not pinned */
     uint64_t shard_min_bytes;        /* smaller WRITE/READ: one NIC */
     uint32_t heartbeat_ms;           /* probe idle peers; 0 = never */
+    int heartbeat_keyless;           /* probe peers never written to too */
     int shard_by_speed;              /* weight shards by NIC link speed */
     uint32_t require_caps;           /* engine.require: TE_CAP_* */
     int log_level;
@@ -131,12 +132,16 @@ struct te_peer_entry {
      * when the peer last made progress on that NIC */
     uint32_t outstanding[TE_MAX_NICS];
     uint64_t last_progress_ns[TE_MAX_NICS];
-    /* heartbeat (worker only): where the last WRITE on each local NIC went,
-     * so that an idle peer can be probed with a zero-length write there */
+    /* heartbeat (worker only): where an idle peer is probed with a
+     * zero-length write on each local NIC: where the last WRITE went
+     * (TE_HB_PLACE), nowhere in particular (TE_HB_KEYLESS: address and key
+     * 0, for a peer not written to there) or not at all (TE_HB_NONE);
+     * hb_keyless_refused: the peer's NIC refused a keyless one */
     uint64_t hb_addr[TE_MAX_NICS];
     uint64_t hb_rkey[TE_MAX_NICS];
     uint8_t hb_known[TE_MAX_NICS];
     uint8_t hb_inflight[TE_MAX_NICS];
+    uint8_t hb_keyless_refused[TE_MAX_NICS];
     /* Why it went down (the transport's own words included), written by
      * the worker before state turns TE_PEER_DOWN; for te_peer_status. */
     char down_why[192];
@@ -146,7 +151,11 @@ struct te_peer_entry {
 #define TE_CTX_CURSOR 0u
 #define TE_CTX_SEND 1u
 #define TE_CTX_RECV 2u
-#define TE_CTX_HEARTBEAT 3u /* payload: peer id << 8 | local NIC, << 2 */
+#define TE_CTX_HEARTBEAT 3u /* payload: (peer slot << 9 | keyless << 8 |
+                               local NIC) << 2 */
+
+/** te_peer_entry.hb_known. */
+enum { TE_HB_NONE = 0, TE_HB_PLACE = 1, TE_HB_KEYLESS = 2 };
 #define TE_CTX_TAG(c) ((uint32_t)((c) & 3u))
 #define TE_CTX_PTR(c) ((void *)(uintptr_t)((c) & ~(uint64_t)3u))
 

@@ -1,19 +1,28 @@
 /*
  * Heartbeats: a peer that dies while nothing is outstanding towards it is
  * otherwise noticed only at the next request (or by a transport that
- * watches processes). Every engine.heartbeat_ms, a live peer that was
- * written to before and has had nothing outstanding on a NIC for that long
- * gets one zero-length WRITE without an immediate on that NIC, at the
- * place the last write went (a region the peer registered for remote
- * writes; a zero-length write changes nothing there and produces no event
- * at the peer). Its completion is the heartbeat's answer:
+ * watches processes). Every engine.heartbeat_ms, a live peer that has had
+ * nothing outstanding on a NIC for that long gets one zero-length WRITE
+ * without an immediate on that NIC: at the place the last write went (a
+ * region the peer registered for remote writes), or, for a peer never
+ * written to there, without an address or key (engine.heartbeat_keyless,
+ * on one NIC per peer: a receiver that only takes writes from a peer
+ * learns of its death too). A zero-length write changes nothing at the
+ * peer and produces no event there; every transport of this tree takes
+ * one without a key (loopback needs none, RDMA checks none for zero bytes,
+ * efa sends it to the peer's landing region). Its completion is the
+ * heartbeat's answer:
  *  - success: the peer is alive;
  *  - a connection error (the transport lost the peer): the peer is down,
  *    with the reason, and its requests fail as for any dead peer;
- *  - a key or range error (the region was deregistered or revoked since):
- *    the place is forgotten until the next write;
+ *  - a key or range error, or a refusal at post: the place was
+ *    deregistered or revoked since (forgotten until the next write; a
+ *    keyless probe takes its turn), or the peer's NIC does not take
+ *    keyless writes (none is tried there again);
  *  - no answer: the operation is outstanding, so the liveness rule
- *    (engine.peer_timeout_ms without progress) declares the peer down.
+ *    (engine.peer_timeout_ms without progress) declares the peer down;
+ *    not so for a keyless probe (hb_post says why): the peer is probed
+ *    again once it answers.
  * No wire format, no cooperation from the peer, any plugin.
  */
 #include <errno.h>
@@ -41,22 +50,86 @@ static int connection_error(int status)
     }
 }
 
+/* Probe peer pe on NIC i without a key from now on (its place is
+ * unknown), unless keyless probes are off or its NIC refused one. */
+static void watch_keyless(struct te_engine *e, struct turn *t,
+                          struct te_peer_entry *pe, uint32_t i)
+{
+    if (!e->s.heartbeat_keyless || pe->hb_keyless_refused[i]) {
+        pe->hb_known[i] = TE_HB_NONE;
+        return;
+    }
+    pe->hb_known[i] = TE_HB_KEYLESS;
+    pe->hb_addr[i] = 0;
+    pe->hb_rkey[i] = 0;
+    te_heartbeat_watch(t);
+}
+
+void te_heartbeat_added(struct te_engine *e, struct te_group *g,
+                        struct turn *t, struct te_peer_entry *pe,
+                        uint32_t slot)
+{
+    if (!e->s.heartbeat_ms || !e->s.heartbeat_keyless)
+        return;
+    /* One NIC is enough to find a dead process; spread peers over NICs. */
+    uint32_t i = slot % g->nic_count;
+    pe->last_progress_ns[i] = te_turn_now(t); /* due a period from now */
+    watch_keyless(e, t, pe, i);
+}
+
+/* What a probe that failed without a connection error (or was refused at
+ * post) means: its place is gone, or keyless probes are not taken there. */
+static void forget_place(struct te_engine *e, struct te_group *g,
+                         struct turn *t, struct te_peer_entry *pe, uint32_t i,
+                         int keyless, int status)
+{
+    if (keyless) {
+        pe->hb_keyless_refused[i] = 1;
+        if (pe->hb_known[i] == TE_HB_KEYLESS)
+            pe->hb_known[i] = TE_HB_NONE;
+        te_log(e, 2, "group %d: peer %u takes no heartbeat without a key on "
+               "NIC %s (%s): probed there only after a write to it",
+               g->index, pe->id, g->nics[i].info.name, te_strerror(status));
+        return;
+    }
+    if (pe->hb_known[i] != TE_HB_PLACE)
+        return; /* a write since has given a new place */
+    te_log(e, 2, "group %d: heartbeat to peer %u on NIC %s: %s; probed "
+           "there %s until the next write", g->index, pe->id,
+           g->nics[i].info.name, te_strerror(status),
+           e->s.heartbeat_keyless && !pe->hb_keyless_refused[i]
+               ? "without a key" : "no more");
+    watch_keyless(e, t, pe, i);
+}
+
 /* One probe to peer pe (slot p) on NIC i; 0 when the NIC took it. */
 static int hb_post(struct te_engine *e, struct te_group *g, struct turn *t,
                    struct te_peer_entry *pe, uint32_t p, uint32_t i)
 {
     struct te_plugin_op op;
     memset(&op, 0, sizeof(op));
+    int keyless = pe->hb_known[i] == TE_HB_KEYLESS;
     op.kind = TE_POP_WRITE;
     op.peer = pe->pp[i];
     op.remote_addr = pe->hb_addr[i];
     op.rkey = pe->hb_rkey[i];
-    op.context = ((uint64_t)p << 8 | i) << 2 | TE_CTX_HEARTBEAT;
+    op.context = ((uint64_t)p << 9 | (uint64_t)keyless << 8 | i) << 2 |
+                 TE_CTX_HEARTBEAT;
+    int rc = te_guard_post(e, g, &g->nics[i], &op, 1);
+    if (rc < 0) { /* refused outright: not a place to probe */
+        forget_place(e, g, t, pe, i, keyless, rc);
+        return 0;
+    }
     /* Queue full: the NIC is busy with others; try next time. */
-    if (te_guard_post(e, g, &g->nics[i], &op, 1) != 1)
+    if (rc != 1)
         return -EAGAIN;
     pe->hb_inflight[i] = 1;
-    pe->outstanding[i]++;
+    /* A keyless probe does not count for the liveness rule: unanswered, it
+     * says only that nobody polls the peer (a caller-mode engine between
+     * progress calls, over a transport that needs the target's CPU), not
+     * that the peer is gone; its transport's error says that. */
+    if (!keyless)
+        pe->outstanding[i]++;
     pe->last_progress_ns[i] = te_turn_now(t);
     t->did_work = 1;
     return 0;
@@ -108,7 +181,8 @@ void te_heartbeat_done(struct te_engine *e, struct te_group *g, struct turn *t,
                        const struct te_plugin_cq_entry *ce)
 {
     uint64_t v = ce->context >> 2;
-    uint32_t p = (uint32_t)(v >> 8), i = (uint32_t)(v & 0xff);
+    uint32_t p = (uint32_t)(v >> 9), i = (uint32_t)(v & 0xff);
+    int keyless = (int)(v >> 8 & 1);
     if (p >= atomic_load_explicit(&g->peer_count, memory_order_relaxed) ||
         i >= g->nic_count) {
         te_log(e, 0, "group %d: heartbeat completion with a bad context "
@@ -117,7 +191,8 @@ void te_heartbeat_done(struct te_engine *e, struct te_group *g, struct turn *t,
     }
     struct te_peer_entry *pe = &g->peers[p];
     pe->hb_inflight[i] = 0;
-    pe->outstanding[i]--;
+    if (!keyless)
+        pe->outstanding[i]--;
     pe->last_progress_ns[i] = te_turn_now(t);
     if (ce->status == 0)
         return;
@@ -130,8 +205,5 @@ void te_heartbeat_done(struct te_engine *e, struct te_group *g, struct turn *t,
     }
     /* The place went away (revoked, deregistered) or the transport refused
      * this one write: forget it until the next write to the peer. */
-    pe->hb_known[i] = 0;
-    te_log(e, 2, "group %d: heartbeat to peer %u on NIC %s: %s; no "
-           "heartbeat there until the next write", g->index, pe->id,
-           g->nics[i].info.name, te_strerror(ce->status));
+    forget_place(e, g, t, pe, i, keyless, ce->status);
 }

@@ -251,7 +251,7 @@ static void note_posted(struct turn *t, const struct te_cursor *h,
                                     : h->remote_addr;
         pe->hb_rkey[nic] = h->paged ? h->rdesc->nic[h->remote_nic].rkey
                                     : h->rkey;
-        pe->hb_known[nic] = 1;
+        pe->hb_known[nic] = TE_HB_PLACE;
     }
     pe->outstanding[nic] += (uint32_t)posted;
     t->did_work = 1;

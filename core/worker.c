@@ -52,6 +52,7 @@ static void reset_slot(struct te_peer_entry *pe, uint32_t slot, int reused)
     memset(pe->last_progress_ns, 0, sizeof(pe->last_progress_ns));
     memset(pe->hb_known, 0, sizeof(pe->hb_known));
     memset(pe->hb_inflight, 0, sizeof(pe->hb_inflight));
+    memset(pe->hb_keyless_refused, 0, sizeof(pe->hb_keyless_refused));
     if (reused)
         pe->gen = pe->gen + 1 < TE_PEER_GEN_LIMIT ? pe->gen + 1 : 0;
     atomic_store_explicit(&pe->id, pe->gen << TE_PEER_SLOT_BITS | slot,
@@ -166,6 +167,7 @@ static void run_control(struct te_engine *e, struct te_group *g,
             }
         }
         atomic_store_explicit(&pe->state, TE_PEER_LIVE, memory_order_release);
+        te_heartbeat_added(e, g, t, pe, slot);
         if (slot == n)
             atomic_store_explicit(&g->peer_count, n + 1, memory_order_release);
         c->peer = pe->id;

@@ -51,6 +51,10 @@ te_efa_unit_test(test_efa_bye_twoproc 120)
 # pass (docs/reliability.md).
 te_efa_unit_test(test_efa_tcp_progress_twoproc 120)
 
+# A receiver that never writes to its sender (a forked process, then
+# killed) finds it down by a keyless heartbeat, over shm and tcp;ofi_rxm.
+te_efa_unit_test(test_efa_heartbeat_receiver_twoproc 120)
+
 # A same-host shm peer dies holding its region's spin lock (or ours) while
 # a write or our progress spins on it inside libfabric: the guard releases
 # the lock (plugins/efa/efa_shm_guard.h). Forked peer: tsan-twoproc pass.

@@ -176,7 +176,10 @@ END_TEST
  * safety net is off, as in the lost-wakeup tests. */
 START_TEST(idle_engine_threads_sleep)
 {
-    const char *ini = "[engine]\nidle_block_max_ms = 0\n";
+    /* Keyless probes off: with them a's peer b is due a probe every second
+     * (heartbeat_scan_waits_for_watched_peers), work to wake for. */
+    const char *ini = "[engine]\nidle_block_max_ms = 0\n"
+                      "heartbeat_keyless = false\n";
     te_test_pair x;
     te_test_pair_open(&x, ini, ini, 4096);
     te_test_sleep_ms(300); /* past the spins and the first scans */
@@ -222,30 +225,112 @@ static int64_t block_ms(te_engine *e)
     return te_group_block_timeout_ms(e, &e->groups[0], te_clock_ns());
 }
 
-/* The heartbeat scan is scheduled for the peers it watches (written to),
- * a period after their last activity; with none watched it is not
- * scheduled at all. Caller mode: this thread runs the turns, so the
- * group's schedule is read where it is written. */
-START_TEST(heartbeat_scan_waits_for_watched_peers)
+/* The heartbeat scan is scheduled for the peers it watches, a period
+ * after their last activity; with none watched it is not scheduled at
+ * all. A peer is watched from its te_peer_add (keyless probes, the
+ * default) or from the first write to it (heartbeat_keyless = false).
+ * Caller mode: this thread runs the turns, so the group's schedule is
+ * read where it is written. */
+static void scan_schedule(int keyless)
 {
-    const char *ini = "[engine]\nprogress = caller\nidle_block_max_ms = 0\n"
-                      "heartbeat_ms = 10000\nrequest_timeout_ms = 0\n"
-                      "peer_timeout_ms = 0\n";
+    char ini[256];
+    snprintf(ini, sizeof(ini), "[engine]\nprogress = caller\n"
+             "idle_block_max_ms = 0\nheartbeat_ms = 10000\n"
+             "request_timeout_ms = 0\npeer_timeout_ms = 0\n"
+             "heartbeat_keyless = %s\n", keyless ? "true" : "false");
     te_test_pair x;
     te_test_pair_open(&x, ini, ini, 4096);
     for (int i = 0; i < 20; i++) {
         ck_assert_int_ge(te_progress(x.a, -1, 0), 0);
         ck_assert_int_ge(te_progress(x.b, -1, 0), 0);
     }
-    ck_assert_int_eq(block_ms(x.a), -1); /* a peer, never written to */
+    int64_t ms = block_ms(x.a); /* a has a peer, never written to */
+    if (keyless)
+        ck_assert_msg(ms > 5000 && ms <= 10000, "blocks %lld ms",
+                      (long long)ms);
+    else
+        ck_assert_int_eq(ms, -1);
     ck_assert_int_eq(block_ms(x.b), -1); /* no peer */
     te_test_pair_write_caller(&x, 64, WAIT_MS);
     ck_assert_int_ge(te_progress(x.a, -1, 0), 0);
     /* Watched now: due a period (10 s) after the write, not at the next
      * quarter period (2.5 s) as a fixed-rate scan would wake. */
-    int64_t ms = block_ms(x.a);
+    ms = block_ms(x.a);
     ck_assert_msg(ms > 5000 && ms <= 10000, "blocks %lld ms", (long long)ms);
     ck_assert_int_eq(block_ms(x.b), -1); /* b wrote to no one */
+    te_test_pair_close(&x);
+}
+
+START_TEST(heartbeat_scan_waits_for_watched_peers)
+{
+    scan_schedule(1);
+    scan_schedule(0);
+}
+END_TEST
+
+/* Two caller-mode engines probing every 20 ms, a having b as a peer it
+ * never writes to; the entry of b in a (read where this thread's turns
+ * write it). */
+#define PROBING "[engine]\nprogress = caller\nheartbeat_ms = 20\n"
+
+static const struct te_peer_entry *probing_pair(te_test_pair *x,
+                                                int peer_timeout_ms)
+{
+    char ini[128];
+    snprintf(ini, sizeof(ini), PROBING "peer_timeout_ms = %d\n",
+             peer_timeout_ms);
+    te_test_pair_open(x, ini, ini, 4096);
+    return &x->a->groups[0].peers[0];
+}
+
+/* A keyless probe to a peer never written to completes (loopback takes a
+ * zero-length write without a key), over and over, and leaves the peer
+ * live: 0.5 s of caller-mode turns on both. Each answer moves the peer's
+ * progress clock. */
+START_TEST(keyless_heartbeats_keep_peer_live)
+{
+    te_test_pair x;
+    const struct te_peer_entry *pe = probing_pair(&x, 200);
+    ck_assert_int_eq(pe->hb_known[0], TE_HB_KEYLESS);
+    uint64_t last = pe->last_progress_ns[0];
+    int answers = 0;
+    int64_t end = te_test_now_ms() + 500;
+    while (te_test_now_ms() < end) {
+        ck_assert_int_ge(te_progress(x.a, -1, 0), 0);
+        ck_assert_int_ge(te_progress(x.b, -1, 0), 0);
+        if (pe->last_progress_ns[0] != last && !pe->hb_inflight[0]) {
+            answers++;
+            last = pe->last_progress_ns[0];
+        }
+    }
+    ck_assert_msg(answers >= 5, "%d heartbeat answers in 0.5 s", answers);
+    ck_assert_int_eq(pe->hb_keyless_refused[0], 0);
+    ck_assert_int_eq(pe->hb_known[0], TE_HB_KEYLESS);
+    ck_assert_msg(te_peer_status(x.a, 0, x.p) == 0, "%s", te_last_error());
+    te_test_pair_close(&x);
+}
+END_TEST
+
+/* An unanswered keyless probe is not a death: b (caller mode, never
+ * progressed for 0.5 s, five peer timeouts) cannot answer a's probe over
+ * loopback, and stays live for a, which only ever received from it; the
+ * probe is answered once b is progressed again. */
+START_TEST(unanswered_keyless_probe_is_not_death)
+{
+    te_test_pair x;
+    const struct te_peer_entry *pe = probing_pair(&x, 100);
+    int64_t end = te_test_now_ms() + 500;
+    while (te_test_now_ms() < end)
+        ck_assert_int_ge(te_progress(x.a, -1, 0), 0);
+    ck_assert_int_eq(pe->hb_inflight[0], 1);
+    ck_assert_msg(te_peer_status(x.a, 0, x.p) == 0, "%s", te_last_error());
+    end = te_test_now_ms() + WAIT_MS;
+    while (pe->hb_inflight[0] && te_test_now_ms() < end) {
+        ck_assert_int_ge(te_progress(x.b, -1, 0), 0);
+        ck_assert_int_ge(te_progress(x.a, -1, 0), 0);
+    }
+    ck_assert_int_eq(pe->hb_inflight[0], 0);
+    ck_assert_int_eq(te_peer_status(x.a, 0, x.p), 0);
     te_test_pair_close(&x);
 }
 END_TEST
@@ -397,5 +482,7 @@ TE_TEST_MAIN("idle_wait",
                            idle_engine_threads_sleep,
                            idle_nap_grows_with_idleness,
                            heartbeat_scan_waits_for_watched_peers,
+                           keyless_heartbeats_keep_peer_live,
+                           unanswered_keyless_probe_is_not_death,
                            held_request_polls_not_spins,
                            sleep_mode_still_works, bad_idle_wait_is_named))
