@@ -74,15 +74,16 @@ static int sender(const char *efa, int to_parent, int from_parent)
 static int receiver_after_kill(const char *efa, const char *extra,
                                int wait_ms)
 {
+    /* Forked before this process starts threads (TSan's rule). */
+    int wr, rd;
+    pid_t child = te_test_fork(&wr, &rd);
+    if (child == 0)
+        _exit(sender(efa, wr, rd));
     te_engine *e = engine(efa, extra);
     static uint8_t buf[4096];
     te_mr *mr = te_test_reg(e, buf, sizeof(buf), TE_MR_REMOTE_WRITE, NULL);
     te_mr_desc d;
     ck_assert_int_eq(te_mr_describe(mr, &d), 0);
-    int wr, rd;
-    pid_t child = te_test_fork(&wr, &rd);
-    if (child == 0)
-        _exit(sender(efa, wr, rd));
     ck_assert_int_eq(te_test_send_endpoint(wr, e, &d), 0);
     ck_assert_uint_eq(te_test_wait_banked(e, IMM, WRITES, WAIT_MS), WRITES);
     uint8_t addr[TE_ADDR_MAX];
