@@ -9,7 +9,8 @@
 #      SIGKILLed mid-stream; its requests must fail, once each, and the
 #      survivor keep working;
 #   3. te-mlx5-pair: two processes on DIFFERENT devices (rxe0 <-> rxe1), so
-#      RoCEv2 packets cross the veth: plain; with half of the handshake
+#      RoCEv2 packets cross the veth: plain; a receiver finding its killed
+#      sender by keyless heartbeats (and not without); with half of the handshake
 #      datagrams lost and half duplicated (netem-ud.sh, 3 runs); and with
 #      all of them lost, where a write must fail at the connect deadline;
 #      and, with idle workers blocking and no timed wake-up (--block), ten
@@ -90,6 +91,13 @@ paths_check() {
 step "paths: rxe reported as software, refused under engine.require=hardware" \
   paths_check
 step "pair rxe0<->rxe1" timeout 60 "$pair"
+# A receiver that never writes to its sender finds the SIGKILLed sender
+# down by keyless heartbeats (zero-length RDMA WRITEs without a key, IB
+# C9-88), and does not without them (engine.heartbeat_keyless = false).
+step "pair, receiver finds its killed sender by keyless heartbeats" \
+  timeout 90 "$pair" --sender-killed
+step "pair, no keyless heartbeats: the killed sender stays live" \
+  timeout 90 "$pair" --sender-killed --no-keyless
 # Job authentication: every handshake proves engine.auth_key (HMAC over
 # both nonces, addresses and the announced QP) before a QP goes to RTR.
 key=mlx5-conformance-job-secret-0123

@@ -31,11 +31,19 @@
  *                  With --setup-runs, A's first write is queued while the
  *                  connection is still being set up, so this checks that
  *                  the plugin wakes the worker to post it once connected.
+ *   --sender-killed  B writes one immediate to A, which never writes to B,
+ *                  and is then SIGKILLed: A must find B down by its
+ *                  heartbeats alone (keyless zero-length writes,
+ *                  engine.heartbeat_keyless; heartbeat_ms = 100), after
+ *                  keeping it live for a second of answered probes.
+ *                  With --no-keyless (heartbeat_keyless = false) A must
+ *                  still have B live 5 s after the kill: nothing probes it.
  * Public API only. Exit 0 on success.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +127,8 @@ static void on_msg(int group, te_peer from, const void *data, size_t len,
 
 /* --block: the settings of guest-mlx5.sh's first conformance step. */
 static int block_mode;
+/* --sender-killed [--no-keyless]: heartbeats every 100 ms. */
+static int probe_mode, no_keyless, b_reaped;
 static const char *const block_keys[][2] = {
     {"idle_spin_us", "0"},       {"idle_block_max_ms", "0"},
     {"heartbeat_ms", "0"},       {"peer_timeout_ms", "0"},
@@ -140,6 +150,10 @@ static int setup(struct side *s, const char *dev, const char *timeout,
     for (size_t i = 0; block_mode && !rc &&
                        i < sizeof(block_keys) / sizeof(block_keys[0]); i++)
         rc = te_config_set(cfg, "engine", block_keys[i][0], block_keys[i][1]);
+    if (!rc && probe_mode)
+        rc = te_config_set(cfg, "engine", "heartbeat_ms", "100");
+    if (!rc && no_keyless)
+        rc = te_config_set(cfg, "engine", "heartbeat_keyless", "false");
     if (!rc)
         rc = te_engine_create(cfg, &s->e);
     te_config_free(cfg);
@@ -366,6 +380,56 @@ static int side_a_down(struct side *s)
     return 0;
 }
 
+/* --sender-killed, B: one zero-length immediate to A, then wait for the
+ * kill. */
+static int side_b_sender(struct side *s)
+{
+    te_request q = req(s, TE_OP_WRITE, 0, 0, 0);
+    q.flags = TE_F_IMM;
+    q.imm = 42;
+    te_completion c;
+    int rc = run(s, &q, &c);
+    if (rc || c.status)
+        return fail(s, "write", rc ? rc : c.status);
+    char w = 'w';
+    if (xfer(s->fd, &w, 1, 1))
+        return fail(s, "exchange", -EPIPE);
+    xfer(s->fd, &w, 1, 0); /* the kill comes first; EOF if A gave up */
+    return 1;
+}
+
+/* --sender-killed, A: takes B's immediate, never writes to B, kills it. */
+static int side_a_receiver(struct side *s, pid_t b)
+{
+    int rc = te_imm_wait(s->e, 42, 1, TIMEOUT_MS);
+    char w;
+    if (rc || xfer(s->fd, &w, 1, 0))
+        return fail(s, "B's immediate", rc ? rc : -EPIPE);
+    usleep(1000 * 1000); /* ten heartbeat periods, B alive */
+    if ((rc = te_peer_status(s->e, 0, s->peer)))
+        return fail(s, "B down while alive", rc);
+    kill(b, SIGKILL);
+    waitpid(b, NULL, 0);
+    b_reaped = 1;
+    double t0 = now_s(), end = t0 + (no_keyless ? 5 : 30);
+    int st;
+    while ((st = te_peer_status(s->e, 0, s->peer)) == 0 && now_s() < end)
+        usleep(1000);
+    if (no_keyless) {
+        if (st)
+            return fail(s, "B found down without keyless heartbeats", st);
+        printf("te-mlx5-pair: heartbeat_keyless = false: killed sender "
+               "still live for its receiver after 5 s (as expected)\n");
+        return 0;
+    }
+    if (st != -ECONNRESET)
+        return fail(s, "killed sender not found down within 30 s",
+                    st ? st : -ETIMEDOUT);
+    printf("te-mlx5-pair: killed sender found down by its receiver's "
+           "heartbeats after %.3f s: %s\n", now_s() - t0, te_last_error());
+    return 0;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -441,6 +505,8 @@ int main(int argc, char **argv)
                                          {"setup-runs", 1, 0, 'n'},
                                          {"passive-b", 0, 0, 'p'},
                                          {"block", 0, 0, 'w'},
+                                         {"sender-killed", 0, 0, 'k'},
+                                         {"no-keyless", 0, 0, 'K'},
                                          {0, 0, 0, 0}};
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
@@ -454,11 +520,14 @@ int main(int argc, char **argv)
         case 'n': runs = atoi(optarg); break;
         case 'p': passive_b = 1; break;
         case 'w': block_mode = 1; break;
+        case 'k': probe_mode = 1; break;
+        case 'K': no_keyless = 1; break;
         default:
             fprintf(stderr, "usage: te-mlx5-pair [--dev-a D] [--dev-b D] "
                             "[--connect-timeout-ms N] [--expect-down] "
                             "[--key-a K] [--key-b K] [--expect-refused] "
-                            "[--setup-runs N [--passive-b]] [--block]\n");
+                            "[--setup-runs N [--passive-b]] [--block] "
+                            "[--sender-killed [--no-keyless]]\n");
             return 2;
         }
     }
@@ -470,6 +539,19 @@ int main(int argc, char **argv)
         return 1;
     struct side s = {.name = pid ? "A" : "B", .fd = pid ? sv[0] : sv[1]};
     int rc;
+    if (probe_mode) {
+        if (!(rc = setup(&s, pid ? da : db, tmo, NULL)))
+            rc = pid ? side_a_receiver(&s, pid) : side_b_sender(&s);
+        if (!pid)
+            _exit(rc); /* B reaches here only on failure */
+        if (!b_reaped) { /* A failed before the kill */
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+        }
+        teardown(&s);
+        close(s.fd);
+        return rc;
+    }
     if (runs > 0)
         rc = timing(&s, pid != 0, pid ? da : db, tmo, pid ? ka : kb, runs,
                     passive_b);
