@@ -175,7 +175,8 @@ static bool stalled(efa_nic *nic, struct efa_peer *p)
  * for a peer it does not watch, at most every EFA_POST_CHECK_NS (why that
  * is enough: efa_internal.h). Reading it before every post that came
  * 50 us after the last one cost a poll(2), 0.3-0.7 us, in each operation
- * of a low-rate stream. A dead peer is turned down here. */
+ * of a low-rate stream. A dead peer is held here (nothing more is posted
+ * to it) and turned down by the next poll. */
 TPC_HOT
 static void check_alive(efa_nic *nic, struct efa_peer *p)
 {
@@ -190,10 +191,13 @@ static void check_alive(efa_nic *nic, struct efa_peer *p)
             return;
         p->pidfd_read_ns = now;
     }
-    if (efa_pidfd_exited(p->pidfd)) {
-        char why[64];
-        snprintf(why, sizeof(why), "its process %u exited", p->pid);
-        efa_peer_down(nic, p, -ECONNRESET, why);
+    /* Declared by the next poll, as an exit housekeeping saw: after a
+     * goodbye sent before the exit has been read, so that an orderly close
+     * is reported as one (efa_cq.c; efa_peers_exited). */
+    if (!p->exit_seen && efa_pidfd_exited(p->pidfd)) {
+        p->exit_seen = 1;
+        if (!nic->exits_seen++)
+            nic->exits_since_ns = tpc_now_ns();
     }
 }
 
@@ -254,6 +258,10 @@ static int post_one(efa_nic *nic, const struct te_plugin_op *op)
         nic->post_checked = p;
         check_alive(nic, p);
     }
+    /* Its process exited: nothing more goes to it; the next poll reports
+     * it down (and the core fails what waits for it). */
+    if (p->state == EFA_PEER_LIVE && p->exit_seen)
+        return 0;
     if (p->state == EFA_PEER_LIVE && nic->shm_regions && !p->local &&
         is_heartbeat(op) && efa_shm_region_gone(p->raw, p->raw_len)) {
         /* Its engine closed in another process that lives on and that did
