@@ -136,10 +136,11 @@ static int hb_post(struct te_engine *e, struct te_group *g, struct turn *t,
 }
 
 /* When the scan next has something to do: the earliest time a watched
- * peer (live, written to on that NIC) can fall due; never (UINT64_MAX)
- * with none, until a first write to a peer makes one (note_posted calls
- * te_heartbeat_watch). An idle engine then wakes for heartbeats only when
- * one is due (once a period per idle peer), not every quarter period. */
+ * peer (live, with a place or a keyless probe on that NIC) can fall due;
+ * never (UINT64_MAX) with none, until a peer is added (keyless probes) or
+ * first written to (te_heartbeat_added, note_posted: te_heartbeat_watch).
+ * An idle engine then wakes for heartbeats only when one is due (once a
+ * period per idle peer), not every quarter period. */
 void te_heartbeat_send(struct te_engine *e, struct te_group *g, struct turn *t)
 {
     uint64_t idle_ns = (uint64_t)e->s.heartbeat_ms * 1000000ull;
