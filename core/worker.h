@@ -70,9 +70,10 @@ static inline int te_turn_clock_due(struct turn *t)
     return 1;
 }
 
-/* A peer is written to on a NIC for the first time (or since its place
- * was forgotten): it can fall due for a heartbeat a period from now, so
- * the scan, which sleeps while nothing is watched, must run by then. */
+/* A peer is watched on a NIC from now on (added, with keyless probes; or
+ * written to there for the first time, or since its place was
+ * forgotten): it can fall due for a heartbeat a period from now, so the
+ * scan, which sleeps while nothing is watched, must run by then. */
 static inline void te_heartbeat_watch(struct turn *t)
 {
     uint64_t due = te_turn_now(t) + t->hb_period_ns;
