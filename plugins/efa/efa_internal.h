@@ -388,6 +388,10 @@ void efa_peer_down(efa_nic *nic, struct efa_peer *p, int status,
  * exit_seen; efa_peers_exited turns them down once poll() has read the CQ,
  * so a goodbye they sent before exiting is read first (efa_bye.h). */
 void efa_peers_housekeeping(efa_nic *nic);
+/* Marks p's process as exited (once), for efa_peers_exited to turn down
+ * after the CQ is read: housekeeping's pidfd poll and the check before a
+ * post both end here. */
+void efa_peer_exit_seen(efa_nic *nic, struct efa_peer *p);
 void efa_peers_exited(efa_nic *nic);
 void efa_peers_free(efa_nic *nic);
 /* This process's identity for same-host liveness. */

@@ -407,12 +407,18 @@ void efa_peers_housekeeping(efa_nic *nic)
         if (!n || poll(fds, n, 0) <= 0)
             continue;
         for (nfds_t k = 0; k < n; k++)
-            if (fds[k].revents && !nic->peers[who[k]].exit_seen) {
-                nic->peers[who[k]].exit_seen = 1;
-                if (!nic->exits_seen++)
-                    nic->exits_since_ns = tpc_now_ns();
-            }
+            if (fds[k].revents)
+                efa_peer_exit_seen(nic, &nic->peers[who[k]]);
     }
+}
+
+void efa_peer_exit_seen(efa_nic *nic, struct efa_peer *p)
+{
+    if (p->exit_seen)
+        return;
+    p->exit_seen = 1;
+    if (!nic->exits_seen++)
+        nic->exits_since_ns = tpc_now_ns();
 }
 
 void efa_peers_exited(efa_nic *nic)

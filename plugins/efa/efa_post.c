@@ -194,11 +194,8 @@ static void check_alive(efa_nic *nic, struct efa_peer *p)
     /* Declared by the next poll, as an exit housekeeping saw: after a
      * goodbye sent before the exit has been read, so that an orderly close
      * is reported as one (efa_cq.c; efa_peers_exited). */
-    if (!p->exit_seen && efa_pidfd_exited(p->pidfd)) {
-        p->exit_seen = 1;
-        if (!nic->exits_seen++)
-            nic->exits_since_ns = tpc_now_ns();
-    }
+    if (!p->exit_seen && efa_pidfd_exited(p->pidfd))
+        efa_peer_exit_seen(nic, p);
 }
 
 static int post_to(efa_nic *nic, const struct te_plugin_op *op,
