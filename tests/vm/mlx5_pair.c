@@ -227,19 +227,34 @@ static te_request req(struct side *s, uint32_t op, uint64_t loff,
     return q;
 }
 
-static int side_a(struct side *s)
+/* A WRITE with an immediate. */
+static te_request req_imm(struct side *s, uint64_t loff, uint64_t roff,
+                          uint64_t len, uint32_t imm)
+{
+    te_request q = req(s, TE_OP_WRITE, loff, roff, len);
+    q.flags = TE_F_IMM;
+    q.imm = imm;
+    return q;
+}
+
+/* run() a request that must succeed: 0, or 1 after saying what failed. */
+static int run_ok(struct side *s, te_request *q, const char *what)
 {
     te_completion c;
+    int rc = run(s, q, &c);
+    return rc || c.status ? fail(s, what, rc ? rc : c.status) : 0;
+}
+
+static int side_a(struct side *s)
+{
     double t0 = now_s();
     int rc;
     for (int i = 0; i < NSIZES; i++) {
         for (uint64_t b = 0; b < sizes[i]; b++)
             s->buf[b] = pat(b, 10 + (uint32_t)i);
-        te_request q = req(s, TE_OP_WRITE, 0, 0, sizes[i]);
-        q.flags = TE_F_IMM;
-        q.imm = 100 + (uint32_t)i;
-        if ((rc = run(s, &q, &c)) || c.status)
-            return fail(s, "write", rc ? rc : c.status);
+        te_request q = req_imm(s, 0, 0, sizes[i], 100 + (uint32_t)i);
+        if (run_ok(s, &q, "write"))
+            return 1;
         if (i == 0)
             printf("te-mlx5-pair: connected and first write done after "
                    "%.3f s\n", now_s() - t0);
@@ -250,8 +265,8 @@ static int side_a(struct side *s)
     /* Read B's second half (B filled it with seed 77). */
     memset(s->buf, 0, 8192);
     te_request q = req(s, TE_OP_READ, 0, REGION / 2, 8000);
-    if ((rc = run(s, &q, &c)) || c.status)
-        return fail(s, "read", rc ? rc : c.status);
+    if (run_ok(s, &q, "read"))
+        return 1;
     for (uint64_t b = 0; b < 8000; b++)
         if (s->buf[b] != pat(REGION / 2 + b, 77))
             return fail(s, "read bytes", -EILSEQ);
@@ -260,8 +275,8 @@ static int side_a(struct side *s)
     q.u.send.peer = s->peer;
     q.u.send.buf = "hello over the veth";
     q.u.send.len = 20;
-    if ((rc = run(s, &q, &c)) || c.status)
-        return fail(s, "send", rc ? rc : c.status);
+    if (run_ok(s, &q, "send"))
+        return 1;
     /* B writes back with an immediate. */
     if ((rc = te_imm_wait(s->e, 555, 1, TIMEOUT_MS)))
         return fail(s, "imm from B", rc);
@@ -298,13 +313,9 @@ static int side_b(struct side *s)
     uint8_t *src = s->buf + 8192;
     for (uint64_t b = 0; b < 65536; b++)
         src[b] = pat(b, 99);
-    te_request q = req(s, TE_OP_WRITE, 8192, REGION / 2, 65536);
-    q.flags = TE_F_IMM;
-    q.imm = 555;
-    te_completion c;
-    int rc = run(s, &q, &c);
-    if (rc || c.status)
-        return fail(s, "reverse write", rc ? rc : c.status);
+    te_request q = req_imm(s, 8192, REGION / 2, 65536, 555);
+    if (run_ok(s, &q, "reverse write"))
+        return 1;
     char done;
     xfer(s->fd, &done, 1, 0); /* A finished */
     return 0;
@@ -329,9 +340,7 @@ static int side_refused(struct side *s)
         return fail(s, "the refusal does not name engine.auth_key", -EPROTO);
     for (uint64_t b = 0; b < 4096; b++)
         s->buf[b] = 0xa5;
-    te_request q = req(s, TE_OP_WRITE, 0, REGION / 2, 4096);
-    q.flags = TE_F_IMM;
-    q.imm = 9;
+    te_request q = req_imm(s, 0, REGION / 2, 4096, 9);
     int64_t id = te_submit(s->e, &q);
     if (id >= 0) {
         te_completion c;
@@ -356,9 +365,7 @@ static int side_refused(struct side *s)
 static int side_a_down(struct side *s)
 {
     double t0 = now_s();
-    te_request q = req(s, TE_OP_WRITE, 0, 0, 4096);
-    q.flags = TE_F_IMM;
-    q.imm = 7;
+    te_request q = req_imm(s, 0, 0, 4096, 7);
     te_completion c;
     int rc = run(s, &q, &c);
     if (rc)
@@ -384,13 +391,9 @@ static int side_a_down(struct side *s)
  * kill. */
 static int side_b_sender(struct side *s)
 {
-    te_request q = req(s, TE_OP_WRITE, 0, 0, 0);
-    q.flags = TE_F_IMM;
-    q.imm = 42;
-    te_completion c;
-    int rc = run(s, &q, &c);
-    if (rc || c.status)
-        return fail(s, "write", rc ? rc : c.status);
+    te_request q = req_imm(s, 0, 0, 0, 42);
+    if (run_ok(s, &q, "write"))
+        return 1;
     char w = 'w';
     if (xfer(s->fd, &w, 1, 1))
         return fail(s, "exchange", -EPIPE);
@@ -462,12 +465,9 @@ static int timing(struct side *s, int is_a, const char *dev, const char *tmo,
         if (rc)
             return fail(s, "peer_add", rc);
         if (is_a) {
-            te_request q = req(s, TE_OP_WRITE, 0, 0, 0);
-            q.flags = TE_F_IMM;
-            q.imm = 1000 + (uint32_t)r;
-            te_completion c;
-            if ((rc = run(s, &q, &c)) || c.status)
-                return fail(s, "first write", rc ? rc : c.status);
+            te_request q = req_imm(s, 0, 0, 0, 1000 + (uint32_t)r);
+            if (run_ok(s, &q, "first write"))
+                return 1;
             t[r] = now_s() - t0;
             printf("te-mlx5-pair: set-up round %d: %.3f ms\n", r + 1,
                    t[r] * 1e3);
