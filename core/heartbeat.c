@@ -66,13 +66,13 @@ static void watch_keyless(struct te_engine *e, struct turn *t,
 }
 
 void te_heartbeat_added(struct te_engine *e, struct te_group *g,
-                        struct turn *t, struct te_peer_entry *pe,
-                        uint32_t slot)
+                        struct turn *t, struct te_peer_entry *pe)
 {
     if (!e->s.heartbeat_ms || !e->s.heartbeat_keyless)
         return;
-    /* One NIC is enough to find a dead process; spread peers over NICs. */
-    uint32_t i = slot % g->nic_count;
+    /* One NIC is enough to find a dead process; spread peers (by slot)
+     * over NICs. */
+    uint32_t i = (uint32_t)(pe - g->peers) % g->nic_count;
     pe->last_progress_ns[i] = te_turn_now(t); /* due a period from now */
     watch_keyless(e, t, pe, i);
 }

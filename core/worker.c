@@ -167,7 +167,7 @@ static void run_control(struct te_engine *e, struct te_group *g,
             }
         }
         atomic_store_explicit(&pe->state, TE_PEER_LIVE, memory_order_release);
-        te_heartbeat_added(e, g, t, pe, slot);
+        te_heartbeat_added(e, g, t, pe);
         if (slot == n)
             atomic_store_explicit(&g->peer_count, n + 1, memory_order_release);
         c->peer = pe->id;

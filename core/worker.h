@@ -113,11 +113,10 @@ void te_worker_check(struct te_engine *e, struct te_group *g, struct turn *t);
 void te_heartbeat_send(struct te_engine *e, struct te_group *g, struct turn *t);
 void te_heartbeat_done(struct te_engine *e, struct te_group *g, struct turn *t,
                        const struct te_plugin_cq_entry *ce);
-/* A peer was added (live, in slot `slot`): with engine.heartbeat_keyless
- * it is watched on one NIC from now on, written to or not. */
+/* A peer was added (live): with engine.heartbeat_keyless it is watched on
+ * one NIC from now on, written to or not. */
 void te_heartbeat_added(struct te_engine *e, struct te_group *g,
-                        struct turn *t, struct te_peer_entry *pe,
-                        uint32_t slot);
+                        struct turn *t, struct te_peer_entry *pe);
 
 /* post.c */
 void te_post_accept(struct te_engine *e, struct te_group *g, struct turn *t,
