@@ -68,6 +68,16 @@ te_efa_unit_test(test_efa_auth_forget_twoproc 120)
 # Idle workers blocking on the CQ wait fd over tcp;ofi_rxm, every timed
 # wake-up off (plugin ABI 1.3; plugins/efa/efa_cq.c efa_wait_arm).
 te_efa_unit_test(test_idle_wait_efa 180)
+# Its shm-bell case again with libfabric's shm told not to use CMA: large
+# writes then move in segments, each needing the target's progress, so a
+# writer keeps ringing a target that went to sleep meanwhile
+# (plugins/efa/efa_shm_bell.h).
+if(TARGET test_idle_wait_efa)
+  add_test(NAME test_idle_wait_efa_nocma COMMAND test_idle_wait_efa)
+  set_tests_properties(test_idle_wait_efa_nocma PROPERTIES LABELS efa
+    SKIP_RETURN_CODE 77 TIMEOUT 180
+    ENVIRONMENT "TE_PLUGIN_PATH=${TE_PLUGIN_BUILD_DIR};CK_DEFAULT_TIMEOUT=120;FI_SHM_DISABLE_CMA=1;CK_RUN_CASE=shm-bell")
+endif()
 
 # A raw libfabric shm endpoint that never authenticated writes WriteImms
 # to a keyed engine: the immediates are dropped (plugins/efa/efa_auth.c),

@@ -857,6 +857,33 @@ static void forget_unanswered(efa_nic *nic, struct efa_auth_rec *r,
     rec_free(nic, r);
 }
 
+/* Whether efa_auth_housekeeping acts on r's deadline_ns (its branches). */
+static bool rec_timed(const struct efa_auth_rec *r)
+{
+    return r->ini == EFA_AI_HELLO || r->ini == EFA_AI_PROOF ||
+           r->challenged || (r->failed && !r->refs) || r->forgetting ||
+           (r->forgot && !r->refs);
+}
+
+uint64_t efa_auth_next_due_ns(const efa_nic *nic)
+{
+    const struct efa_auth *a = &nic->auth;
+    uint64_t due = 0;
+    for (uint32_t i = 0; i < a->nrecs; i++) {
+        const struct efa_auth_rec *r = &a->recs[i];
+        if (!r->used)
+            continue;
+        /* The scan for exited and idle remotes (never run yet: now), and
+         * the record's own deadline. */
+        uint64_t scan = a->next_exit_scan_ns ? a->next_exit_scan_ns : 1;
+        if (!due || scan < due)
+            due = scan;
+        if (rec_timed(r) && r->deadline_ns < due)
+            due = r->deadline_ns ? r->deadline_ns : 1;
+    }
+    return due;
+}
+
 void efa_auth_housekeeping(efa_nic *nic, bool deadlines)
 {
     struct efa_auth *a = &nic->auth;

@@ -68,6 +68,13 @@ const struct te_plugin_config_param efa_config_params[] = {
         "shared-memory region (libfabric 1.17 would spin on it forever, "
         "freezing the worker), release it; one thread per process, blocked "
         "in poll(2) on the peers' pidfds while any is watched"),
+    TE_PCFG_BOOL_KEY(
+        "shm_bell", "true",
+        "shm: give each NIC a doorbell (a shared word and a socket in "
+        "/dev/shm) that same-host peers ring after posting to it while it "
+        "sleeps, so its idle worker blocks instead of napping between polls; "
+        "false = nap (engine.idle_sleep_us growing to idle_sleep_max_us). "
+        "Peers are rung whatever this says (docs/efa.md, Doorbell)"),
     TE_PCFG_U64_KEY(
         "stall_timeout_ms", "5000", 0, 3600000,
         "declare a peer down when the provider refuses every operation to it "
@@ -116,7 +123,7 @@ int efa_config_parse(efa_ctx *ctx)
     void *hc = h->host_ctx;
     struct efa_cfg *c = &ctx->cfg;
     uint64_t devices, qd, stall, probe, forget, bye;
-    int native, watch, repair, rc;
+    int native, watch, repair, bell, rc;
     if ((rc = cfg_str(ctx, "provider", c->provider, sizeof(c->provider))) ||
         (rc = cfg_str(ctx, "node", c->node, sizeof(c->node))) ||
         (rc = cfg_str(ctx, "domain", c->domain, sizeof(c->domain))) ||
@@ -129,6 +136,7 @@ int efa_config_parse(efa_ctx *ctx)
         (rc = h->config_enum(hc, "hmem", &c->hmem)) ||
         (rc = h->config_bool(hc, "watch_peers", &watch)) ||
         (rc = h->config_bool(hc, "shm_lock_repair", &repair)) ||
+        (rc = h->config_bool(hc, "shm_bell", &bell)) ||
         (rc = h->config_u64(hc, "stall_timeout_ms", &stall)) ||
         (rc = h->config_u64(hc, "probe_timeout_ms", &probe)) ||
         (rc = h->config_u64(hc, "auth_forget_idle_ms", &forget)) ||
@@ -141,6 +149,7 @@ int efa_config_parse(efa_ctx *ctx)
     c->require_native_rma = native;
     c->watch_peers = watch;
     c->shm_lock_repair = repair;
+    c->shm_bell = bell;
     c->stall_timeout_ms = (uint32_t)stall;
     c->probe_timeout_ms = (uint32_t)probe;
     c->auth_forget_idle_ms = forget;

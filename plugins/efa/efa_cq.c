@@ -262,16 +262,57 @@ static bool inbound_pending(efa_nic *nic)
 
 /* The CQ's wait fd, where the provider has one and the target's polls move
  * the data (efa_wants_progress_fd: tcp;ofi_rxm). shm has none to offer:
- * its peers copy into our memory and signal no fd, so its workers keep
- * spinning and sleeping (engine.idle_sleep_us). */
+ * its peers copy into our memory and signal no fd; our doorbell stands in
+ * (efa_shm_bell.h), and without one the worker naps between polls
+ * (engine.idle_sleep_us). */
 int efa_wait_fd(te_plugin_nic *nic)
 {
+    if (nic->bell)
+        return efa_bell_fd(nic->bell);
     return nic->progress_fd >= 0 ? nic->progress_fd : -EOPNOTSUPP;
+}
+
+/* Arm the doorbell: announce the sleep, then progress the provider once
+ * (a zero-count fi_cq_read progresses and says whether completions are
+ * queued): a command a peer queued before it could see the announcement
+ * is found here, one after it rings. */
+static int bell_arm(efa_nic *nic)
+{
+    /* Our own operations complete through the peers' progress, which
+     * rings nothing: the worker polls (naps) until they are done. */
+    if (nic->tx_out)
+        return -EAGAIN;
+    uint32_t tokens[16];
+    int n = efa_bell_exits(nic->bell, tokens, 16);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] <= nic->npeers)
+            efa_peer_exit_seen(nic, &nic->peers[tokens[i] - 1]);
+    if (nic->exits_seen)
+        return -EAGAIN;
+    if (nic->auth.on) {
+        /* Authentication's deadlines (exited and idle remotes, messages
+         * unanswered) are looked at by polls a blocked worker does not
+         * make: due now, here; later, the bell's timer wakes it. */
+        uint64_t due = efa_auth_next_due_ns(nic);
+        if (due && tpc_now_ns() >= due) {
+            efa_auth_housekeeping(nic, true);
+            return -EAGAIN;
+        }
+        efa_bell_timer(nic->bell, due);
+    }
+    efa_bell_sleep(nic->bell);
+    struct fi_cq_data_entry ce;
+    if (fi_cq_read(nic->cq, &ce, 0) != -FI_EAGAIN) {
+        efa_bell_awake(nic->bell);
+        return -EAGAIN;
+    }
+    nic->bell_armed = true;
+    return 0;
 }
 
 int efa_wait_arm(te_plugin_nic *nic)
 {
-    if (nic->progress_fd < 0)
+    if (nic->progress_fd < 0 && !nic->bell)
         return -EOPNOTSUPP;
     int rc = 0;
     pthread_mutex_lock(&nic->lock);
@@ -284,6 +325,8 @@ int efa_wait_arm(te_plugin_nic *nic)
         nic->bye.msgs.recv_due || nic->exits_seen ||
         (nic->held_ns && tpc_now_ns() - nic->held_ns < EFA_HELD_SPIN_NS)) {
         rc = -EAGAIN;
+    } else if (nic->bell) {
+        rc = bell_arm(nic);
     } else {
         /* Safe to block only when libfabric says so: it clears the fd's
          * signal and reports what is already queued (-FI_EAGAIN). */
@@ -302,6 +345,10 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
         return -EINVAL;
     int n = 0;
     pthread_mutex_lock(&nic->lock);
+    if (nic->bell_armed) {
+        nic->bell_armed = false;
+        efa_bell_awake(nic->bell);
+    }
     nic->down_said = false;
     fifo_drain(nic, out, max, &n);
     /* After a PEER_DOWN nothing else may set this poll's error (an op's
@@ -370,6 +417,13 @@ int efa_poll(te_plugin_nic *nic, struct te_plugin_cq_entry *out, int max)
     }
     if (nic->down_said)
         goto out;
+    /* Our operations in flight may need the peers' progress more than
+     * once (shm's segmented protocol without CMA): a peer that went to
+     * sleep meanwhile is rung again (a scan of the peers: every poll for
+     * a few, every 16th for many). */
+    if (cq_empty && nic->tx_out && nic->bell_peers &&
+        (nic->bell_peers <= 32 || (++nic->bell_polls & 15) == 0))
+        efa_bell_ring_busy(nic);
     /* Exits seen by the housekeeping above, now that a goodbye sent
      * before the exit has been read (it says the close was orderly); a CQ
      * that never runs dry (a busy NIC) holds them back a bounded time. */

@@ -42,6 +42,7 @@
 #include "efa_proc.h"
 #include "efa_shm_name.h"
 #include "efa_shm_guard.h"
+#include "efa_shm_bell.h"
 #include "efa_probe.h"
 
 #define EFA_NAME "efa"
@@ -84,6 +85,7 @@ struct efa_cfg {
     int hmem;                /* enum efa_tristate */
     bool watch_peers;        /* pidfd liveness of same-host peers */
     bool shm_lock_repair;    /* efa_shm_guard.h */
+    bool shm_bell;           /* efa_shm_bell.h */
     uint32_t stall_timeout_ms; /* EAGAIN streak that declares a peer down */
     uint32_t probe_timeout_ms;
     uint64_t auth_forget_idle_ms; /* efa_auth.c forget_idle; 0 = never */
@@ -129,6 +131,8 @@ typedef struct te_plugin_ctx efa_ctx;
 #define EFA_AF_KEYCHECK 0x1u       /* rkeys of this NIC carry a check */
 #define EFA_AF_AUTH 0x2u           /* its engine has a secret: authenticate
                                     * (efa_auth.h); key_secret is then 0 */
+#define EFA_AF_BELL 0x4u           /* its shm NIC has a doorbell to ring
+                                    * after posting to it (efa_shm_bell.h) */
 
 /* A NIC address as published by nic_address(): this header, then the
  * endpoint name from fi_getname(). Host byte order (same-architecture
@@ -199,6 +203,7 @@ struct efa_peer {
     uint8_t exit_seen;       /* its pidfd fired: down after the CQ is read
                               * (efa_peers_exited) */
     struct efa_local *local; /* an endpoint of this process, or NULL */
+    struct efa_bell_remote *bell; /* its doorbell (same host, shm), or NULL */
     uint32_t auth;           /* its efa_auth_rec index + 1, 0 without auth */
     int down_status;         /* why it is down (-EACCES: refused) */
     char down_why[160];      /* and in words, said when its PEER_DOWN is
@@ -255,6 +260,12 @@ struct te_plugin_nic {
     bool shm_regions;         /* shm, our own region seen in /dev/shm: a
                                * heartbeat checks its peer's (efa_post.c) */
     uint64_t held_ns;         /* last post() held an op back then, or 0 */
+    struct efa_bell *bell;    /* shm: our doorbell, the wait object */
+    bool bell_armed;          /* wait_arm announced the sleep */
+    int bell_tx_fd;           /* socket that rings peers' bells, or -1 */
+    uint32_t bell_peers;      /* peers with a bell */
+    uint32_t bell_polls;
+    struct efa_peer *ring_due; /* rung when this post() call is done */
 
     /* operation slots */
     struct efa_slot *slots;
@@ -396,6 +407,15 @@ void efa_peers_exited(efa_nic *nic);
 void efa_peers_free(efa_nic *nic);
 /* This process's identity for same-host liveness. */
 
+/* --------------------------------------------------------- efa_post.c */
+
+/* Ring the doorbells of the peers our operations in flight go to, where
+ * they sleep (efa_shm_bell.h). */
+void efa_bell_ring_busy(efa_nic *nic);
+/* Ring the doorbell of the peer at fi_addr, if it has one and sleeps:
+ * after a provider call the plugin makes on its own (messages). */
+void efa_bell_ring_addr(efa_nic *nic, fi_addr_t fa);
+
 /* --------------------------------------------------------- efa_auth.c */
 
 /* Does the engine have a secret (plugin ABI 1.4 auth_required)? */
@@ -428,6 +448,10 @@ void efa_auth_completion(efa_nic *nic, void *op_context, fi_addr_t src,
                          uint64_t len, int err);
 /* Deadlines and messages waiting for a send buffer; from poll(). */
 void efa_auth_housekeeping(efa_nic *nic, bool deadlines);
+/* When the deadlines of efa_auth_housekeeping next need a look
+ * (CLOCK_MONOTONIC ns), 0 = never: a worker blocked on the doorbell
+ * wakes for it (efa_cq.c). */
+uint64_t efa_auth_next_due_ns(const efa_nic *nic);
 /* Answer the FORGETs whose remotes no longer have our operations in
  * flight (nic->auth.owed); from poll(), after the completions it read. */
 void efa_auth_answer_owed(efa_nic *nic);

@@ -97,6 +97,7 @@ ssize_t efa_msgpool_send(efa_nic *nic, struct efa_msgpool *p, uint32_t i,
                                .addr = addr, .tag = p->tag,
                                .context = &p->ops[i].fctx};
     ssize_t s = fi_tsendmsg(nic->ep, &tm, FI_COMPLETION);
+    efa_bell_ring_addr(nic, addr);
     if (s == 0)
         p->send_free = p->ops[i].next_free;
     return s;

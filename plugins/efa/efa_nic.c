@@ -41,6 +41,9 @@ static void nic_free(efa_nic *nic)
         fi_close(&nic->fabric->fid);
     /* Only now can the provider touch no peer's region. */
     efa_shm_guard_forget(nic);
+    efa_bell_close(nic->bell);
+    if (nic->bell_tx_fd >= 0)
+        close(nic->bell_tx_fd);
     if (nic->info)
         fi_freeinfo(nic->info);
     free(nic->landing);
@@ -60,7 +63,8 @@ static int build_address(efa_nic *nic, const uint8_t *raw, size_t raw_len)
     a->version = EFA_ADDR_VERSION;
     a->raw_len = (uint8_t)raw_len;
     a->flags = (nic->mint_keys ? EFA_AF_KEYCHECK : 0) |
-               (nic->auth.on ? EFA_AF_AUTH : 0);
+               (nic->auth.on ? EFA_AF_AUTH : 0) |
+               (nic->bell ? EFA_AF_BELL : 0);
     a->landing_key = nic->landing_key;
     a->landing_addr = nic->virt_addr ? (uint64_t)(uintptr_t)nic->landing : 0;
     /* With a secret, the key check's input goes to authenticated peers
@@ -131,6 +135,20 @@ static int open_objects(efa_nic *nic, const char **what)
     return fi_enable(nic->ep);
 }
 
+/* shm: a doorbell, so that the idle worker can block (efa_shm_bell.h).
+ * Without one the NIC works as before, napping when idle. */
+static void open_bell(efa_nic *nic, const uint8_t *raw, size_t raw_len)
+{
+    if (!nic->shm_regions || !nic->ctx->cfg.shm_bell)
+        return;
+    char why[200];
+    if (efa_bell_open(&nic->bell, raw, raw_len, why, sizeof(why)) < 0) {
+        nic->bell = NULL;
+        efa_log(nic->ctx, 1, "%s: no doorbell (%s): its idle worker naps "
+                "between polls instead of blocking", nic->name, why);
+    }
+}
+
 int efa_nic_open(te_plugin_ctx *ctx, int idx,
                  const struct te_plugin_nic_attr *attr, te_plugin_nic **out)
 {
@@ -146,6 +164,7 @@ int efa_nic_open(te_plugin_ctx *ctx, int idx,
     pthread_mutex_init(&nic->lock, NULL);
     nic->ctx = ctx;
     nic->progress_fd = -1;
+    nic->bell_tx_fd = -1;
     nic->index = (uint32_t)idx;
     efa_device_name(ctx, (uint32_t)idx, nic->name, sizeof(nic->name));
     nic->info = fi_dupinfo(ctx->dev[(uint32_t)idx % ctx->ndomains]);
@@ -254,9 +273,10 @@ int efa_nic_open(te_plugin_ctx *ctx, int idx,
         goto fail; /* message already set */
     if (nic->auth.on && (rc = efa_auth_open(nic)))
         goto fail; /* message already set */
-    build_address(nic, raw, raw_len);
     nic->shm_regions = !strcmp(prov, "shm") &&
                        efa_shm_region_visible(raw, raw_len);
+    open_bell(nic, raw, raw_len);
+    build_address(nic, raw, raw_len);
     if ((rc = efa_bye_open(nic)))
         goto fail; /* message already set */
     efa_log(ctx, 2, "%s: opened (queue depth %u, %u receives, %zu-byte "

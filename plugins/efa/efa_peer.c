@@ -106,8 +106,15 @@ static void peer_release(efa_nic *nic, struct efa_peer *p)
         fi_av_remove(nic->av, &p->fi_addr, 1, 0);
         av_map_set(nic, p->fi_addr, 0);
     }
-    if (p->pidfd >= 0)
+    if (p->pidfd >= 0) {
+        if (nic->bell)
+            efa_bell_unwatch(nic->bell, p->pidfd);
         close(p->pidfd);
+    }
+    if (p->bell) {
+        efa_bell_remote_close(p->bell);
+        nic->bell_peers--;
+    }
     if (p->exit_seen)
         nic->exits_seen--;
     efa_local_put(p->local);
@@ -185,6 +192,33 @@ static void watch(efa_nic *nic, struct efa_peer *p,
     }
 }
 
+/* A same-host peer with a doorbell is rung after every post to it
+ * (efa_shm_bell.h); with a bell of our own, its death wakes our worker. */
+static void open_bell(efa_nic *nic, struct efa_peer *p,
+                      const struct efa_wire_addr *a)
+{
+    uint32_t token = (uint32_t)(p - nic->peers) + 1;
+    if (nic->bell && p->pidfd >= 0 &&
+        efa_bell_watch(nic->bell, p->pidfd, token) < 0)
+        efa_log(nic->ctx, 1, "%s: the death of peer pid %u will not wake "
+                "an idle worker at once (epoll: %s)", nic->name, a->pid,
+                strerror(errno));
+    if (!(a->flags & EFA_AF_BELL) || a->host_id != nic->ctx->host_id)
+        return;
+    int err = 0;
+    p->bell = efa_bell_remote_open(p->raw, p->raw_len, &err);
+    if (!p->bell) {
+        efa_log(nic->ctx, 1, "%s: peer of pid %u has a doorbell that cannot "
+                "be opened (%s): while its worker sleeps, our operations to "
+                "it wait for its next timed look (engine.idle_block_max_ms)",
+                nic->name, a->pid, strerror(-err));
+        return;
+    }
+    pthread_mutex_lock(&nic->lock);
+    nic->bell_peers++;
+    pthread_mutex_unlock(&nic->lock);
+}
+
 int efa_peer_add(te_plugin_nic *nic, const void *addr, size_t len,
                  te_plugin_peer *out)
 {
@@ -239,6 +273,7 @@ int efa_peer_add(te_plugin_nic *nic, const void *addr, size_t len,
     p->landing_addr = a.landing_addr;
     p->key_secret = a.key_secret;
     watch(nic, p, &a);
+    open_bell(nic, p, &a);
     if (nic->auth.on) {
         /* Its address is inserted now, by its record, and authenticated
          * before operations go to it (efa_auth.c). */
@@ -417,6 +452,9 @@ void efa_peer_exit_seen(efa_nic *nic, struct efa_peer *p)
     if (p->exit_seen)
         return;
     p->exit_seen = 1;
+    /* Readable from now on: it must not keep waking an idle worker. */
+    if (nic->bell && p->pidfd >= 0)
+        efa_bell_unwatch(nic->bell, p->pidfd);
     if (!nic->exits_seen++)
         nic->exits_since_ns = tpc_now_ns();
 }
@@ -442,8 +480,10 @@ void efa_peers_free(efa_nic *nic)
             continue;
         if (nic->peers[i].pidfd >= 0)
             close(nic->peers[i].pidfd);
+        efa_bell_remote_close(nic->peers[i].bell);
         efa_local_put(nic->peers[i].local);
     }
+    nic->bell_peers = 0;
     free(nic->peers);
     nic->peers = NULL;
     nic->npeers = nic->peers_cap = 0;

@@ -115,6 +115,40 @@ int efa_recv_repost(efa_nic *nic, struct efa_slot *s)
     return (int)fi_recvmsg(nic->ep, &m, 0);
 }
 
+/* ------------------------------------------------------------ doorbells */
+
+/* After a provider call towards p (whatever it returned: a refused first
+ * post may wait for the peer's progress to connect): its doorbell is rung
+ * once this post() call is done with it (efa_shm_bell.h). */
+TPC_HOT
+static inline void ring_later(efa_nic *nic, struct efa_peer *p)
+{
+    if (!p->bell || nic->ring_due == p)
+        return;
+    if (nic->ring_due)
+        efa_bell_ring(nic->ring_due->bell, &nic->bell_tx_fd);
+    nic->ring_due = p;
+}
+
+void efa_bell_ring_busy(efa_nic *nic)
+{
+    efa_bell_fence();
+    for (uint32_t i = 0; i < nic->npeers; i++) {
+        struct efa_peer *p = &nic->peers[i];
+        if (p->bell && p->live_ops)
+            efa_bell_ring_fenced(p->bell, &nic->bell_tx_fd);
+    }
+}
+
+void efa_bell_ring_addr(efa_nic *nic, fi_addr_t fa)
+{
+    if (!nic->bell_peers || fa >= nic->av_map_cap || !nic->av_map[fa])
+        return;
+    struct efa_peer *p = &nic->peers[nic->av_map[fa] - 1];
+    if (p->bell)
+        efa_bell_ring(p->bell, &nic->bell_tx_fd);
+}
+
 /* The provider call of a WRITE/READ/SEND; -FI_EAGAIN when full. */
 TPC_HOT
 static ssize_t issue(efa_nic *nic, const struct te_plugin_op *op,
@@ -334,6 +368,7 @@ static int post_to(efa_nic *nic, const struct te_plugin_op *op,
                                                rkey)
                          : fi_inject_write(nic->ep, op->local_addr, op->len,
                                            p->fi_addr, raddr, rkey);
+        ring_later(nic, p);
         return injected(nic, op, p, rc, (op->flags & TE_POP_F_IMM)
                                             ? "fi_inject_writedata"
                                             : "fi_inject_write");
@@ -342,10 +377,9 @@ static int post_to(efa_nic *nic, const struct te_plugin_op *op,
         op->len <= nic->inject_max) {
         /* The bytes are the provider's when the call returns: the LOCAL
          * completion is ours to produce, as for an injected write. */
-        return injected(nic, op, p,
-                        fi_inject(nic->ep, op->local_addr, op->len,
-                                  p->fi_addr),
-                        "fi_inject (send)");
+        ssize_t rc = fi_inject(nic->ep, op->local_addr, op->len, p->fi_addr);
+        ring_later(nic, p);
+        return injected(nic, op, p, rc, "fi_inject (send)");
     }
     struct efa_slot *s = efa_slot_alloc(nic);
     if (!s)
@@ -354,6 +388,7 @@ static int post_to(efa_nic *nic, const struct te_plugin_op *op,
     s->context = op->context;
     s->peer = (uint32_t)(p - nic->peers) + 1;
     ssize_t rc = issue(nic, op, p, s, raddr, rkey);
+    ring_later(nic, p);
     if (rc == -FI_EAGAIN) {
         efa_slot_free(nic, s);
         if (!stalled(nic, p))
@@ -393,6 +428,10 @@ int efa_post(te_plugin_nic *nic, const struct te_plugin_op *ops, size_t n)
     /* Held back (queue full, or the provider's -FI_EAGAIN, e.g. while it
      * connects): what frees it may signal no wait fd, see efa_wait_arm. */
     nic->held_ns = i < n && rc == 0 ? tpc_now_ns() : 0;
+    if (nic->ring_due) {
+        efa_bell_ring(nic->ring_due->bell, &nic->bell_tx_fd);
+        nic->ring_due = NULL;
+    }
     pthread_mutex_unlock(&nic->lock);
     if (rc < 0 && i == 0)
         return rc;

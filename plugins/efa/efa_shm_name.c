@@ -44,9 +44,13 @@ int efa_shm_reap_stale(void)
     while ((de = readdir(d))) {
         unsigned pid, n;
         unsigned long long start;
-        char tail;
-        if (sscanf(de->d_name, NAME_PREFIX "%u-%llx-%u%c", &pid, &start, &n,
-                   &tail) != 3)
+        int end = 0;
+        if (sscanf(de->d_name, NAME_PREFIX "%u-%llx-%u%n", &pid, &start, &n,
+                   &end) != 3)
+            continue;
+        /* The region, or its doorbell's files (efa_shm_bell.h). */
+        const char *tail = de->d_name + end;
+        if (*tail && strcmp(tail, ".bell") && strcmp(tail, ".sock"))
             continue;
         if (!start || efa_proc_start_time(pid) == start)
             continue; /* its process lives (or we cannot tell) */

@@ -27,7 +27,8 @@
 int efa_shm_name_endpoint(struct fid_ep *ep, const struct fi_info *info);
 
 /* Remove "te-PID-STARTTIME-N" regions in /dev/shm whose process is gone
- * (no process PID, or one with another start time). Returns how many. */
+ * (no process PID, or one with another start time), and their doorbells'
+ * ".bell" and ".sock" files (efa_shm_bell.h). Returns how many. */
 int efa_shm_reap_stale(void);
 
 /* Whether the shm region of endpoint name raw (raw_len bytes, as
