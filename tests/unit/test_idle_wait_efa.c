@@ -64,6 +64,22 @@ START_TEST(no_lost_wakeup_tcp)
 }
 END_TEST
 
+/* Ten writes a -> b, then how often the engines' threads sleep in a
+ * second once they have been idle for 300 ms (naps grow to their longest
+ * after 40 ms of idleness). */
+static long sleeps_when_idle(te_test_pair *x)
+{
+    for (int k = 0; k < 10; k++) {
+        te_request r = te_test_pair_write(x, 64, 0);
+        ck_assert_int_ge(te_submit(x->a, &r), 0);
+        te_test_complete(x->a, 1, WAIT_MS);
+    }
+    te_test_sleep_ms(300);
+    long s0 = te_test_thread_sleeps("te-");
+    te_test_sleep_ms(1000);
+    return te_test_thread_sleeps("te-") - s0;
+}
+
 /* The same over shm with the doorbell: the target's worker blocks
  * between writes with nothing timed to wake it, so each write must ring
  * it: one of 64 bytes (an inject; with an immediate the target reports
@@ -105,22 +121,14 @@ END_TEST
 /* Two idle efa/shm engines with doorbells (a peer written to, then
  * nothing; heartbeats at their default 1 s) block: their threads sleep a
  * few times in a second (each heartbeat rings the other engine), not the
- * hundreds of napping workers (above). */
+ * hundreds of napping workers (below). */
 START_TEST(shm_bell_idle_worker_blocks)
 {
     const char *ini = "[engine]\nplugin = efa\nidle_spin_us = 0\n"
                       "idle_spin_max_us = 0\n[efa]\nprovider = shm\n";
     te_test_pair x;
     te_test_pair_open(&x, ini, ini, 4096);
-    for (int k = 0; k < 10; k++) {
-        te_request r = te_test_pair_write(&x, 64, 0);
-        ck_assert_int_ge(te_submit(x.a, &r), 0);
-        te_test_complete(x.a, 1, WAIT_MS);
-    }
-    te_test_sleep_ms(300);
-    long s0 = te_test_thread_sleeps("te-");
-    te_test_sleep_ms(1000);
-    long sleeps = te_test_thread_sleeps("te-") - s0;
+    long sleeps = sleeps_when_idle(&x);
     ck_assert_msg(sleeps <= 60, "two idle efa/shm engines with doorbells: "
                   "their threads slept %ld times in 1 s", sleeps);
     te_request r = te_test_pair_write(&x, 64, 0);
@@ -142,15 +150,7 @@ START_TEST(shm_idle_worker_naps_longer)
 {
     te_test_pair x;
     te_test_pair_open(&x, SHM_NAPS, SHM_NAPS, 4096);
-    for (int k = 0; k < 10; k++) {
-        te_request r = te_test_pair_write(&x, 64, 0);
-        ck_assert_int_ge(te_submit(x.a, &r), 0);
-        te_test_complete(x.a, 1, WAIT_MS);
-    }
-    te_test_sleep_ms(300); /* naps grow to 5 ms after 40 ms of idleness */
-    long s0 = te_test_thread_sleeps("te-");
-    te_test_sleep_ms(1000);
-    long naps = te_test_thread_sleeps("te-") - s0;
+    long naps = sleeps_when_idle(&x);
     ck_assert_msg(naps <= 1000, "two idle efa/shm engines' threads slept "
                   "%ld times in 1 s", naps);
     for (int k = 0; k < 10; k++) {
