@@ -208,7 +208,26 @@ static void rec_free(efa_nic *nic, struct efa_auth_rec *r)
     fi_av_remove(nic->av, &r->fi_addr, 1, 0);
     map_set(nic, r->fi_addr, 0);
     efa_local_put(r->local);
+    efa_bell_remote_close(r->bell);
     memset(r, 0, sizeof(*r));
+}
+
+struct efa_bell_remote *efa_auth_bell(efa_nic *nic, fi_addr_t fa)
+{
+    struct efa_auth_rec *r = nic->auth.on ? rec_of_src(nic, fa) : NULL;
+    if (!r || r->bell || r->bell_tried)
+        return r ? r->bell : NULL;
+    r->bell_tried = 1;
+    struct efa_wire_addr w;
+    if (r->addr_len < sizeof(w))
+        return NULL;
+    memcpy(&w, r->addr, sizeof(w));
+    if (!(w.flags & EFA_AF_BELL) || w.host_id != nic->ctx->host_id ||
+        r->addr_len < sizeof(w) + w.raw_len)
+        return NULL;
+    int err = 0;
+    r->bell = efa_bell_remote_open(r->addr + sizeof(w), w.raw_len, &err);
+    return r->bell;
 }
 
 /* ---------------------------------------------------------- messages */
@@ -588,8 +607,10 @@ void efa_auth_close(efa_nic *nic)
 {
     struct efa_auth *a = &nic->auth;
     for (uint32_t i = 0; i < a->nrecs; i++)
-        if (a->recs[i].used)
+        if (a->recs[i].used) {
             efa_local_put(a->recs[i].local);
+            efa_bell_remote_close(a->recs[i].bell);
+        }
     free(a->recs);
     free(a->map);
     efa_msgpool_close(&a->msgs);

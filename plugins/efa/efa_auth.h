@@ -33,6 +33,8 @@
 #include "efa_auth_wire.h"
 #include "efa_msgpool.h"
 
+struct efa_bell_remote;
+
 struct efa_local;
 
 #define EFA_AUTH_TIMEOUT_NS 5000000000ull /* every wait of a handshake */
@@ -66,6 +68,9 @@ struct efa_auth_rec {
     uint64_t peer_key_secret; /* its rkey-check secret (PROOF/ACK) */
     uint8_t n_i[EFA_AUTH_NONCE_LEN], n_t[EFA_AUTH_NONCE_LEN];
     struct efa_local *local;  /* an endpoint of this process, or NULL */
+    struct efa_bell_remote *bell; /* its doorbell, opened at the first ring
+                                   * (efa_auth_bell) */
+    uint8_t bell_tried;
     uint32_t addr_len;
     uint32_t pid;
     uint8_t addr[TE_PLUGIN_MAX_ADDR_LEN]; /* its NIC address */

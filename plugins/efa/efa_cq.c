@@ -289,18 +289,17 @@ static int bell_arm(efa_nic *nic)
             efa_peer_exit_seen(nic, &nic->peers[tokens[i] - 1]);
     if (nic->exits_seen)
         return -EAGAIN;
-    if (nic->auth.on) {
-        /* Authentication's deadlines (exited and idle remotes, messages
-         * unanswered) are looked at by polls a blocked worker does not
-         * make: due now, here; later, the bell's timer wakes it. */
-        uint64_t due = efa_auth_next_due_ns(nic);
-        if (due && tpc_now_ns() >= due) {
-            efa_auth_housekeeping(nic, true);
-            return -EAGAIN;
-        }
-        efa_bell_timer(nic->bell, due);
+    /* Authentication's deadlines (exited and idle remotes, messages
+     * unanswered) are looked at by polls a blocked worker does not make:
+     * due now, here; later, the bell's timer wakes it (set after the
+     * sleep's drain, which reads an expiry the timer had). */
+    uint64_t due = nic->auth.on ? efa_auth_next_due_ns(nic) : 0;
+    if (due && tpc_now_ns() >= due) {
+        efa_auth_housekeeping(nic, true);
+        return -EAGAIN;
     }
     efa_bell_sleep(nic->bell);
+    efa_bell_timer(nic->bell, due);
     struct fi_cq_data_entry ce;
     if (fi_cq_read(nic->cq, &ce, 0) != -FI_EAGAIN) {
         efa_bell_awake(nic->bell);

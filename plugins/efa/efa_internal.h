@@ -452,6 +452,10 @@ void efa_auth_housekeeping(efa_nic *nic, bool deadlines);
  * (CLOCK_MONOTONIC ns), 0 = never: a worker blocked on the doorbell
  * wakes for it (efa_cq.c). */
 uint64_t efa_auth_next_due_ns(const efa_nic *nic);
+/* The doorbell of the authenticated remote at fa (one that wrote to us
+ * and is not our peer too), opened on first use from its address; NULL if
+ * it has none. Caller holds nic->lock. */
+struct efa_bell_remote *efa_auth_bell(efa_nic *nic, fi_addr_t fa);
 /* Answer the FORGETs whose remotes no longer have our operations in
  * flight (nic->auth.owed); from poll(), after the completions it read. */
 void efa_auth_answer_owed(efa_nic *nic);

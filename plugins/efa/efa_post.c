@@ -142,11 +142,13 @@ void efa_bell_ring_busy(efa_nic *nic)
 
 void efa_bell_ring_addr(efa_nic *nic, fi_addr_t fa)
 {
-    if (!nic->bell_peers || fa >= nic->av_map_cap || !nic->av_map[fa])
-        return;
-    struct efa_peer *p = &nic->peers[nic->av_map[fa] - 1];
-    if (p->bell)
-        efa_bell_ring(p->bell, &nic->bell_tx_fd);
+    struct efa_bell_remote *b = NULL;
+    if (fa < nic->av_map_cap && nic->av_map[fa])
+        b = nic->peers[nic->av_map[fa] - 1].bell;
+    if (!b) /* a remote that is no peer of ours (authentication) */
+        b = efa_auth_bell(nic, fa);
+    if (b)
+        efa_bell_ring(b, &nic->bell_tx_fd);
 }
 
 /* The provider call of a WRITE/READ/SEND; -FI_EAGAIN when full. */

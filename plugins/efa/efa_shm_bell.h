@@ -61,7 +61,8 @@ void efa_bell_unwatch(struct efa_bell *b, int pidfd);
 int efa_bell_exits(struct efa_bell *b, uint32_t *tokens, int max);
 
 /* Make the wait object readable at due_ns (CLOCK_MONOTONIC; 0 = never):
- * the plugin's own deadlines while its worker blocks. */
+ * the plugin's own deadlines while its worker blocks. Call it after
+ * efa_bell_sleep, which consumes an expiry. */
 void efa_bell_timer(struct efa_bell *b, uint64_t due_ns);
 
 /* Before blocking: consume the rings already taken (their events were
