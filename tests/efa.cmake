@@ -55,6 +55,11 @@ te_efa_unit_test(test_efa_tcp_progress_twoproc 120)
 # killed) finds it down by a keyless heartbeat, over shm and tcp;ofi_rxm.
 te_efa_unit_test(test_efa_heartbeat_receiver_twoproc 120)
 
+# The shm doorbell across processes (plugins/efa/efa_shm_bell.h): a
+# receiver blocked with every timed wake-up off is woken by each of a
+# forked sender's writes and by its death. tsan-twoproc pass.
+te_efa_unit_test(test_efa_shm_bell_twoproc 120)
+
 # A same-host shm peer dies holding its region's spin lock (or ours) while
 # a write or our progress spins on it inside libfabric: the guard releases
 # the lock (plugins/efa/efa_shm_guard.h). Forked peer: tsan-twoproc pass.
