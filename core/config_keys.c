@@ -51,8 +51,8 @@ const struct te_config_key te_engine_keys[] = {
      "where it cannot block (engine.idle_wait = sleep, or a plugin without "
      "wait objects)"},
     {"idle_sleep_max_us", "1000",
-     "idle_wait = block with a plugin without wait objects (efa over shm): "
-     "with no request of the group in flight, the worker's nap between "
+     "idle_wait = block with a plugin without wait objects (efa over shm "
+     "with efa.shm_bell = false): with no request of the group in flight, the worker's nap between "
      "polls grows to an eighth of the time it has been idle, up to this "
      "many microseconds (a submission still ends it at once); <= "
      "idle_sleep_us = fixed naps of idle_sleep_us"},

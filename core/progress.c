@@ -270,9 +270,9 @@ TE_API int te_progress_fd(te_engine *e, int group)
     return fd;
 }
 
-/* te_progress_wait on groups without wait objects (efa over shm): nap as
- * their worker would in thread mode (wait.c te_group_nap_idle): on the
- * groups' wake eventfds, announced, so a submission or control operation
+/* te_progress_wait on groups without wait objects (efa over shm with
+ * efa.shm_bell = false): nap as their worker would in thread mode (wait.c
+ * te_group_nap_idle): on the groups' wake eventfds, announced, so a submission or control operation
  * of another thread ends the nap; engine.idle_sleep_us, growing with the
  * time this call has found nothing while no request is in flight; within
  * the call's bound and the groups' deadlines. */

@@ -862,8 +862,8 @@ TE_API int te_progress_wait(te_engine *e, int group, int timeout_ms);
  * Caller mode, for an application's own event loop: a file descriptor
  * (epoll; `group` -1: every group's) that becomes readable when the group
  * has work, once te_progress_arm() returned 0. Owned by the engine.
- * -EOPNOTSUPP where the plugin offers no wait objects (efa over shm):
- * poll te_progress() instead.
+ * -EOPNOTSUPP where the plugin offers no wait objects (efa over shm with
+ * efa.shm_bell = false): poll te_progress() instead.
  */
 TE_API int te_progress_fd(te_engine *e, int group);
 
