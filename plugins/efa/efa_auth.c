@@ -222,11 +222,10 @@ struct efa_bell_remote *efa_auth_bell(efa_nic *nic, fi_addr_t fa)
     if (r->addr_len < sizeof(w))
         return NULL;
     memcpy(&w, r->addr, sizeof(w));
-    if (!(w.flags & EFA_AF_BELL) || w.host_id != nic->ctx->host_id ||
-        r->addr_len < sizeof(w) + w.raw_len)
+    if (r->addr_len < sizeof(w) + w.raw_len)
         return NULL;
-    int err = 0;
-    r->bell = efa_bell_remote_open(r->addr + sizeof(w), w.raw_len, &err);
+    int err;
+    r->bell = efa_bell_of(nic, &w, r->addr + sizeof(w), &err);
     return r->bell;
 }
 

@@ -386,6 +386,12 @@ static inline struct efa_peer *efa_peer_get(efa_nic *nic, te_plugin_peer h)
 /* map[fa] = v, growing the map (zero-filled) as needed: 0 or -ENOMEM,
  * -EINVAL for FI_ADDR_NOTAVAIL. */
 int efa_addr_map_set(uint32_t **map, size_t *cap, fi_addr_t fa, uint32_t v);
+/* The doorbell of a same-host remote whose address (header a, endpoint
+ * name raw) carries one (EFA_AF_BELL), mapped; NULL with *err 0 when it
+ * has none, with a negative errno when it cannot be opened. */
+struct efa_bell_remote *efa_bell_of(efa_nic *nic,
+                                    const struct efa_wire_addr *a,
+                                    const uint8_t *raw, int *err);
 /* Insert every pending peer into the address vector (one call). */
 int efa_peers_resolve(efa_nic *nic);
 /* The peer handle of a completion's source address, or 0. */

@@ -192,6 +192,16 @@ static void watch(efa_nic *nic, struct efa_peer *p,
     }
 }
 
+struct efa_bell_remote *efa_bell_of(efa_nic *nic,
+                                    const struct efa_wire_addr *a,
+                                    const uint8_t *raw, int *err)
+{
+    *err = 0;
+    if (!(a->flags & EFA_AF_BELL) || a->host_id != nic->ctx->host_id)
+        return NULL;
+    return efa_bell_remote_open(raw, a->raw_len, err);
+}
+
 /* A same-host peer with a doorbell is rung after every post to it
  * (efa_shm_bell.h); with a bell of our own, its death wakes our worker. */
 static void open_bell(efa_nic *nic, struct efa_peer *p,
@@ -203,11 +213,9 @@ static void open_bell(efa_nic *nic, struct efa_peer *p,
         efa_log(nic->ctx, 1, "%s: the death of peer pid %u will not wake "
                 "an idle worker at once (epoll: %s)", nic->name, a->pid,
                 strerror(errno));
-    if (!(a->flags & EFA_AF_BELL) || a->host_id != nic->ctx->host_id)
-        return;
     int err = 0;
-    p->bell = efa_bell_remote_open(p->raw, p->raw_len, &err);
-    if (!p->bell) {
+    p->bell = efa_bell_of(nic, a, p->raw, &err);
+    if (!p->bell && err) {
         efa_log(nic->ctx, 1, "%s: peer of pid %u has a doorbell that cannot "
                 "be opened (%s): while its worker sleeps, our operations to "
                 "it wait for its next timed look (engine.idle_block_max_ms)",

@@ -264,11 +264,11 @@ void efa_bell_fence(void)
     atomic_thread_fence(memory_order_seq_cst);
 }
 
-bool efa_bell_ring_fenced(struct efa_bell_remote *r, int *tx_fd)
+void efa_bell_ring_fenced(struct efa_bell_remote *r, int *tx_fd)
 {
     if (!atomic_load_explicit(&r->page->sleeping, memory_order_relaxed) ||
         !atomic_exchange(&r->page->sleeping, 0))
-        return false;
+        return;
     if (*tx_fd < 0)
         *tx_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     /* A full queue (EAGAIN) is rung already; a closed one (ECONNREFUSED,
@@ -276,11 +276,10 @@ bool efa_bell_ring_fenced(struct efa_bell_remote *r, int *tx_fd)
     if (*tx_fd >= 0)
         (void)sendto(*tx_fd, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL,
                      (struct sockaddr *)&r->to, r->to_len);
-    return true;
 }
 
-bool efa_bell_ring(struct efa_bell_remote *r, int *tx_fd)
+void efa_bell_ring(struct efa_bell_remote *r, int *tx_fd)
 {
     atomic_thread_fence(memory_order_seq_cst);
-    return efa_bell_ring_fenced(r, tx_fd);
+    efa_bell_ring_fenced(r, tx_fd);
 }

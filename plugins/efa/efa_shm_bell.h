@@ -79,12 +79,11 @@ struct efa_bell_remote *efa_bell_remote_open(const uint8_t *raw,
                                              size_t raw_len, int *err);
 void efa_bell_remote_close(struct efa_bell_remote *r);
 /* After a provider call towards the peer: ring it if it sleeps. *tx_fd is
- * the caller's sending socket, created on first use (-1 before). Returns
- * whether a ring was sent. */
-bool efa_bell_ring(struct efa_bell_remote *r, int *tx_fd);
+ * the caller's sending socket, created on first use (-1 before). */
+void efa_bell_ring(struct efa_bell_remote *r, int *tx_fd);
 /* Ring without the fence: for a caller that rings several peers after one
  * efa_bell_fence(). */
-bool efa_bell_ring_fenced(struct efa_bell_remote *r, int *tx_fd);
+void efa_bell_ring_fenced(struct efa_bell_remote *r, int *tx_fd);
 void efa_bell_fence(void);
 
 #endif
