@@ -380,6 +380,17 @@ int te_test_send_endpoint(int fd, te_engine *e, const te_mr_desc *d)
     return te_test_write_all(fd, msg, 8 + alen + dlen);
 }
 
+te_peer te_test_recv_peer(int fd, te_engine *e, te_mr_desc *d)
+{
+    uint8_t addr[TE_ADDR_MAX];
+    size_t alen;
+    ck_assert_int_eq(te_test_recv_endpoint(fd, addr, &alen, d), 0);
+    te_peer p;
+    ck_assert_msg(te_peer_add(e, 0, addr, alen, &p) == 0, "%s",
+                  te_last_error());
+    return p;
+}
+
 int te_test_recv_endpoint(int fd, uint8_t addr[TE_ADDR_MAX], size_t *alen,
                           te_mr_desc *d)
 {

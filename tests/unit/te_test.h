@@ -196,5 +196,8 @@ int te_test_read_all(int fd, void *p, size_t n);
 int te_test_send_endpoint(int fd, te_engine *e, const te_mr_desc *d);
 int te_test_recv_endpoint(int fd, uint8_t addr[TE_ADDR_MAX], size_t *alen,
                           te_mr_desc *d);
+/* The endpoint received from fd added as a peer of e's group 0; its
+ * descriptor in *d (asserted: for the test's own process). */
+te_peer te_test_recv_peer(int fd, te_engine *e, te_mr_desc *d);
 
 #endif

@@ -86,13 +86,8 @@ static int receiver_after_kill(const char *efa, const char *extra,
     ck_assert_int_eq(te_mr_describe(mr, &d), 0);
     ck_assert_int_eq(te_test_send_endpoint(wr, e, &d), 0);
     ck_assert_uint_eq(te_test_wait_banked(e, IMM, WRITES, WAIT_MS), WRITES);
-    uint8_t addr[TE_ADDR_MAX];
-    size_t alen;
     te_mr_desc sd;
-    ck_assert_int_eq(te_test_recv_endpoint(rd, addr, &alen, &sd), 0);
-    te_peer p;
-    ck_assert_msg(te_peer_add(e, 0, addr, alen, &p) == 0, "%s",
-                  te_last_error());
+    te_peer p = te_test_recv_peer(rd, e, &sd);
     /* Live while the sender lives (and answers the probes). */
     te_test_sleep_ms(600);
     ck_assert_msg(te_peer_status(e, 0, p) == 0, "sender down while alive: %s",

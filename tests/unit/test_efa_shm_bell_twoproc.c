@@ -83,13 +83,8 @@ START_TEST(blocked_receiver_takes_each_write_and_sees_the_sender_die)
     te_mr_desc d;
     ck_assert_int_eq(te_mr_describe(mr, &d), 0);
     ck_assert_int_eq(te_test_send_endpoint(wr, e, &d), 0);
-    uint8_t addr[TE_ADDR_MAX];
-    size_t alen;
     te_mr_desc sd;
-    ck_assert_int_eq(te_test_recv_endpoint(rd, addr, &alen, &sd), 0);
-    te_peer p;
-    ck_assert_msg(te_peer_add(e, 0, addr, alen, &p) == 0, "%s",
-                  te_last_error());
+    te_peer p = te_test_recv_peer(rd, e, &sd);
     ck_assert_uint_eq(te_test_wait_banked(e, IMM, WRITES, WAIT_MS), WRITES);
     ck_assert_uint_eq(((volatile uint8_t *)buf)[0], WRITES);
     /* Blocked again (nothing is timed); the sender dies without a word. */
