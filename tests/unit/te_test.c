@@ -391,6 +391,22 @@ te_peer te_test_recv_peer(int fd, te_engine *e, te_mr_desc *d)
     return p;
 }
 
+int te_test_child_peer(int fd, te_engine *e, void *buf, size_t len,
+                       te_mr **mr, te_peer *p, te_mr_desc *d)
+{
+    uint8_t addr[TE_ADDR_MAX];
+    size_t alen;
+    if (te_test_recv_endpoint(fd, addr, &alen, d))
+        return -1;
+    *mr = NULL;
+    if (!e || te_mr_reg(e, 0, buf, len, 0, TE_MEM_HOST, mr) ||
+        te_peer_add(e, 0, addr, alen, p)) {
+        fprintf(stderr, "child: %s\n", te_last_error());
+        return -1;
+    }
+    return 0;
+}
+
 int te_test_recv_endpoint(int fd, uint8_t addr[TE_ADDR_MAX], size_t *alen,
                           te_mr_desc *d)
 {

@@ -199,5 +199,11 @@ int te_test_recv_endpoint(int fd, uint8_t addr[TE_ADDR_MAX], size_t *alen,
 /* The endpoint received from fd added as a peer of e's group 0; its
  * descriptor in *d (asserted: for the test's own process). */
 te_peer te_test_recv_peer(int fd, te_engine *e, te_mr_desc *d);
+/* The same in a forked child, which must not assert: e (NULL: failed to
+ * create) registers buf of len bytes as *mr, and the endpoint received
+ * from fd becomes peer *p, its descriptor *d. 0, or -1 with the reason on
+ * stderr. */
+int te_test_child_peer(int fd, te_engine *e, void *buf, size_t len,
+                       te_mr **mr, te_peer *p, te_mr_desc *d);
 
 #endif

@@ -39,20 +39,13 @@ static te_engine *engine(const char *efa, const char *extra)
  * over its own address, then waits to be killed. */
 static int sender(const char *efa, int to_parent, int from_parent)
 {
-    uint8_t addr[TE_ADDR_MAX];
-    size_t alen;
-    te_mr_desc d;
-    if (te_test_recv_endpoint(from_parent, addr, &alen, &d))
-        return 2;
     te_engine *e = engine(efa, "");
     static uint8_t src[64];
-    te_mr *mr = NULL;
+    te_mr *mr;
     te_peer p;
-    if (!e || te_mr_reg(e, 0, src, sizeof(src), 0, TE_MEM_HOST, &mr) ||
-        te_peer_add(e, 0, addr, alen, &p)) {
-        fprintf(stderr, "sender: %s\n", te_last_error());
+    te_mr_desc d;
+    if (te_test_child_peer(from_parent, e, src, sizeof(src), &mr, &p, &d))
         return 2;
-    }
     for (int i = 0; i < WRITES; i++) {
         te_request r = te_test_write(p, mr, &d, sizeof(src), WAIT_MS);
         r.flags = TE_F_IMM;
