@@ -727,7 +727,16 @@ void efa_auth_bye_targets(efa_nic *nic, efa_auth_bye_fn fn, void *arg)
     struct efa_auth *a = &nic->auth;
     for (uint32_t i = 0; i < a->nrecs; i++) {
         struct efa_auth_rec *r = &a->recs[i];
-        if (!r->used || !authenticated(r) || !r->tx_ok ||
+        /* Authenticated both ways, or our proof is on its way to a remote
+         * we verified (we initiated and wait for its ACK): the remote
+         * takes that proof before this goodbye (one sender's messages
+         * arrive in order) and can then verify its MAC. A close in that
+         * window is likely: a receiver's keyless heartbeat starts a
+         * handshake with each peer it adds. */
+        bool told = authenticated(r) && r->tx_ok;
+        bool proof_sent = r->rx_ok && r->ini == EFA_AI_PROOF &&
+                          !r->challenged && !r->failed;
+        if (!r->used || !(told || proof_sent) ||
             r->fi_addr == FI_ADDR_NOTAVAIL || same_raw(r->addr, nic->addr))
             continue; /* nothing to tell, or ourselves */
         /* A same-host remote whose process is gone: nobody to tell, and
